@@ -1,0 +1,167 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/units.h"
+
+// Plain configuration structs (SPEC §11). Every member carries its documented
+// default; the loader (loader.h) only overwrites what the file sets. After
+// loading, a Config is validated and then shared read-only.
+namespace idemgate::config {
+
+using namespace std::chrono_literals;
+
+inline constexpr std::uint64_t kKiB = 1024;
+inline constexpr std::uint64_t kMiB = 1024 * kKiB;
+
+enum class Policy { kRequired, kOptional, kWebhook, kPassthrough, kProhibited };
+enum class Scope { kSubject, kProject, kTenant, kGlobal };
+enum class InFlightMode { kReject, kWait };
+enum class JsonMode { kCanonical, kRaw };
+enum class DedupMode { kGateway, kUpstream };
+enum class ForwardKey { kNamespaced, kRaw, kNone };
+enum class StoreKind { kEmbedded, kMemory, kRedis };
+enum class OnError { kFailClosed, kFailOpen };
+enum class IdentityMode { kNone, kTrustedHeaders, kJwt, kApiKey };
+
+struct Limits {
+  std::uint64_t max_header_bytes = 16 * kKiB;
+  std::uint64_t max_request_bytes = 10 * kMiB;
+  Duration header_timeout = 10s;
+  Duration idle_timeout = 60s;
+};
+
+struct Admin {
+  std::string listen;     // empty: no admin listener
+  std::string token_env;  // environment variable holding the bearer token
+};
+
+struct Redis {
+  std::vector<std::string> addresses;  // host:port
+  bool cluster = false;
+  std::string password_env;
+  Duration timeout = 200ms;
+};
+
+struct Store {
+  StoreKind kind = StoreKind::kEmbedded;
+  std::string path = "./idemgate-data";
+  bool sync = false;
+  std::uint64_t max_bytes = 256 * kMiB;  // memory store bound
+  OnError on_error = OnError::kFailClosed;
+  Redis redis;
+};
+
+struct TrustedHeaders {
+  std::string tenant = "X-Tenant-Id";
+  std::string project = "X-Project-Id";
+  std::string subject = "X-Subject";
+};
+
+struct Identity {
+  IdentityMode mode = IdentityMode::kNone;
+  TrustedHeaders trusted_headers;
+};
+
+struct Upstream {
+  std::string name;
+  std::string url;        // as written
+  std::string scheme;     // "http"
+  std::string host;
+  std::uint16_t port = 80;
+  std::string base_path;  // path prefix prepended to forwarded paths ("" or "/x")
+  Duration timeout = 30s;
+  Duration connect_timeout = 2s;
+  std::uint32_t max_connections = 256;
+};
+
+struct Fingerprint {
+  std::vector<std::string> headers = {"content-type"};  // lower-case
+  JsonMode json = JsonMode::kCanonical;
+  std::vector<std::string> json_fields;  // JSON Pointers
+};
+
+struct KeyRules {
+  std::size_t max_length = 255;
+  std::string charset;  // extra characters allowed beyond [A-Za-z0-9._~-]
+};
+
+struct Idempotency {
+  Policy policy = Policy::kOptional;
+  std::string header = "Idempotency-Key";
+  std::vector<std::string> methods = {"POST", "PATCH"};
+  std::optional<Scope> scope;  // unset: subject when identity is configured, else global
+  Duration retention = 24h;    // 0: until purged
+  std::optional<Duration> lease;  // unset: upstream timeout + 5s
+  InFlightMode in_flight = InFlightMode::kReject;
+  Duration wait_timeout = 30s;
+  std::uint64_t max_response_bytes = 1 * kMiB;
+  bool store_server_errors = false;
+  std::string terminal_header = "Idempotency-Terminal";
+  std::string replay_header = "Idempotent-Replayed";
+  Fingerprint fingerprint;
+  KeyRules key;
+  std::string provider;  // webhook routes
+  DedupMode dedup = DedupMode::kGateway;
+  ForwardKey forward_key = ForwardKey::kNamespaced;
+};
+
+struct Match {
+  std::string path_prefix;  // exactly one of path_prefix and path is set
+  std::string path;
+  std::vector<std::string> methods;  // upper-case; empty: every method
+};
+
+struct Route {
+  std::string id;
+  Match match;
+  std::string upstream;
+  bool recovery = false;
+  std::string recovery_upstream_path;
+  std::optional<std::uint32_t> max_in_flight;
+  std::optional<std::uint64_t> max_request_bytes;  // unset: limits.max_request_bytes
+  Idempotency idempotency;  // defaults.idempotency with the route's keys applied
+  int line = 0;             // line of the route in the config file, for messages
+};
+
+struct WebhookEndpoint {
+  std::string id;
+  std::string tenant;
+  std::string project;
+  std::string provider;
+  std::string secret_env;
+  std::string secret_file;
+};
+
+struct Metrics {
+  bool tenant_labels = true;
+};
+
+struct Log {
+  std::string level = "info";  // debug, info, warn, error
+  std::string format = "json";
+};
+
+struct Config {
+  std::string source;  // file the config was read from
+  std::string listen = "127.0.0.1:8080";
+  std::uint32_t workers = 0;  // I/O threads; 0: one per core
+  Duration shutdown_grace = 30s;
+  Limits limits;
+  Admin admin;
+  Store store;
+  Identity identity;
+  std::map<std::string, Upstream> upstreams;
+  Idempotency defaults;
+  std::vector<Route> routes;
+  std::vector<WebhookEndpoint> webhooks;
+  Metrics metrics;
+  Log log;
+};
+
+}  // namespace idemgate::config

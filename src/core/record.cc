@@ -1,0 +1,124 @@
+#include "core/record.h"
+
+#include <cstring>
+
+namespace idemgate::core {
+namespace {
+
+constexpr std::uint8_t kVersion = 1;
+
+void PutU32(std::string* out, std::uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 4);
+}
+
+void PutU64(std::string* out, std::uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 8);
+}
+
+void PutBytes(std::string* out, std::string_view s) {
+  PutU32(out, static_cast<std::uint32_t>(s.size()));
+  out->append(s);
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U8(std::uint8_t* v) {
+    if (in_.size() < 1) return false;
+    *v = static_cast<std::uint8_t>(in_[0]);
+    in_.remove_prefix(1);
+    return true;
+  }
+  bool U32(std::uint32_t* v) {
+    if (in_.size() < 4) return false;
+    *v = 0;
+    for (int i = 0; i < 4; ++i) *v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in_[i])) << (8 * i);
+    in_.remove_prefix(4);
+    return true;
+  }
+  bool U64(std::uint64_t* v) {
+    if (in_.size() < 8) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(in_[i])) << (8 * i);
+    in_.remove_prefix(8);
+    return true;
+  }
+  bool Bytes(std::string* s) {
+    std::uint32_t n = 0;
+    if (!U32(&n) || in_.size() < n) return false;
+    s->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+}  // namespace
+
+std::string EncodeRecord(const Record& r) {
+  std::string out;
+  out.reserve(EncodedSize(r));
+  out.push_back(static_cast<char>(kVersion));
+  out.push_back(static_cast<char>(r.state));
+  PutBytes(&out, r.fingerprint);
+  PutBytes(&out, r.owner);
+  PutBytes(&out, r.operation_id);
+  PutU64(&out, static_cast<std::uint64_t>(r.created_ms));
+  PutU64(&out, static_cast<std::uint64_t>(r.lease_expires_ms));
+  PutU64(&out, static_cast<std::uint64_t>(r.expires_ms));
+  PutU32(&out, static_cast<std::uint32_t>(r.response.status));
+  out.push_back(r.response.body_omitted ? 1 : 0);
+  PutU32(&out, static_cast<std::uint32_t>(r.response.headers.size()));
+  for (const Header& h : r.response.headers) {
+    PutBytes(&out, h.name);
+    PutBytes(&out, h.value);
+  }
+  PutBytes(&out, r.response.body);
+  return out;
+}
+
+std::size_t EncodedSize(const Record& r) {
+  std::size_t n = 2 + 4 * 3 + r.fingerprint.size() + r.owner.size() + r.operation_id.size() +
+                  8 * 3 + 4 + 1 + 4 + 4 + r.response.body.size();
+  for (const Header& h : r.response.headers) n += 8 + h.name.size() + h.value.size();
+  return n;
+}
+
+StatusOr<Record> DecodeRecord(std::string_view bytes) {
+  Reader in(bytes);
+  Record r;
+  std::uint8_t version = 0, state = 0, omitted = 0;
+  std::uint64_t created = 0, lease = 0, expires = 0;
+  std::uint32_t status = 0, nheaders = 0;
+  if (!in.U8(&version)) return InvalidArgumentError("record: empty");
+  if (version != kVersion) return InvalidArgumentError("record: unknown version " + std::to_string(version));
+  if (!in.U8(&state) || (state != 1 && state != 2)) return InvalidArgumentError("record: bad state");
+  r.state = static_cast<RecordState>(state);
+  if (!in.Bytes(&r.fingerprint) || !in.Bytes(&r.owner) || !in.Bytes(&r.operation_id) ||
+      !in.U64(&created) || !in.U64(&lease) || !in.U64(&expires) || !in.U32(&status) ||
+      !in.U8(&omitted) || !in.U32(&nheaders)) {
+    return InvalidArgumentError("record: truncated");
+  }
+  r.created_ms = static_cast<UnixMillis>(created);
+  r.lease_expires_ms = static_cast<UnixMillis>(lease);
+  r.expires_ms = static_cast<UnixMillis>(expires);
+  r.response.status = static_cast<int>(status);
+  r.response.body_omitted = omitted != 0;
+  if (nheaders > bytes.size()) return InvalidArgumentError("record: bad header count");
+  r.response.headers.resize(nheaders);
+  for (Header& h : r.response.headers) {
+    if (!in.Bytes(&h.name) || !in.Bytes(&h.value)) return InvalidArgumentError("record: truncated header");
+  }
+  if (!in.Bytes(&r.response.body)) return InvalidArgumentError("record: truncated body");
+  if (!in.done()) return InvalidArgumentError("record: trailing bytes");
+  return r;
+}
+
+}  // namespace idemgate::core

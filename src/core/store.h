@@ -1,0 +1,93 @@
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/units.h"
+#include "core/record.h"
+
+namespace idemgate::core {
+
+template <typename T>
+using Task = boost::asio::awaitable<T>;
+
+enum class ReserveOutcome {
+  kReserved,   // no live record existed; the reservation was written
+  kTakenOver,  // an in-flight record with an ended lease and the same fingerprint was replaced
+  kExists,     // a live record exists and was left untouched; see `existing`
+};
+
+struct ReserveResult {
+  ReserveOutcome outcome = ReserveOutcome::kReserved;
+  // kExists: the record found. kTakenOver: the reservation that was replaced.
+  std::optional<Record> existing;
+};
+
+struct StoreStats {
+  std::uint64_t keys = 0;   // live records (approximate for persistent stores)
+  std::uint64_t bytes = 0;  // encoded bytes held (approximate)
+};
+
+// A registration for changes to one key, made before the caller re-reads the
+// key, so that a completion between the read and the wait is never missed.
+// Used on one executor only; destroying it deregisters.
+class Watch {
+ public:
+  virtual ~Watch() = default;
+  // Completes when the key was completed, released or purged since the Watch
+  // was made (returns true), or after `timeout` (returns false). A true may be
+  // spurious: callers always re-read the key.
+  virtual Task<bool> Changed(Duration timeout) = 0;
+};
+
+// Where idempotency records live. Every operation is atomic per key across
+// threads, processes and (for shared stores) gateway instances. Operations
+// may be called from any I/O thread concurrently and resume on the caller's
+// executor. They never throw; failures are Unavailable (store unreachable),
+// ResourceExhausted (bounded store full), DeadlineExceeded (timed out) or
+// Internal (corrupt data).
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Atomically, for `key` at time `now`:
+  //  - no record, or a completed record past its retention -> writes
+  //    `reservation` (state kInFlight) and returns kReserved;
+  //  - an in-flight record whose lease has ended (lease_expires_ms <= now)
+  //    and whose fingerprint equals reservation.fingerprint -> replaces it
+  //    and returns kTakenOver with the replaced record;
+  //  - otherwise writes nothing and returns kExists with the record.
+  virtual Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation,
+                                                UnixMillis now) = 0;
+
+  // Compare-and-set on the owner: replaces the in-flight record held by
+  // `owner` with `completed` (state kCompleted). FailedPrecondition when the
+  // key is absent, completed, or held by another owner (the lease was lost):
+  // the record is then left untouched. Wakes watchers of the key.
+  virtual Task<Status> Complete(std::string key, std::string owner, Record completed) = 0;
+
+  // Deletes the in-flight record held by `owner`. FailedPrecondition when the
+  // key is not held by `owner` (nothing is deleted). Wakes watchers.
+  virtual Task<Status> Release(std::string key, std::string owner) = 0;
+
+  // The live record for `key` at `now`; nullopt when absent or past retention.
+  virtual Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) = 0;
+
+  // Deletes the record whatever its state; true when one existed. Wakes watchers.
+  virtual Task<StatusOr<bool>> Purge(std::string key) = 0;
+
+  // Registers interest in changes to `key`; see Watch.
+  virtual Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) = 0;
+
+  // Ok when the store can serve requests (for /readyz).
+  virtual Task<Status> Ping() = 0;
+
+  virtual StoreStats Stats() const = 0;
+};
+
+}  // namespace idemgate::core
