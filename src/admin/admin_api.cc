@@ -1,0 +1,412 @@
+#include "admin/admin_api.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+
+#include "admin/prometheus.h"
+
+namespace idemgate::admin {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::string_view kKeysPrefix = "/admin/keys/";
+constexpr std::string_view kJson = "application/json";
+constexpr std::string_view kProblemJson = "application/problem+json";
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+constexpr std::string_view kRealm = "Bearer realm=\"idemgate-admin\"";
+// Characters of the owner token shown by GET /admin/keys; enough to tell
+// owners apart in logs, too few to complete someone else's reservation.
+constexpr std::size_t kOwnerPrefix = 8;
+
+AdminResponse Respond(int status, std::string_view content_type, std::string body) {
+  AdminResponse r;
+  r.status = status;
+  r.content_type = std::string(content_type);
+  r.body = std::move(body);
+  r.headers.push_back({"Cache-Control", "no-store"});
+  return r;
+}
+
+AdminResponse Json(int status, const json::value& value) {
+  std::string body = json::serialize(value);
+  body += '\n';
+  return Respond(status, kJson, std::move(body));
+}
+
+// RFC 9457 problem with idemgate's fields (SPEC §4.5).
+AdminResponse Problem(int status, std::string_view code, std::string_view title, std::string_view detail) {
+  json::object o;
+  o["type"] = "urn:idemgate:problem:" + std::string(code);
+  o["title"] = title;
+  o["status"] = status;
+  o["detail"] = detail;
+  o["code"] = code;
+  std::string body = json::serialize(o);
+  body += '\n';
+  return Respond(status, kProblemJson, std::move(body));
+}
+
+AdminResponse NotFound(std::string_view detail) { return Problem(404, "not-found", "Not Found", detail); }
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> Digest(std::string_view s) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
+  return out;
+}
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+std::string Base64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  std::size_t done = 0;
+  // EVP_EncodeBlock takes an int length: encode in chunks that are a multiple of 3.
+  constexpr std::size_t kChunk = 3 * (1 << 20);
+  for (std::size_t pos = 0; pos < bytes.size(); pos += kChunk) {
+    const std::size_t n = std::min(kChunk, bytes.size() - pos);
+    done += static_cast<std::size_t>(
+        EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + done),
+                        reinterpret_cast<const unsigned char*>(bytes.data() + pos), static_cast<int>(n)));
+  }
+  out.resize(done);
+  return out;
+}
+
+// Replaces each ill-formed UTF-8 sequence with U+FFFD, so that JSON output
+// stays valid whatever bytes a header or key holds.
+std::string SanitizeUtf8(std::string_view bytes) {
+  if (IsValidUtf8(bytes)) return std::string(bytes);
+  std::string out;
+  out.reserve(bytes.size() + 8);
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    std::size_t len = 1;
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0xc0 && c < 0xe0) {
+      len = 2;
+    } else if (c >= 0xe0 && c < 0xf0) {
+      len = 3;
+    } else if (c >= 0xf0 && c < 0xf8) {
+      len = 4;
+    }
+    if (c < 0x80) {
+      out += bytes[i];
+      ++i;
+    } else if (i + len <= bytes.size() && len > 1 && IsValidUtf8(bytes.substr(i, len))) {
+      out.append(bytes.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string RedactOwner(std::string_view owner) {
+  if (owner.empty()) return "";
+  bool printable = true;
+  for (unsigned char c : owner) printable = printable && c > 0x20 && c < 0x7f;
+  const std::string shown = printable ? std::string(owner) : Hex(owner);
+  // Never more than half of it, whatever its length.
+  const std::size_t n = std::min(kOwnerPrefix, shown.size() / 2);
+  return shown.substr(0, n) + "...";
+}
+
+json::value TimeOrNull(UnixMillis millis) {
+  if (millis == 0) return nullptr;
+  return json::value(FormatRfc3339(millis));
+}
+
+// t-{tenant}:{project}:{subject}:{route}:{raw}; the subject may itself hold
+// colons ("user:42"), route ids and raw keys never do.
+std::optional<json::object> ParseScope(std::string_view key) {
+  if (!key.starts_with("t-")) return std::nullopt;
+  key.remove_prefix(2);
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t colon = key.find(':', start);
+    parts.push_back(key.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start));
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() < 5) return std::nullopt;
+  std::string subject;
+  for (std::size_t i = 2; i + 2 < parts.size(); ++i) {
+    if (!subject.empty() || i > 2) subject += ':';
+    subject.append(parts[i]);
+  }
+  json::object o;
+  o["tenant"] = SanitizeUtf8(parts[0]);
+  o["project"] = SanitizeUtf8(parts[1]);
+  o["subject"] = SanitizeUtf8(subject);
+  o["route"] = SanitizeUtf8(parts[parts.size() - 2]);
+  o["raw_key"] = SanitizeUtf8(parts.back());
+  return o;
+}
+
+AdminResponse StoreFailure(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+      return Problem(503, "store-unavailable", "Store Unavailable", status.message());
+    default:
+      return Problem(500, "internal", "Internal Error", status.ToString());
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const bool complete = i + 2 < text.size();
+    const int hi = complete ? hex(text[i + 1]) : -1;
+    const int lo = complete ? hex(text[i + 2]) : -1;
+    if (hi < 0 || lo < 0) {
+      return InvalidArgumentError("malformed percent-encoding at offset " + std::to_string(i));
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string FormatRfc3339(UnixMillis millis) {
+  std::time_t seconds = static_cast<std::time_t>(millis / 1000);
+  int ms = static_cast<int>(millis % 1000);
+  if (ms < 0) {
+    ms += 1000;
+    seconds -= 1;
+  }
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return buf;
+}
+
+bool IsValidUtf8(std::string_view bytes) {
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len;
+    std::uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > bytes.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(bytes[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+json::object RecordToJson(std::string_view key, const core::Record& record) {
+  json::object o;
+  o["key"] = SanitizeUtf8(key);
+  if (auto scope = ParseScope(key)) o["scope"] = std::move(*scope);
+  const bool completed = record.state == core::RecordState::kCompleted;
+  o["state"] = completed ? "completed" : "in_flight";
+  o["fingerprint"] = Hex(record.fingerprint);
+  o["owner_prefix"] = RedactOwner(record.owner);
+  o["operation_id"] = SanitizeUtf8(record.operation_id);
+  o["created"] = TimeOrNull(record.created_ms);
+  o["lease_expires"] = completed ? json::value(nullptr) : TimeOrNull(record.lease_expires_ms);
+  o["expires"] = TimeOrNull(record.expires_ms);
+  if (!completed) {
+    o["response"] = nullptr;
+    return o;
+  }
+  const core::StoredResponse& response = record.response;
+  json::object r;
+  r["status"] = response.status;
+  json::array headers;
+  for (const core::Header& h : response.headers) {
+    json::object header;
+    header["name"] = SanitizeUtf8(h.name);
+    header["value"] = SanitizeUtf8(h.value);
+    headers.push_back(std::move(header));
+  }
+  r["headers"] = std::move(headers);
+  r["body_omitted"] = response.body_omitted;
+  r["body_bytes"] = response.body.size();
+  r["body_base64"] = Base64(response.body);
+  if (IsValidUtf8(response.body)) r["body"] = response.body;
+  o["response"] = std::move(r);
+  return o;
+}
+
+AdminApi::AdminApi(Options options) : options_(std::move(options)) {}
+
+AdminApi::Auth AdminApi::Authorize(const AdminRequest& request) const {
+  if (options_.token.empty()) return Auth::kNoToken;
+  const core::Header* found = nullptr;
+  for (const core::Header& h : request.headers) {
+    if (!IEquals(h.name, "authorization")) continue;
+    if (found != nullptr) return Auth::kWrong;  // two Authorization headers
+    found = &h;
+  }
+  if (found == nullptr) return Auth::kMissing;
+  std::string_view value = Trim(found->value);
+  const std::size_t space = value.find_first_of(" \t");
+  if (space == std::string_view::npos || !IEquals(value.substr(0, space), "bearer")) return Auth::kWrong;
+  const std::string_view presented = Trim(value.substr(space));
+  // Digests first: equal lengths for CRYPTO_memcmp, and no length leak.
+  const auto want = Digest(options_.token);
+  const auto got = Digest(presented);
+  return CRYPTO_memcmp(want.data(), got.data(), want.size()) == 0 ? Auth::kOk : Auth::kWrong;
+}
+
+core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
+  const std::string_view target = request.target;
+  const std::string_view path = target.substr(0, target.find('?'));
+  const bool get = request.method == "GET";
+
+  if (path == "/healthz" && get) co_return Respond(200, kText, "ok");
+  if (path == "/readyz" && get) co_return co_await Ready();
+  if (path == "/metrics" && get && options_.metrics != nullptr) {
+    co_return Respond(200, kPrometheusContentType, options_.metrics->RenderPrometheus());
+  }
+  if (path == "/admin/stats" && get && options_.stats != nullptr) co_return Stats();
+  if (path.starts_with(kKeysPrefix) && path.size() > kKeysPrefix.size() &&
+      (get || request.method == "DELETE") && options_.store != nullptr) {
+    co_return co_await Key(request, path.substr(kKeysPrefix.size()));
+  }
+  co_return NotFound("no admin resource at " + std::string(request.method) + " " + SanitizeUtf8(path));
+}
+
+core::Task<AdminResponse> AdminApi::Ready() const {
+  if (draining_.load(std::memory_order_relaxed)) {
+    co_return Problem(503, "shutting-down", "Shutting Down", "the gateway is draining");
+  }
+  if (options_.store == nullptr) {
+    co_return Problem(503, "store-unavailable", "Store Unavailable", "no store configured");
+  }
+  const Status status = co_await options_.store->Ping();
+  if (!status.ok()) {
+    co_return Problem(503, "store-unavailable", "Store Unavailable", "store: " + status.ToString());
+  }
+  co_return Respond(200, kText, "ok");
+}
+
+AdminResponse AdminApi::Stats() const {
+  json::object body = options_.stats->ToJson();
+  if (options_.store != nullptr) {
+    const core::StoreStats s = options_.store->Stats();
+    json::object store;
+    store["keys"] = s.keys;
+    store["bytes"] = s.bytes;
+    body["store"] = std::move(store);
+  }
+  return Json(200, body);
+}
+
+core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request, std::string_view encoded_key) const {
+  switch (Authorize(request)) {
+    case Auth::kOk:
+      break;
+    case Auth::kNoToken:
+      co_return Problem(403, "forbidden", "Forbidden",
+                        "no admin token configured: set the environment variable named by admin.token_env");
+    case Auth::kMissing: {
+      AdminResponse r = Problem(401, "unauthenticated", "Unauthenticated",
+                                "this call needs Authorization: Bearer <admin token>");
+      r.headers.push_back({"WWW-Authenticate", std::string(kRealm)});
+      co_return r;
+    }
+    case Auth::kWrong: {
+      AdminResponse r = Problem(401, "unauthenticated", "Unauthenticated", "the admin token is not valid");
+      r.headers.push_back({"WWW-Authenticate", std::string(kRealm) + ", error=\"invalid_token\""});
+      co_return r;
+    }
+  }
+
+  StatusOr<std::string> key = PercentDecode(encoded_key);
+  if (!key.ok()) co_return Problem(400, "invalid-key", "Invalid Key", key.status().message());
+
+  if (request.method == "DELETE") {
+    StatusOr<bool> purged = co_await options_.store->Purge(*key);
+    if (!purged.ok()) co_return StoreFailure(purged.status());
+    json::object body;
+    body["purged"] = *purged;
+    co_return Json(200, body);
+  }
+
+  StatusOr<std::optional<core::Record>> record = co_await options_.store->Get(*key, options_.clock->NowMillis());
+  if (!record.ok()) co_return StoreFailure(record.status());
+  if (!record->has_value()) co_return NotFound("no record for this key");
+  co_return Json(200, RecordToJson(*key, **record));
+}
+
+}  // namespace idemgate::admin

@@ -1,0 +1,240 @@
+#include "admin/gateway_metrics.h"
+
+#include <array>
+#include <charconv>
+
+#include "admin/prometheus.h"
+
+#ifndef IDEMGATE_VERSION_STRING
+#define IDEMGATE_VERSION_STRING "unknown"
+#endif
+
+namespace idemgate::admin {
+namespace {
+
+namespace names = metric_names;
+
+std::string_view OrNone(std::string_view v) { return v.empty() ? std::string_view("_") : v; }
+
+std::vector<std::string> ScopeLabels(bool tenant_labels, std::string_view extra = {}) {
+  std::vector<std::string> labels;
+  if (tenant_labels) labels = {"tenant", "project"};
+  labels.emplace_back("route");
+  if (!extra.empty()) labels.emplace_back(extra);
+  return labels;
+}
+
+}  // namespace
+
+std::string_view ConflictReasonName(ConflictReason reason) {
+  switch (reason) {
+    case ConflictReason::kInFlight:
+      return "in_flight";
+    case ConflictReason::kWaitTimeout:
+      return "wait_timeout";
+    case ConflictReason::kFingerprintMismatch:
+      return "fingerprint_mismatch";
+    case ConflictReason::kLeaseLost:
+      return "lease_lost";
+  }
+  return "unknown";
+}
+
+std::string_view ReleaseReasonName(ReleaseReason reason) {
+  switch (reason) {
+    case ReleaseReason::kServerError:
+      return "server_error";
+    case ReleaseReason::kRetryableStatus:
+      return "retryable_status";
+    case ReleaseReason::kUpstreamUnavailable:
+      return "upstream_unavailable";
+    case ReleaseReason::kUpstreamTimeout:
+      return "upstream_timeout";
+    case ReleaseReason::kAdmission:
+      return "admission";
+    case ReleaseReason::kShutdown:
+      return "shutdown";
+    case ReleaseReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+std::string_view StoreOpName(StoreOp op) {
+  switch (op) {
+    case StoreOp::kReserve:
+      return "reserve";
+    case StoreOp::kComplete:
+      return "complete";
+    case StoreOp::kRelease:
+      return "release";
+    case StoreOp::kGet:
+      return "get";
+    case StoreOp::kPurge:
+      return "purge";
+    case StoreOp::kWatch:
+      return "watch";
+    case StoreOp::kPing:
+      return "ping";
+  }
+  return "unknown";
+}
+
+std::string_view BuildVersion() { return IDEMGATE_VERSION_STRING; }
+
+GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
+    : tenant_labels_(options.tenant_labels),
+      registry_(Registry::Options{.max_series_per_family = options.max_series_per_family}) {
+  const bool t = tenant_labels_;
+  key_present_ = &registry_.AddCounter(
+      names::kKeyPresent, "Requests that carried a usable idempotency key, by idempotency case.",
+      ScopeLabels(t, "case"));
+  key_missing_ = &registry_.AddCounter(
+      names::kKeyMissing, "Requests refused with 400 missing-key because a route requires a key.",
+      ScopeLabels(t, "class"));
+  key_invalid_ = &registry_.AddCounter(
+      names::kKeyInvalid, "Requests refused with 400 because the idempotency key was malformed or not allowed.",
+      ScopeLabels(t, "reason"));
+  translation_failed_ = &registry_.AddCounter(
+      names::kTranslationFailed, "Webhooks refused with 400 translation-failed: no provider id to use as key.",
+      ScopeLabels(t, "provider"));
+  cache_hit_ = &registry_.AddCounter(
+      names::kCacheHit, "Requests answered by replaying a stored response, by replayed status.",
+      ScopeLabels(t, "status"));
+  cache_miss_ = &registry_.AddCounter(
+      names::kCacheMiss, "Keyed requests that found no record, reserved the key and went upstream.",
+      ScopeLabels(t));
+  wait_ = &registry_.AddCounter(
+      names::kWait, "Requests that waited for an in-flight original (in_flight: wait).", ScopeLabels(t));
+  conflict_ = &registry_.AddCounter(
+      names::kConflict,
+      "Keyed requests refused: in_flight and wait_timeout (409), fingerprint_mismatch (422), "
+      "lease_lost (completion after a takeover).",
+      ScopeLabels(t, "reason"));
+  released_ = &registry_.AddCounter(
+      names::kReservationReleased, "Reservations deleted without a stored response, so that a retry runs again.",
+      ScopeLabels(t, "reason"));
+  stored_ = &registry_.AddCounter(names::kStored, "Final responses written to the store.", ScopeLabels(t));
+  store_errors_ = &registry_.AddCounter(names::kStoreErrors, "Store operations that failed, by operation.",
+                                        ScopeLabels(t, "op"));
+  lease_expired_ = &registry_.AddCounter(
+      names::kLeaseExpired, "In-flight reservations taken over after their lease ended.", ScopeLabels(t));
+  fail_open_ = &registry_.AddCounter(
+      names::kFailOpen, "Requests forwarded without deduplication because the store failed (on_error: fail_open).",
+      ScopeLabels(t));
+  request_duration_ = &registry_.AddHistogram(
+      names::kRequestDuration, "Time from the request's first byte to the end of its response, in seconds.",
+      ScopeLabels(t));
+  upstream_duration_ = &registry_.AddHistogram(
+      names::kUpstreamDuration, "Time of upstream exchanges, from connect to the end of the response, in seconds.",
+      ScopeLabels(t));
+  in_flight_ = &registry_.AddGauge(names::kRequestsInFlight, "Requests being handled right now.")
+                    .WithLabelValues(std::span<const std::string_view>{});
+  const std::string version = options.version.empty() ? std::string(BuildVersion()) : options.version;
+  registry_.AddGauge(names::kBuildInfo, "Build information; the value is always 1.", {"version"})
+      .WithLabelValues({version})
+      .Set(1);
+}
+
+GatewayMetrics::~GatewayMetrics() = default;
+
+template <typename T>
+T& GatewayMetrics::Series(Family<T>& family, const MetricScope& scope, std::string_view extra, bool has_extra) {
+  std::array<std::string_view, 4> values;
+  std::size_t n = 0;
+  if (tenant_labels_) {
+    values[n++] = OrNone(scope.tenant);
+    values[n++] = OrNone(scope.project);
+  }
+  values[n++] = scope.route;
+  if (has_extra) values[n++] = extra;
+  return family.WithLabelValues(std::span<const std::string_view>(values.data(), n));
+}
+
+void GatewayMetrics::RegisterRoute(std::string_view route) { stats_.ForRoute(route); }
+
+void GatewayMetrics::RequestCompleted(const MetricScope& scope, double seconds) {
+  Series(*request_duration_, scope).Observe(seconds);
+  Route(scope).requests.Inc();
+}
+
+void GatewayMetrics::UpstreamCompleted(const MetricScope& scope, double seconds) {
+  Series(*upstream_duration_, scope).Observe(seconds);
+}
+
+void GatewayMetrics::KeyPresent(const MetricScope& scope, std::string_view idempotency_case) {
+  Series(*key_present_, scope, idempotency_case, true).Inc();
+}
+
+void GatewayMetrics::KeyMissing(const MetricScope& scope, std::string_view missing_class) {
+  Series(*key_missing_, scope, missing_class, true).Inc();
+  Route(scope).invalid.Inc();
+}
+
+void GatewayMetrics::KeyInvalid(const MetricScope& scope, std::string_view reason) {
+  Series(*key_invalid_, scope, reason, true).Inc();
+  Route(scope).invalid.Inc();
+}
+
+void GatewayMetrics::TranslationFailed(const MetricScope& scope, std::string_view provider) {
+  Series(*translation_failed_, scope, provider, true).Inc();
+  Route(scope).invalid.Inc();
+}
+
+void GatewayMetrics::CacheHit(const MetricScope& scope, int status) {
+  char buf[16];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, status);
+  Series(*cache_hit_, scope, std::string_view(buf, static_cast<std::size_t>(end - buf)), true).Inc();
+  Route(scope).hits.Inc();
+}
+
+void GatewayMetrics::CacheMiss(const MetricScope& scope) {
+  Series(*cache_miss_, scope).Inc();
+  Route(scope).misses.Inc();
+}
+
+void GatewayMetrics::Waited(const MetricScope& scope) {
+  Series(*wait_, scope).Inc();
+  Route(scope).waits.Inc();
+}
+
+void GatewayMetrics::Conflict(const MetricScope& scope, ConflictReason reason) {
+  Series(*conflict_, scope, ConflictReasonName(reason), true).Inc();
+  RouteCounters& route = Route(scope);
+  (reason == ConflictReason::kFingerprintMismatch ? route.mismatches : route.conflicts).Inc();
+}
+
+void GatewayMetrics::ReservationReleased(const MetricScope& scope, ReleaseReason reason) {
+  Series(*released_, scope, ReleaseReasonName(reason), true).Inc();
+}
+
+void GatewayMetrics::Stored(const MetricScope& scope) {
+  Series(*stored_, scope).Inc();
+  Route(scope).stored.Inc();
+}
+
+void GatewayMetrics::StoreError(const MetricScope& scope, StoreOp op) {
+  Series(*store_errors_, scope, StoreOpName(op), true).Inc();
+  Route(scope).store_errors.Inc();
+}
+
+void GatewayMetrics::LeaseExpired(const MetricScope& scope) { Series(*lease_expired_, scope).Inc(); }
+
+void GatewayMetrics::FailOpen(const MetricScope& scope) { Series(*fail_open_, scope).Inc(); }
+
+void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> source) {
+  if (!source) {
+    registry_.SetCallbackGauge(names::kStoreKeys, "", nullptr);
+    registry_.SetCallbackGauge(names::kStoreBytes, "", nullptr);
+    return;
+  }
+  auto shared = std::make_shared<std::function<core::StoreStats()>>(std::move(source));
+  registry_.SetCallbackGauge(names::kStoreKeys, "Live records in the store (approximate for persistent stores).",
+                             [shared] { return static_cast<double>((*shared)().keys); });
+  registry_.SetCallbackGauge(names::kStoreBytes, "Encoded bytes held by the store (approximate).",
+                             [shared] { return static_cast<double>((*shared)().bytes); });
+}
+
+std::string GatewayMetrics::RenderPrometheus() const { return FormatPrometheus(registry_.Collect()); }
+
+}  // namespace idemgate::admin

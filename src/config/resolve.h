@@ -1,0 +1,28 @@
+#pragma once
+
+#include "config/config.h"
+
+// The values a route uses where config.h leaves a member unset on purpose
+// (SPEC §11). Pure, safe from any thread.
+namespace idemgate::config {
+
+inline constexpr Duration kLeaseMargin = std::chrono::seconds(5);
+
+// The route's scope, else subject when an identity mode is configured, else global.
+inline Scope EffectiveScope(const Idempotency& idempotency, const Identity& identity) {
+  if (idempotency.scope) return *idempotency.scope;
+  return identity.mode == IdentityMode::kNone ? Scope::kGlobal : Scope::kSubject;
+}
+
+// The route's lease, else its upstream's timeout + 5s.
+inline Duration EffectiveLease(const Idempotency& idempotency, const Upstream& upstream) {
+  if (idempotency.lease) return *idempotency.lease;
+  return upstream.timeout + kLeaseMargin;
+}
+
+// The route's body limit, else limits.max_request_bytes.
+inline std::uint64_t EffectiveMaxRequestBytes(const Route& route, const Limits& limits) {
+  return route.max_request_bytes ? *route.max_request_bytes : limits.max_request_bytes;
+}
+
+}  // namespace idemgate::config

@@ -1,0 +1,384 @@
+#include "config/validate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "config/address.h"
+#include "config/line_index.h"
+#include "config/names.h"
+
+namespace idemgate::config {
+namespace {
+
+constexpr std::uint32_t kMaxWorkers = 1024;
+constexpr std::size_t kMaxKeyLength = 4096;
+
+// RFC 9110 tchar: the characters of a method or a header field name.
+bool IsTchar(char c) {
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar); }
+
+// Characters allowed in ids that end up in stored keys and paths.
+bool IsIdChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '~' ||
+         c == '-';
+}
+
+bool IsId(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsIdChar); }
+
+bool IsEnvName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s.front()))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// RFC 6901: "/" followed by reference tokens, '~' only as "~0" or "~1".
+bool IsJsonPointer(std::string_view s, std::string* why) {
+  if (s.empty() || s.front() != '/') {
+    *why = "must start with '/'";
+    return false;
+  }
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '~' && (i + 1 == s.size() || (s[i + 1] != '0' && s[i + 1] != '1'))) {
+      *why = "'~' must be followed by 0 or 1";
+      return false;
+    }
+  }
+  return true;
+}
+
+template <std::size_t N>
+bool OneOf(std::string_view value, const std::string_view (&names)[N]) {
+  return std::find(std::begin(names), std::end(names), value) != std::end(names);
+}
+
+template <std::size_t N>
+std::string Join(const std::string_view (&names)[N]) {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!out.empty()) out += '|';
+    out += n;
+  }
+  return out;
+}
+
+std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string Index(std::string_view base, std::size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+// Records the first failure; later ones are ignored so the message names the
+// earliest problem in check order.
+class Validator {
+ public:
+  Validator(const Config& config, const LineIndex& lines) : config_(config), lines_(lines) {}
+
+  Status Run() {
+    CheckTop();
+    CheckStore();
+    CheckIdentity();
+    CheckUpstreams();
+    CheckIdempotencyFields("defaults.idempotency", config_.defaults);
+    CheckRoutes();
+    CheckWebhooks();
+    CheckLog();
+    return status_;
+  }
+
+ private:
+  void Fail(const std::string& path, const std::string& message) {
+    if (!status_.ok()) return;
+    status_ = InvalidArgumentError(Located(config_.source, lines_.Find(path), path, message));
+  }
+
+  void Check(bool ok, const std::string& path, const std::string& message) {
+    if (!ok) Fail(path, message);
+  }
+
+  void CheckPositive(Duration d, const std::string& path) {
+    Check(d > Duration::zero(), path, "must be greater than 0");
+  }
+
+  void CheckAddress(std::string_view address, const std::string& path, bool port_zero_ok) {
+    StatusOr<HostPort> hp = ParseHostPort(address);
+    if (!hp.ok()) {
+      Fail(path, hp.status().message());
+    } else if (!port_zero_ok && hp->port == 0) {
+      Fail(path, "invalid address " + Quote(address) + ": port must be in 1..65535");
+    }
+  }
+
+  void CheckHeaderName(std::string_view name, const std::string& path) {
+    Check(IsToken(name), path, "invalid header name " + Quote(name));
+  }
+
+  void CheckEnvName(std::string_view name, const std::string& path) {
+    if (name.empty()) return;
+    Check(IsEnvName(name), path,
+          "invalid environment variable name " + Quote(name) + " (letters, digits and '_')");
+  }
+
+  void CheckMethods(const std::vector<std::string>& methods, const std::string& path) {
+    for (std::size_t i = 0; i < methods.size(); ++i) {
+      const std::string& m = methods[i];
+      bool upper = std::none_of(m.begin(), m.end(),
+                                [](char c) { return std::islower(static_cast<unsigned char>(c)); });
+      Check(IsToken(m) && upper, Index(path, i),
+            "invalid method " + Quote(m) + " (expected an upper-case HTTP method such as POST)");
+    }
+  }
+
+  void CheckProvider(std::string_view provider, const std::string& path) {
+    if (provider.empty()) return;
+    Check(OneOf(provider, kWebhookProviders), path,
+          "unknown provider " + Quote(provider) + " (expected " + Join(kWebhookProviders) + ")");
+  }
+
+  void CheckTop() {
+    CheckAddress(config_.listen, "listen", /*port_zero_ok=*/true);
+    Check(config_.workers <= kMaxWorkers, "workers",
+          "must be at most " + std::to_string(kMaxWorkers) + " (0: one per core)");
+    Check(config_.shutdown_grace >= Duration::zero(), "shutdown_grace", "must not be negative");
+    const Limits& l = config_.limits;
+    Check(l.max_header_bytes > 0, "limits.max_header_bytes", "must be greater than 0");
+    Check(l.max_request_bytes > 0, "limits.max_request_bytes", "must be greater than 0");
+    CheckPositive(l.header_timeout, "limits.header_timeout");
+    CheckPositive(l.idle_timeout, "limits.idle_timeout");
+    if (!config_.admin.listen.empty()) {
+      CheckAddress(config_.admin.listen, "admin.listen", /*port_zero_ok=*/true);
+    }
+    CheckEnvName(config_.admin.token_env, "admin.token_env");
+  }
+
+  void CheckStore() {
+    const Store& s = config_.store;
+    switch (s.kind) {
+      case StoreKind::kEmbedded:
+        Check(!s.path.empty(), "store.path", "must not be empty for store.kind embedded");
+        break;
+      case StoreKind::kMemory:
+        Check(s.max_bytes > 0, "store.max_bytes", "must be greater than 0");
+        break;
+      case StoreKind::kRedis:
+        Check(!s.redis.addresses.empty(), "store.redis.addresses",
+              "store.kind redis needs at least one address (host:port)");
+        break;
+    }
+    for (std::size_t i = 0; i < s.redis.addresses.size(); ++i) {
+      CheckAddress(s.redis.addresses[i], Index("store.redis.addresses", i),
+                   /*port_zero_ok=*/false);
+    }
+    CheckEnvName(s.redis.password_env, "store.redis.password_env");
+    CheckPositive(s.redis.timeout, "store.redis.timeout");
+  }
+
+  void CheckIdentity() {
+    const Identity& id = config_.identity;
+    if (id.mode == IdentityMode::kJwt || id.mode == IdentityMode::kApiKey) {
+      Fail("identity.mode", std::string(Name(id.mode)) +
+                                " is not supported yet (supported: none, trusted_headers)");
+      return;
+    }
+    if (id.mode != IdentityMode::kTrustedHeaders) return;
+    const TrustedHeaders& th = id.trusted_headers;
+    CheckHeaderName(th.tenant, "identity.trusted_headers.tenant");
+    CheckHeaderName(th.project, "identity.trusted_headers.project");
+    CheckHeaderName(th.subject, "identity.trusted_headers.subject");
+    auto lower = [](std::string s) {
+      std::transform(s.begin(), s.end(), s.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      return s;
+    };
+    std::set<std::string> names = {lower(th.tenant), lower(th.project), lower(th.subject)};
+    Check(names.size() == 3, "identity.trusted_headers",
+          "tenant, project and subject must be three different headers");
+  }
+
+  void CheckUpstreams() {
+    for (const auto& [name, u] : config_.upstreams) {
+      const std::string path = "upstreams." + name;
+      Check(IsId(name), path, "invalid upstream name " + Quote(name) +
+                                  " (letters, digits, '.', '_', '~', '-')");
+      Check(u.scheme == "http", path + ".url",
+            "scheme must be http (got " + Quote(u.scheme) + " from url " + Quote(u.url) + ")");
+      Check(!u.host.empty(), path + ".url", "missing host (url " + Quote(u.url) + ")");
+      Check(u.port != 0, path + ".url", "port must be in 1..65535");
+      Check(u.base_path.empty() || (u.base_path.front() == '/' && u.base_path.back() != '/'),
+            path + ".url", "base path " + Quote(u.base_path) +
+                               " must start with '/' and not end with '/'");
+      CheckPositive(u.timeout, path + ".timeout");
+      CheckPositive(u.connect_timeout, path + ".connect_timeout");
+      Check(u.max_connections > 0, path + ".max_connections", "must be greater than 0");
+    }
+  }
+
+  // Checks that hold for each idempotency block alone (defaults or a route's).
+  void CheckIdempotencyFields(const std::string& path, const Idempotency& idem) {
+    CheckHeaderName(idem.header, path + ".header");
+    Check(!idem.methods.empty(), path + ".methods",
+          "must list at least one method (use policy: passthrough to leave a route alone)");
+    CheckMethods(idem.methods, path + ".methods");
+    Check(idem.retention >= Duration::zero(), path + ".retention", "must not be negative");
+    if (idem.lease) CheckPositive(*idem.lease, path + ".lease");
+    CheckPositive(idem.wait_timeout, path + ".wait_timeout");
+    Check(idem.max_response_bytes > 0, path + ".max_response_bytes", "must be greater than 0");
+    CheckHeaderName(idem.terminal_header, path + ".terminal_header");
+    CheckHeaderName(idem.replay_header, path + ".replay_header");
+    const std::string fp = path + ".fingerprint";
+    for (std::size_t i = 0; i < idem.fingerprint.headers.size(); ++i) {
+      const std::string& h = idem.fingerprint.headers[i];
+      bool lower = std::none_of(h.begin(), h.end(),
+                                [](char c) { return std::isupper(static_cast<unsigned char>(c)); });
+      Check(IsToken(h) && lower, Index(fp + ".headers", i),
+            "invalid header name " + Quote(h) + " (expected a lower-case header name)");
+    }
+    for (std::size_t i = 0; i < idem.fingerprint.json_fields.size(); ++i) {
+      std::string why;
+      const std::string& f = idem.fingerprint.json_fields[i];
+      if (!IsJsonPointer(f, &why)) {
+        Fail(Index(fp + ".json_fields", i),
+             "invalid JSON Pointer " + Quote(f) + ": " + why + " (e.g. /amount)");
+      }
+    }
+    Check(idem.key.max_length >= 1 && idem.key.max_length <= kMaxKeyLength,
+          path + ".key.max_length", "must be in 1.." + std::to_string(kMaxKeyLength));
+    for (char c : idem.key.charset) {
+      const auto uc = static_cast<unsigned char>(c);
+      if (c == ':') {
+        Fail(path + ".key.charset", "':' can never be allowed in a key (it separates scopes)");
+      } else if (uc <= 0x20 || uc >= 0x7f) {
+        Fail(path + ".key.charset",
+             "only visible ASCII characters may be added (no space, control or non-ASCII)");
+      }
+    }
+    CheckProvider(idem.provider, path + ".provider");
+  }
+
+  void CheckRoutes() {
+    Check(!config_.routes.empty(), "routes", "at least one route is required");
+    std::map<std::string, std::size_t> seen;
+    for (std::size_t i = 0; i < config_.routes.size(); ++i) {
+      const Route& r = config_.routes[i];
+      const std::string path = Index("routes", i);
+      Check(IsId(r.id), path + ".id",
+            r.id.empty() ? std::string("missing (every route needs an id)")
+                         : "invalid route id " + Quote(r.id) +
+                               " (letters, digits, '.', '_', '~', '-')");
+      auto [it, inserted] = seen.emplace(r.id, i);
+      if (!inserted && !r.id.empty()) {
+        const Route& first = config_.routes[it->second];
+        std::string where = first.line > 0 ? "line " + std::to_string(first.line)
+                                           : Index("routes", it->second);
+        Fail(path + ".id", "duplicate route id " + Quote(r.id) + " (first used at " + where + ")");
+      }
+      CheckMatch(path + ".match", r.match);
+      if (r.upstream.empty()) {
+        Fail(path + ".upstream", "missing (every route needs an upstream)");
+      } else if (!config_.upstreams.contains(r.upstream)) {
+        std::string known;
+        for (const auto& [name, u] : config_.upstreams) known += (known.empty() ? "" : ", ") + name;
+        Fail(path + ".upstream", "unknown upstream " + Quote(r.upstream) + " (defined: " +
+                                     (known.empty() ? "none" : known) + ")");
+      }
+      if (!r.recovery_upstream_path.empty()) {
+        Check(r.recovery_upstream_path.front() == '/', path + ".recovery_upstream_path",
+              "must start with '/'");
+      }
+      if (r.max_in_flight) {
+        Check(*r.max_in_flight > 0, path + ".max_in_flight", "must be greater than 0");
+      }
+      if (r.max_request_bytes) {
+        Check(*r.max_request_bytes > 0, path + ".max_request_bytes", "must be greater than 0");
+      }
+      const std::string idem_path = path + ".idempotency";
+      const Idempotency& idem = r.idempotency;
+      CheckIdempotencyFields(idem_path, idem);
+      if (idem.policy == Policy::kWebhook) {
+        Check(!idem.provider.empty(), idem_path + ".provider",
+              "policy webhook needs a provider (" + Join(kWebhookProviders) + ")");
+      } else {
+        Check(idem.provider.empty(), idem_path + ".provider",
+              "provider is only used with policy: webhook (policy is " +
+                  std::string(Name(idem.policy)) + ")");
+      }
+      if (r.recovery && idem.dedup == DedupMode::kUpstream) {
+        Check(!r.recovery_upstream_path.empty(), path + ".recovery",
+              "recovery with dedup: upstream needs recovery_upstream_path");
+      }
+    }
+  }
+
+  void CheckMatch(const std::string& path, const Match& m) {
+    if (m.path_prefix.empty() == m.path.empty()) {
+      Fail(path, m.path.empty() ? "needs one of path_prefix or path"
+                                : "set only one of path_prefix and path");
+      return;
+    }
+    const bool prefix = !m.path_prefix.empty();
+    const std::string& p = prefix ? m.path_prefix : m.path;
+    const std::string key = path + (prefix ? ".path_prefix" : ".path");
+    Check(p.front() == '/', key, "must start with '/' (got " + Quote(p) + ")");
+    Check(std::none_of(p.begin(), p.end(),
+                       [](char c) {
+                         const auto uc = static_cast<unsigned char>(c);
+                         return uc <= 0x20 || uc >= 0x7f || c == '?' || c == '#';
+                       }),
+          key, "must not contain white space, '?', '#' or non-ASCII characters");
+    CheckMethods(m.methods, path + ".methods");
+  }
+
+  void CheckWebhooks() {
+    std::set<std::string> ids;
+    for (std::size_t i = 0; i < config_.webhooks.size(); ++i) {
+      const WebhookEndpoint& w = config_.webhooks[i];
+      const std::string path = Index("webhooks.endpoints", i);
+      Check(IsId(w.id), path + ".id",
+            w.id.empty() ? std::string("missing")
+                         : "invalid id " + Quote(w.id) + " (letters, digits, '.', '_', '~', '-')");
+      Check(w.id.empty() || ids.insert(w.id).second, path + ".id",
+            "duplicate webhook endpoint id " + Quote(w.id));
+      Check(!w.tenant.empty(), path + ".tenant", "missing");
+      Check(!w.project.empty(), path + ".project", "missing");
+      Check(!w.provider.empty(), path + ".provider",
+            "missing (" + Join(kWebhookProviders) + ")");
+      CheckProvider(w.provider, path + ".provider");
+      Check(w.secret_env.empty() != w.secret_file.empty(), path,
+            "set exactly one of secret_env and secret_file");
+      CheckEnvName(w.secret_env, path + ".secret_env");
+    }
+  }
+
+  void CheckLog() {
+    Check(OneOf(config_.log.level, kLogLevels), "log.level",
+          "unknown value " + Quote(config_.log.level) + " (expected " + Join(kLogLevels) + ")");
+    Check(OneOf(config_.log.format, kLogFormats), "log.format",
+          "unknown value " + Quote(config_.log.format) + " (expected " + Join(kLogFormats) + ")");
+  }
+
+  const Config& config_;
+  const LineIndex& lines_;
+  Status status_;
+};
+
+}  // namespace
+
+Status ValidateWithLines(const Config& config, const LineIndex& lines) {
+  return Validator(config, lines).Run();
+}
+
+Status Validate(const Config& config) {
+  LineIndex lines;
+  for (std::size_t i = 0; i < config.routes.size(); ++i) {
+    lines.Set(Index("routes", i), config.routes[i].line);
+  }
+  return ValidateWithLines(config, lines);
+}
+
+}  // namespace idemgate::config

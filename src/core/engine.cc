@@ -1,0 +1,257 @@
+#include "core/engine.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+
+namespace idemgate::core {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Fills `out` with random bytes: OpenSSL's CSPRNG, or (should it ever fail)
+// the OS entropy source.
+void RandomBytes(unsigned char* out, std::size_t n) {
+  if (RAND_bytes(out, static_cast<int>(n)) == 1) return;
+  std::random_device device;
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(device());
+}
+
+// How long a waiter sleeps: until the wait ends or the holder's lease does
+// (a lease that ends wakes nobody, so the waiter looks again then).
+Duration NextWake(SteadyClock::time_point deadline, const Record& holder, UnixMillis now) {
+  const auto left = std::chrono::duration_cast<Duration>(deadline - SteadyClock::now());
+  const Duration lease_left(std::max<UnixMillis>(holder.lease_expires_ms - now, 1));
+  return std::max(Duration(1), std::min(left, lease_left));
+}
+
+BeginResult StoreError(Status status) {
+  BeginResult r;
+  r.outcome = BeginOutcome::kStoreError;
+  r.status = std::move(status);
+  return r;
+}
+
+}  // namespace
+
+std::string_view BeginOutcomeName(BeginOutcome outcome) {
+  switch (outcome) {
+    case BeginOutcome::kProceed: return "proceed";
+    case BeginOutcome::kReplay: return "replay";
+    case BeginOutcome::kKeyReused: return "key_reused";
+    case BeginOutcome::kInFlight: return "in_flight";
+    case BeginOutcome::kStoreError: return "store_error";
+  }
+  return "unknown";
+}
+
+Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
+
+std::string Engine::NewOwnerToken() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  unsigned char bytes[16];
+  RandomBytes(bytes, sizeof bytes);
+  std::string out;
+  out.reserve(32);
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 0xf]);
+  }
+  return out;
+}
+
+std::string Engine::NewOperationId(UnixMillis now) {
+  static constexpr char kCrockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+  unsigned char random[10];
+  RandomBytes(random, sizeof random);
+  std::string out = "op_";
+  out.reserve(3 + 26);
+  const auto t = static_cast<std::uint64_t>(now) & ((std::uint64_t{1} << 48) - 1);
+  // 10 characters carry 50 bits; the top two are zero.
+  for (int i = 9; i >= 0; --i) out.push_back(kCrockford[(t >> (5 * i)) & 31]);
+  // 80 random bits, 5 per character.
+  std::uint64_t hi = 0, lo = 0;
+  for (int i = 0; i < 5; ++i) hi = (hi << 8) | random[i];
+  for (int i = 5; i < 10; ++i) lo = (lo << 8) | random[i];
+  for (int i = 7; i >= 0; --i) out.push_back(kCrockford[(hi >> (5 * i)) & 31]);
+  for (int i = 7; i >= 0; --i) out.push_back(kCrockford[(lo >> (5 * i)) & 31]);
+  return out;
+}
+
+Task<BeginResult> Engine::Begin(KeyedRequest request) {
+  const auto deadline = SteadyClock::now() + request.wait_timeout;
+  const std::string owner = NewOwnerToken();
+  bool waited = false;
+  std::unique_ptr<Watch> watch;
+
+  while (true) {
+    UnixMillis now = clock_.NowMillis();
+    Record reservation;
+    reservation.state = RecordState::kInFlight;
+    reservation.fingerprint = request.fingerprint;
+    reservation.owner = owner;
+    reservation.operation_id = NewOperationId(now);
+    reservation.created_ms = now;
+    reservation.lease_expires_ms = now + request.lease.count();
+    StatusOr<ReserveResult> reserved = co_await store_.Reserve(request.key, reservation, now);
+    if (!reserved.ok()) co_return StoreError(reserved.status());
+
+    if (reserved->outcome != ReserveOutcome::kExists) {
+      BeginResult r;
+      r.outcome = BeginOutcome::kProceed;
+      r.reservation = Reservation{request.key, owner, request.fingerprint,
+                                  reservation.operation_id, reservation.created_ms};
+      r.taken_over = reserved->outcome == ReserveOutcome::kTakenOver;
+      r.waited = waited;
+      if (r.taken_over) r.record = std::move(reserved->existing);
+      co_return r;
+    }
+
+    std::optional<Record> existing = std::move(reserved->existing);
+    // Decide on what was found; in wait mode, wait and look again until the
+    // key is free (back to Reserve) or the wait ends.
+    bool reserve_again = false;
+    while (!reserve_again) {
+      const Action action = Decide(existing, request.fingerprint, now, request.in_flight);
+      switch (action.kind) {
+        case ActionKind::kReserve:
+        case ActionKind::kTakeOver:
+          reserve_again = true;
+          break;
+        case ActionKind::kReplay: {
+          BeginResult r;
+          r.outcome = BeginOutcome::kReplay;
+          r.record = std::move(existing);
+          r.waited = waited;
+          co_return r;
+        }
+        case ActionKind::kKeyReused: {
+          BeginResult r;
+          r.outcome = BeginOutcome::kKeyReused;
+          r.conflict_in_flight = action.conflict_in_flight;
+          r.record = std::move(existing);
+          r.waited = waited;
+          co_return r;
+        }
+        case ActionKind::kRejectInFlight:
+        case ActionKind::kWait: {
+          const bool out_of_time = SteadyClock::now() >= deadline;
+          if (action.kind == ActionKind::kRejectInFlight || (watch != nullptr && out_of_time)) {
+            BeginResult r;
+            r.outcome = BeginOutcome::kInFlight;
+            r.retry_after = action.retry_after;
+            r.record = std::move(existing);
+            r.waited = waited;
+            co_return r;
+          }
+          if (watch == nullptr) {
+            // Register first, then re-read: a completion in between still
+            // wakes the watch.
+            StatusOr<std::unique_ptr<Watch>> made = co_await store_.WatchKey(request.key);
+            if (!made.ok()) co_return StoreError(made.status());
+            watch = std::move(made).value();
+          } else {
+            const Duration timeout = NextWake(deadline, *existing, now);
+            waited = true;
+            if (co_await watch->Changed(timeout)) watch.reset();
+            if (watch == nullptr) {
+              StatusOr<std::unique_ptr<Watch>> made = co_await store_.WatchKey(request.key);
+              if (!made.ok()) co_return StoreError(made.status());
+              watch = std::move(made).value();
+            }
+          }
+          now = clock_.NowMillis();
+          StatusOr<std::optional<Record>> fresh = co_await store_.Get(request.key, now);
+          if (!fresh.ok()) co_return StoreError(fresh.status());
+          existing = std::move(fresh).value();
+          break;
+        }
+      }
+    }
+  }
+}
+
+Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response,
+                              Duration retention) {
+  const UnixMillis now = clock_.NowMillis();
+  Record completed;
+  completed.state = RecordState::kCompleted;
+  completed.fingerprint = reservation.fingerprint;
+  completed.owner = reservation.owner;
+  completed.operation_id = reservation.operation_id;
+  completed.created_ms = reservation.created_ms;
+  completed.lease_expires_ms = 0;
+  completed.expires_ms = retention.count() > 0 ? now + retention.count() : 0;
+  completed.response = std::move(response);
+  co_return co_await store_.Complete(reservation.key, reservation.owner, std::move(completed));
+}
+
+Task<Status> Engine::Complete(std::string key, std::string owner, StoredResponse response,
+                              Duration retention) {
+  StatusOr<std::optional<Record>> current = co_await store_.Get(key, clock_.NowMillis());
+  if (!current.ok()) co_return current.status();
+  const std::optional<Record>& held = *current;
+  if (!held.has_value() || held->state != RecordState::kInFlight || held->owner != owner) {
+    co_return FailedPreconditionError("engine: reservation not held by this owner");
+  }
+  Reservation reservation{std::move(key), std::move(owner), held->fingerprint,
+                          held->operation_id, held->created_ms};
+  co_return co_await Complete(reservation, std::move(response), retention);
+}
+
+Task<Status> Engine::Release(std::string key, std::string owner) {
+  co_return co_await store_.Release(std::move(key), std::move(owner));
+}
+
+Task<Status> Engine::Release(const Reservation& reservation) {
+  co_return co_await store_.Release(reservation.key, reservation.owner);
+}
+
+Task<LookupResult> Engine::Lookup(std::string key, Duration wait) {
+  const auto deadline = SteadyClock::now() + wait;
+  // Once set, the watch was registered before the latest read.
+  std::unique_ptr<Watch> watch;
+  while (true) {
+    const UnixMillis now = clock_.NowMillis();
+    StatusOr<std::optional<Record>> found = co_await store_.Get(key, now);
+    LookupResult r;
+    if (!found.ok()) {
+      r.status = found.status();
+      co_return r;
+    }
+    if (!found->has_value()) {
+      r.outcome = LookupOutcome::kNotFound;
+      co_return r;
+    }
+    Record& record = **found;
+    if (record.state == RecordState::kCompleted) {
+      r.outcome = LookupOutcome::kCompleted;
+      r.record = std::move(record);
+      co_return r;
+    }
+    // An ended lease is not waited for: nobody is executing it.
+    if (record.LeaseEndedAt(now) || wait.count() <= 0 ||
+        (watch != nullptr && SteadyClock::now() >= deadline)) {
+      r.outcome = LookupOutcome::kInFlight;
+      r.retry_after = RetryAfter(record.lease_expires_ms, now);
+      r.record = std::move(record);
+      co_return r;
+    }
+    if (watch != nullptr && co_await watch->Changed(NextWake(deadline, record, now))) {
+      watch.reset();
+    }
+    if (watch == nullptr) {
+      StatusOr<std::unique_ptr<Watch>> made = co_await store_.WatchKey(key);
+      if (!made.ok()) {
+        r.status = made.status();
+        co_return r;
+      }
+      watch = std::move(made).value();
+    }
+  }
+}
+
+}  // namespace idemgate::core

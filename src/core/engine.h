@@ -1,0 +1,126 @@
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/units.h"
+#include "core/decision.h"
+#include "core/record.h"
+#include "core/store.h"
+
+namespace idemgate::core {
+
+// One keyed request as the engine sees it (SPEC §4.2).
+struct KeyedRequest {
+  std::string key;          // the scoped key (ScopedKey)
+  std::string fingerprint;  // ComputeFingerprint
+  Duration lease = std::chrono::seconds(35);  // how long a reservation holds the key
+  InFlightMode in_flight = InFlightMode::kReject;
+  Duration wait_timeout = std::chrono::seconds(30);  // kWait: longest attach
+};
+
+// The key held by a request that proceeds; hand it back to Complete or Release.
+struct Reservation {
+  std::string key;
+  std::string owner;         // random 128-bit token, hex
+  std::string fingerprint;
+  std::string operation_id;  // the X-Operation-Id of this operation
+  UnixMillis created_ms = 0;
+};
+
+enum class BeginOutcome {
+  kProceed,     // the caller holds the key: forward, then Complete or Release
+  kReplay,      // `record` is the completed original: answer with BuildReplay
+  kKeyReused,   // 422 key-reused: the key holds another request
+  kInFlight,    // 409 request-in-flight with Retry-After `retry_after`
+  kStoreError,  // the store failed: `status`
+};
+
+// "proceed", "replay", "key_reused", "in_flight", "store_error".
+std::string_view BeginOutcomeName(BeginOutcome outcome);
+
+struct BeginResult {
+  BeginOutcome outcome = BeginOutcome::kStoreError;
+  Reservation reservation;   // kProceed
+  bool taken_over = false;   // kProceed: a reservation whose lease ended was replaced
+  bool waited = false;       // the request attached to one in flight (kWait)
+  // kReplay: the completed record. kKeyReused / kInFlight: the record found.
+  // kProceed after a takeover: the replaced reservation.
+  std::optional<Record> record;
+  std::chrono::seconds retry_after{0};  // kInFlight
+  bool conflict_in_flight = false;      // kKeyReused: the record found was in flight
+  Status status;                        // kStoreError
+};
+
+enum class LookupOutcome {
+  kCompleted,   // `record` holds the stored response
+  kInFlight,    // still in flight after the wait; `retry_after`
+  kNotFound,    // no live record
+  kStoreError,  // `status`
+};
+
+struct LookupResult {
+  LookupOutcome outcome = LookupOutcome::kStoreError;
+  std::optional<Record> record;  // kCompleted, kInFlight
+  std::chrono::seconds retry_after{0};
+  Status status;
+};
+
+// Carries out the decisions of decision.h against a Store (SPEC §4):
+// reserve, replay, conflict, wait for an in-flight original, take over an
+// ended lease, complete and release with compare-and-set on the owner.
+//
+// Holds no per-request state: one Engine may be used concurrently from any
+// number of threads and io_contexts; each coroutine resumes on the executor
+// it was awaited on. `store` and `clock` must outlive it.
+class Engine {
+ public:
+  Engine(Store& store, const Clock& clock);
+
+  // Decides the request and, when it may run, reserves the key atomically.
+  // kWait mode registers a watch before re-reading the key, then waits (up
+  // to wait_timeout, waking early when the holder's lease ends) and replays
+  // the landed response, reserves again when the holder released, takes
+  // over when its lease ended, or answers kInFlight when the wait ran out.
+  // Never throws.
+  Task<BeginResult> Begin(KeyedRequest request);
+
+  // Stores `response` as the final outcome of `reservation`, kept for
+  // `retention` (0: until purged). FailedPrecondition when the reservation
+  // was lost (released, purged or taken over): the record is then untouched.
+  // Wakes waiters.
+  Task<Status> Complete(const Reservation& reservation, StoredResponse response,
+                        Duration retention);
+  // The same, for a caller that kept only the key and owner token (one more
+  // store read to recover the reservation).
+  Task<Status> Complete(std::string key, std::string owner, StoredResponse response,
+                        Duration retention);
+
+  // Deletes the reservation so that a retry runs again. FailedPrecondition
+  // when it is no longer held by `owner`. Wakes waiters.
+  Task<Status> Release(std::string key, std::string owner);
+  Task<Status> Release(const Reservation& reservation);
+
+  // The record under `key` for recovery (SPEC §8): completed, or in flight
+  // after waiting up to `wait` for it to land (0: no wait), or not found.
+  Task<LookupResult> Lookup(std::string key, Duration wait);
+
+  Store& store() const { return store_; }
+  const Clock& clock() const { return clock_; }
+
+  // 32 lower-case hex characters from 128 random bits. Thread-safe.
+  static std::string NewOwnerToken();
+  // "op_" + 26 Crockford base32 characters: 48 bits of `now` then 80 random
+  // bits, so ids sort by creation time. Thread-safe.
+  static std::string NewOperationId(UnixMillis now);
+
+ private:
+  Store& store_;
+  const Clock& clock_;
+};
+
+}  // namespace idemgate::core

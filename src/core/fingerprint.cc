@@ -1,0 +1,475 @@
+#include "core/fingerprint.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <boost/json/basic_parser_impl.hpp>
+#include <cstdint>
+#include <limits>
+#include <memory>
+
+namespace idemgate::core {
+
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::size_t kMaxJsonDepth = 64;
+constexpr std::size_t kNoIndex = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kMaxPlainIntegerDigits = 21;
+constexpr std::size_t kMaxExponentDigits = 15;
+
+char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
+  }
+  return true;
+}
+
+void AppendQuoted(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      out->append("\\u00");
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 0xf]);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+// A JSON Pointer split into unescaped tokens; `indices[i]` is the token as an
+// array index, or kNoIndex when it is not one ("-" and "01" are not).
+struct ParsedPointer {
+  bool valid = false;
+  std::vector<std::string> tokens;
+  std::vector<std::size_t> indices;
+};
+
+ParsedPointer ParsePointer(std::string_view pointer) {
+  ParsedPointer p;
+  if (pointer.empty()) {
+    p.valid = true;
+    return p;
+  }
+  if (pointer.front() != '/') return p;
+  std::size_t pos = 1;
+  while (true) {
+    const std::size_t end = std::min(pointer.find('/', pos), pointer.size());
+    std::string token;
+    for (std::size_t i = pos; i < end; ++i) {
+      if (pointer[i] != '~') {
+        token.push_back(pointer[i]);
+        continue;
+      }
+      if (i + 1 >= end || (pointer[i + 1] != '0' && pointer[i + 1] != '1')) return ParsedPointer{};
+      token.push_back(pointer[i + 1] == '0' ? '~' : '/');
+      ++i;
+    }
+    std::size_t index = kNoIndex;
+    const bool digits = !token.empty() && std::all_of(token.begin(), token.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (digits && (token.size() == 1 || token.front() != '0') && token.size() <= 18) {
+      index = std::stoull(token);
+    }
+    p.tokens.push_back(std::move(token));
+    p.indices.push_back(index);
+    if (end == pointer.size()) break;
+    pos = end + 1;
+  }
+  p.valid = true;
+  return p;
+}
+
+// A boost::json::basic_parser handler that writes the canonical form of the
+// document bottom-up: each finished value is serialised once and handed to
+// its parent (an array appends it, an object collects it under its key and
+// sorts when it closes), so no document tree is built. With `pointers`, it
+// also keeps the canonical text of every value found at one of them.
+class CanonicalHandler {
+ public:
+  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
+
+  explicit CanonicalHandler(const std::vector<ParsedPointer>* pointers) : pointers_(pointers) {
+    if (pointers_ != nullptr) captures_.resize(pointers_->size());
+  }
+
+  bool on_document_begin(json::error_code&) { return true; }
+  bool on_document_end(json::error_code&) { return true; }
+
+  bool on_array_begin(json::error_code&) {
+    BeginValue();
+    frames_.emplace_back();
+    frames_.back().text.push_back('[');
+    return true;
+  }
+  bool on_array_end(std::size_t, json::error_code&) {
+    std::string text = std::move(frames_.back().text);
+    frames_.pop_back();
+    text.push_back(']');
+    EndValue(std::move(text));
+    return true;
+  }
+
+  bool on_object_begin(json::error_code&) {
+    BeginValue();
+    frames_.emplace_back();
+    frames_.back().is_object = true;
+    return true;
+  }
+  bool on_object_end(std::size_t, json::error_code&) {
+    auto members = std::move(frames_.back().members);
+    frames_.pop_back();
+    std::stable_sort(members.begin(), members.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string text = "{";
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      // Of repeated keys only the last (in document order) counts.
+      if (i + 1 < members.size() && members[i + 1].first == members[i].first) continue;
+      if (text.size() > 1) text.push_back(',');
+      AppendQuoted(&text, members[i].first);
+      text.push_back(':');
+      text.append(members[i].second);
+    }
+    text.push_back('}');
+    EndValue(std::move(text));
+    return true;
+  }
+
+  bool on_string_part(json::string_view s, std::size_t, json::error_code&) {
+    part_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_string(json::string_view s, std::size_t, json::error_code&) {
+    part_.append(s.data(), s.size());
+    BeginValue();
+    std::string text;
+    AppendQuoted(&text, part_);
+    part_.clear();
+    EndValue(std::move(text));
+    return true;
+  }
+
+  bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
+    part_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t, json::error_code&) {
+    part_.append(s.data(), s.size());
+    frames_.back().key = std::move(part_);
+    part_.clear();
+    return true;
+  }
+
+  bool on_number_part(json::string_view s, json::error_code&) {
+    part_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(std::int64_t, json::string_view s, json::error_code&) { return Number(s); }
+  bool on_uint64(std::uint64_t, json::string_view s, json::error_code&) { return Number(s); }
+  bool on_double(double, json::string_view s, json::error_code&) { return Number(s); }
+
+  bool on_bool(bool b, json::error_code&) {
+    BeginValue();
+    EndValue(b ? "true" : "false");
+    return true;
+  }
+  bool on_null(json::error_code&) {
+    BeginValue();
+    EndValue("null");
+    return true;
+  }
+  bool on_comment_part(json::string_view, json::error_code&) { return true; }
+  bool on_comment(json::string_view, json::error_code&) { return true; }
+
+  std::string& root() { return root_; }
+  std::vector<std::optional<std::string>>& captures() { return captures_; }
+
+ private:
+  struct Frame {
+    bool is_object = false;
+    std::string text;  // array: "[" and the elements so far
+    std::size_t count = 0;
+    std::string key;   // object: key of the member being parsed
+    std::vector<std::pair<std::string, std::string>> members;
+  };
+
+  bool Number(json::string_view s) {
+    part_.append(s.data(), s.size());
+    BeginValue();
+    std::string text = CanonicalJsonNumber(part_);
+    part_.clear();
+    EndValue(std::move(text));
+    return true;
+  }
+
+  // True when the value about to be parsed or just parsed sits at `p`.
+  bool AtPointer(const ParsedPointer& p) const {
+    if (p.tokens.size() != frames_.size()) return false;
+    return PrefixMatches(p, frames_.size());
+  }
+  // True when the first `n` tokens of `p` name the current position.
+  bool PrefixMatches(const ParsedPointer& p, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Frame& f = frames_[i];
+      if (f.is_object ? p.tokens[i] != f.key : p.indices[i] != f.count) return false;
+    }
+    return true;
+  }
+
+  // A value starts at the current position. A repeated object key replaces
+  // the earlier value, so what was captured inside the earlier one is void.
+  void BeginValue() {
+    if (pointers_ == nullptr) return;
+    for (std::size_t i = 0; i < pointers_->size(); ++i) {
+      const ParsedPointer& p = (*pointers_)[i];
+      if (p.valid && p.tokens.size() >= frames_.size() && PrefixMatches(p, frames_.size())) {
+        captures_[i].reset();
+      }
+    }
+  }
+
+  void EndValue(std::string text) {
+    if (pointers_ != nullptr) {
+      for (std::size_t i = 0; i < pointers_->size(); ++i) {
+        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i] = text;
+      }
+    }
+    if (frames_.empty()) {
+      root_ = std::move(text);
+      return;
+    }
+    Frame& top = frames_.back();
+    if (top.is_object) {
+      top.members.emplace_back(std::move(top.key), std::move(text));
+      top.key.clear();
+    } else {
+      if (top.count > 0) top.text.push_back(',');
+      top.text.append(text);
+    }
+    ++top.count;
+  }
+
+  const std::vector<ParsedPointer>* pointers_;
+  std::vector<Frame> frames_;
+  std::string part_;
+  std::string root_;
+  std::vector<std::optional<std::string>> captures_;
+};
+
+// Parses `text` as one JSON document; true when it is valid and complete.
+bool RunParser(std::string_view text, CanonicalHandler** handler_out,
+               std::unique_ptr<json::basic_parser<CanonicalHandler>>* holder,
+               const std::vector<ParsedPointer>* pointers) {
+  json::parse_options options;
+  options.max_depth = kMaxJsonDepth;
+  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers);
+  json::error_code ec;
+  const std::size_t used = (*holder)->write_some(false, text.data(), text.size(), ec);
+  if (ec || used != text.size() || !(*holder)->done()) return false;
+  *handler_out = &(*holder)->handler();
+  return true;
+}
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Raw(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
+  void U64(std::uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    EVP_DigestUpdate(ctx_, b, sizeof b);
+  }
+  // One length-prefixed component.
+  void Part(std::string_view data) {
+    U64(data.size());
+    Raw(data);
+  }
+  std::string Finish() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_, digest, &n);
+    return std::string(reinterpret_cast<const char*>(digest), n);
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+}  // namespace
+
+std::string CanonicalJsonNumber(std::string_view number) {
+  std::string_view s = number;
+  const bool negative = !s.empty() && s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  const std::size_t int_end = std::min(s.find_first_of(".eE"), s.size());
+  std::string_view int_part = s.substr(0, int_end);
+  std::string_view frac_part;
+  std::string_view rest = s.substr(int_end);
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    const std::size_t frac_end = std::min(rest.find_first_of("eE"), rest.size());
+    frac_part = rest.substr(0, frac_end);
+    rest.remove_prefix(frac_end);
+  }
+  std::int64_t exponent = 0;
+  if (!rest.empty()) {
+    rest.remove_prefix(1);  // 'e' or 'E'
+    bool exp_negative = false;
+    if (!rest.empty() && (rest.front() == '+' || rest.front() == '-')) {
+      exp_negative = rest.front() == '-';
+      rest.remove_prefix(1);
+    }
+    while (rest.size() > 1 && rest.front() == '0') rest.remove_prefix(1);
+    if (rest.size() > kMaxExponentDigits) return "~" + std::string(number);
+    for (char c : rest) exponent = exponent * 10 + (c - '0');
+    if (exp_negative) exponent = -exponent;
+  }
+
+  std::string digits;
+  digits.reserve(int_part.size() + frac_part.size());
+  digits.append(int_part);
+  digits.append(frac_part);
+  exponent -= static_cast<std::int64_t>(frac_part.size());
+  const std::size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return "0";
+  digits.erase(0, first);
+  const std::size_t last = digits.find_last_not_of('0');
+  exponent += static_cast<std::int64_t>(digits.size() - 1 - last);
+  digits.erase(last + 1);
+
+  std::string out;
+  if (negative) out.push_back('-');
+  if (exponent >= 0 &&
+      digits.size() + static_cast<std::uint64_t>(exponent) <= kMaxPlainIntegerDigits) {
+    out.append(digits);
+    out.append(static_cast<std::size_t>(exponent), '0');
+  } else {
+    out.append(digits);
+    out.push_back('e');
+    out.append(std::to_string(exponent));
+  }
+  return out;
+}
+
+StatusOr<std::string> CanonicalJson(std::string_view text) {
+  std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
+  CanonicalHandler* handler = nullptr;
+  if (!RunParser(text, &handler, &holder, nullptr)) return InvalidArgumentError("not valid JSON");
+  return std::move(handler->root());
+}
+
+StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
+    std::string_view text, const std::vector<std::string>& pointers) {
+  std::vector<ParsedPointer> parsed;
+  parsed.reserve(pointers.size());
+  for (const std::string& p : pointers) parsed.push_back(ParsePointer(p));
+  std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
+  CanonicalHandler* handler = nullptr;
+  if (!RunParser(text, &handler, &holder, &parsed)) return InvalidArgumentError("not valid JSON");
+  return std::move(handler->captures());
+}
+
+bool IsValidJsonPointer(std::string_view pointer) { return ParsePointer(pointer).valid; }
+
+bool IsJsonContentType(std::string_view content_type) {
+  std::string_view media = content_type.substr(0, std::min(content_type.find(';'), content_type.size()));
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
+  const std::size_t slash = media.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 >= media.size()) return false;
+  if (EqualsIgnoreCase(media, "application/json")) return true;
+  const std::string_view subtype = media.substr(slash + 1);
+  return subtype.size() > 5 && EqualsIgnoreCase(subtype.substr(subtype.size() - 5), "+json");
+}
+
+std::string ComputeFingerprint(const FingerprintRequest& request, const FingerprintRules& rules) {
+  Sha256 h;
+  h.Part("idemgate-fingerprint-v1");
+  h.Part(request.method);
+  h.Part(request.route_id);
+  h.Part(request.target);
+
+  h.U64(rules.headers.size());
+  for (const std::string& name : rules.headers) {
+    std::string lower(name);
+    std::transform(lower.begin(), lower.end(), lower.begin(), LowerAscii);
+    h.Part(lower);
+    std::uint64_t lines = 0;
+    for (const HeaderView& header : request.headers) {
+      if (EqualsIgnoreCase(header.name, name)) ++lines;
+    }
+    h.U64(lines);
+    for (const HeaderView& header : request.headers) {
+      if (EqualsIgnoreCase(header.name, name)) h.Part(header.value);
+    }
+  }
+
+  bool json_body = false;
+  for (const HeaderView& header : request.headers) {
+    if (EqualsIgnoreCase(header.name, "content-type")) {
+      json_body = IsJsonContentType(header.value);
+      break;
+    }
+  }
+  if (json_body && !rules.json_fields.empty()) {
+    auto fields = CanonicalJsonFields(request.body, rules.json_fields);
+    if (fields.ok()) {
+      h.Part("fields");
+      h.U64(rules.json_fields.size());
+      for (std::size_t i = 0; i < rules.json_fields.size(); ++i) {
+        h.Part(rules.json_fields[i]);
+        const std::optional<std::string>& value = (*fields)[i];
+        if (value.has_value()) {
+          h.Part("present");
+          h.Part(*value);
+        } else {
+          h.Part("absent");
+        }
+      }
+      return h.Finish();
+    }
+  } else if (json_body && rules.json == JsonMode::kCanonical) {
+    auto canonical = CanonicalJson(request.body);
+    if (canonical.ok()) {
+      h.Part("json");
+      h.Part(*canonical);
+      return h.Finish();
+    }
+  }
+  h.Part("raw");
+  h.Part(request.body);
+  return h.Finish();
+}
+
+std::string ToHex(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    out.push_back(kHex[u >> 4]);
+    out.push_back(kHex[u & 0xf]);
+  }
+  return out;
+}
+
+}  // namespace idemgate::core

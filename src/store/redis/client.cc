@@ -1,0 +1,255 @@
+#include "store/redis/client.h"
+
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <set>
+
+namespace idemgate::store::redis {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+constexpr int kMaxAttempts = 6;  // redirects and TRYAGAIN pauses per command
+constexpr Duration kTryAgainPause = std::chrono::milliseconds(20);
+
+std::shared_ptr<const std::string> ClusterSlotsCommand() {
+  static const auto command = std::make_shared<const std::string>("*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n");
+  return command;
+}
+
+// co_spawn(..., use_awaitable) needs a default-constructible result.
+Task<std::optional<StatusOr<Reply>>> Wrap(Task<StatusOr<Reply>> task) {
+  co_return co_await std::move(task);
+}
+
+}  // namespace
+
+Command MakeCommand(const std::vector<std::string>& args, int key_index) {
+  Command c;
+  c.encoded = std::make_shared<const std::string>(EncodeCommand(args));
+  if (key_index >= 0 && static_cast<std::size_t>(key_index) < args.size()) {
+    c.slot = KeySlot(args[static_cast<std::size_t>(key_index)]);
+  }
+  return c;
+}
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)), work_(std::in_place, io_.get_executor()), refresh_timer_(io_) {
+  if (options_.cluster) slots_.assign(kSlotCount, nullptr);
+  subscriber_ = std::make_shared<Subscriber>(
+      io_.get_executor(), options_.connection, [this] { return NextSubscriberAddress(); },
+      options_.subscriber_ping);
+  asio::post(io_, [this] {
+    for (const Address& seed : options_.seeds) Node(seed);
+    RequestRefresh();
+  });
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+Client::~Client() {
+  asio::post(io_, [this] {
+    closed_ = true;
+    refresh_timer_.cancel();
+    for (auto& [name, conn] : nodes_) conn->Close();
+    subscriber_->Close();
+  });
+  work_.reset();
+  thread_.join();
+}
+
+std::shared_ptr<Connection> Client::Node(const Address& address) {
+  auto [it, inserted] = nodes_.try_emplace(address.ToString());
+  if (inserted) {
+    it->second = std::make_shared<Connection>(io_.get_executor(), address, options_.connection);
+    if (closed_) {
+      it->second->Close();
+    } else {
+      if (options_.cluster) it->second->set_on_failure([this] { RequestRefresh(); });
+      it->second->Start();
+    }
+  }
+  return it->second;
+}
+
+std::shared_ptr<Connection> Client::AnyNode() {
+  if (options_.cluster) {
+    for (Connection* c : slots_) {
+      if (c != nullptr && c->state() != Connection::State::kBackoff) return c->shared_from_this();
+    }
+  }
+  for (const Address& seed : options_.seeds) {
+    auto c = Node(seed);
+    if (c->state() != Connection::State::kBackoff) return c;
+  }
+  return Node(options_.seeds.front());
+}
+
+std::vector<std::shared_ptr<Connection>> Client::Masters() const {
+  std::vector<std::shared_ptr<Connection>> out;
+  std::set<const Connection*> seen;
+  for (Connection* c : slots_) {
+    if (c != nullptr && seen.insert(c).second) out.push_back(c->shared_from_this());
+  }
+  return out;
+}
+
+Address Client::NextSubscriberAddress() {
+  std::vector<Address> candidates = options_.seeds;
+  for (const auto& [name, conn] : nodes_) {
+    if (std::find(candidates.begin(), candidates.end(), conn->address()) == candidates.end()) {
+      candidates.push_back(conn->address());
+    }
+  }
+  return candidates[subscriber_rr_++ % candidates.size()];
+}
+
+Task<StatusOr<Reply>> Client::Execute(Command command) {
+  const SteadyTime deadline = SteadyClock::now() + options_.timeout;
+  auto result = co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline)), asio::use_awaitable);
+  co_return std::move(*result);
+}
+
+Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
+  if (closed_) co_return UnavailableError("redis: client closed");
+  std::shared_ptr<Connection> conn;
+  if (!options_.cluster) {
+    conn = Node(options_.seeds.front());
+  } else if (command.slot >= 0 && slots_[static_cast<std::size_t>(command.slot)] != nullptr) {
+    conn = slots_[static_cast<std::size_t>(command.slot)]->shared_from_this();
+  } else {
+    conn = AnyNode();
+  }
+  bool asking = false;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    StatusOr<Reply> reply = co_await conn->Execute(command.encoded, deadline, asking);
+    if (!reply.ok()) {
+      if (options_.cluster && reply.status().code() == StatusCode::kUnavailable) RequestRefresh();
+      co_return reply;
+    }
+    if (!options_.cluster || !reply->is_error()) co_return reply;
+    if (auto redirect = ParseRedirect(*reply)) {
+      Address target = redirect->address;
+      if (target.host.empty()) target.host = conn->address().host;
+      conn = Node(target);
+      if (redirect->kind == Redirect::Kind::kMoved) {
+        moved_.fetch_add(1, std::memory_order_relaxed);
+        slots_[static_cast<std::size_t>(redirect->slot)] = conn.get();
+        RequestRefresh();
+        asking = false;
+      } else {
+        ask_.fetch_add(1, std::memory_order_relaxed);
+        asking = true;
+      }
+      continue;
+    }
+    if (reply->IsErrorCode("TRYAGAIN") && SteadyClock::now() + kTryAgainPause < deadline) {
+      asio::steady_timer pause(io_, kTryAgainPause);
+      error_code ec;
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    if (reply->IsErrorCode("CLUSTERDOWN")) RequestRefresh();
+    co_return reply;
+  }
+  co_return UnavailableError("redis: too many redirects");
+}
+
+Task<std::vector<StatusOr<Reply>>> Client::ExecuteOnMasters(std::vector<std::string> args) {
+  co_return co_await asio::co_spawn(io_, OnMasters(std::move(args)), asio::use_awaitable);
+}
+
+Task<std::vector<StatusOr<Reply>>> Client::OnMasters(std::vector<std::string> args) {
+  std::vector<StatusOr<Reply>> results;
+  if (closed_) {
+    results.emplace_back(UnavailableError("redis: client closed"));
+    co_return results;
+  }
+  std::vector<std::shared_ptr<Connection>> targets;
+  if (options_.cluster) {
+    targets = Masters();
+    if (targets.empty()) {
+      Status s = co_await RefreshOnce();
+      targets = Masters();
+      if (targets.empty()) {
+        results.emplace_back(s.ok() ? UnavailableError("redis cluster: no slot is served") : s);
+        co_return results;
+      }
+    }
+  } else {
+    targets.push_back(Node(options_.seeds.front()));
+  }
+  auto encoded = std::make_shared<const std::string>(EncodeCommand(args));
+  for (auto& conn : targets) {
+    results.push_back(co_await conn->Execute(encoded, SteadyClock::now() + options_.timeout));
+  }
+  co_return results;
+}
+
+Task<Status> Client::RefreshSlots() {
+  co_return co_await asio::co_spawn(io_, RefreshOnce(), asio::use_awaitable);
+}
+
+Task<Status> Client::RefreshOnce() {
+  if (!options_.cluster) co_return Status::Ok();
+  if (closed_) co_return UnavailableError("redis: client closed");
+  std::vector<std::shared_ptr<Connection>> candidates = Masters();
+  for (const Address& seed : options_.seeds) {
+    auto c = Node(seed);
+    if (std::find(candidates.begin(), candidates.end(), c) == candidates.end()) candidates.push_back(c);
+  }
+  const auto slots_command = ClusterSlotsCommand();
+  Status last = UnavailableError("redis cluster: no node to ask for the slot map");
+  for (auto& conn : candidates) {
+    auto reply = co_await conn->Execute(slots_command, SteadyClock::now() + options_.timeout);
+    if (closed_) co_return UnavailableError("redis: client closed");
+    if (!reply.ok()) {
+      last = reply.status();
+      continue;
+    }
+    auto ranges = ParseClusterSlots(*reply, conn->address());
+    if (!ranges.ok()) {
+      last = ranges.status();
+      continue;
+    }
+    std::vector<Connection*> next(kSlotCount, nullptr);
+    for (const SlotRange& r : *ranges) {
+      Connection* master = Node(r.master).get();
+      std::fill(next.begin() + r.first, next.begin() + r.last + 1, master);
+    }
+    slots_.swap(next);
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+    co_return Status::Ok();
+  }
+  co_return last;
+}
+
+void Client::RequestRefresh() {
+  if (!options_.cluster || closed_) return;
+  if (refreshing_) {
+    refresh_again_ = true;
+    return;
+  }
+  refreshing_ = true;
+  asio::co_spawn(io_, RefreshLoop(), asio::detached);
+}
+
+Task<void> Client::RefreshLoop() {
+  do {
+    refresh_again_ = false;
+    (void)co_await RefreshOnce();
+    if (closed_) break;
+    // Space refreshes out: a burst of MOVED replies costs one more at most.
+    refresh_timer_.expires_after(options_.refresh_interval);
+    error_code ec;
+    co_await refresh_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  } while (refresh_again_ && !closed_);
+  refreshing_ = false;
+}
+
+}  // namespace idemgate::store::redis

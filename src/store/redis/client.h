@@ -1,0 +1,113 @@
+#pragma once
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/redis/cluster.h"
+#include "store/redis/connection.h"
+#include "store/redis/resp.h"
+#include "store/redis/subscriber.h"
+
+namespace idemgate::store::redis {
+
+struct ClientOptions {
+  // Standalone: exactly one node. Cluster: any number of seed nodes; the
+  // rest of the topology is learnt from CLUSTER SLOTS.
+  std::vector<Address> seeds;
+  bool cluster = false;
+  ConnectionOptions connection;
+  // Whole-command budget, redirects included.
+  Duration timeout = std::chrono::milliseconds(200);
+  // Slot map refreshes are at least this far apart.
+  Duration refresh_interval = std::chrono::milliseconds(100);
+  Duration subscriber_ping = std::chrono::seconds(10);
+};
+
+// A command ready to send: its RESP bytes and the hash slot that routes it
+// in a cluster (-1: any node).
+struct Command {
+  std::shared_ptr<const std::string> encoded;
+  int slot = -1;
+};
+
+// `args` as a Command routed by args[key_index] (-1: unrouted).
+Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
+
+// Redis (standalone or Cluster) client. It owns one I/O thread running its
+// own io_context, with one pipelined Connection per node and one shared
+// pub/sub Subscriber; callers on any executor hop onto it per command and
+// resume on their own executor.
+//
+// Cluster: commands go to the master of their slot (slot map from CLUSTER
+// SLOTS, loaded in the background at start). -MOVED updates that slot at
+// once and schedules a background refresh; -ASK retries once on the named
+// node behind ASKING; -TRYAGAIN retries after a short pause; connection
+// failures schedule a refresh. Commands are never resent after a transport
+// failure (the server may have run them).
+//
+// Thread-safety: Execute* may be called concurrently from any thread. The
+// destructor must not run on the I/O thread, nor while calls are pending.
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Runs one command. Completes with the server's reply (an error reply is a
+  // value, except redirects, which are followed), or Unavailable (node
+  // unreachable, connection lost), or DeadlineExceeded (no reply within
+  // options.timeout).
+  Task<StatusOr<Reply>> Execute(Command command);
+  // Runs `args` on every master (every node of the slot map; the one node
+  // when standalone), in order; one result per master.
+  Task<std::vector<StatusOr<Reply>>> ExecuteOnMasters(std::vector<std::string> args);
+  // Reloads the slot map now (cluster only; Ok when standalone).
+  Task<Status> RefreshSlots();
+
+  // The I/O thread's executor; Subscriber calls must run on it.
+  boost::asio::any_io_executor executor() { return io_.get_executor(); }
+  Subscriber& subscriber() { return *subscriber_; }
+  const ClientOptions& options() const { return options_; }
+
+  // Counters, for tests and metrics.
+  std::uint64_t moved_count() const { return moved_.load(std::memory_order_relaxed); }
+  std::uint64_t ask_count() const { return ask_.load(std::memory_order_relaxed); }
+  std::uint64_t refresh_count() const { return refreshes_.load(std::memory_order_relaxed); }
+
+ private:
+  Task<StatusOr<Reply>> Route(Command command, SteadyTime deadline);
+  Task<std::vector<StatusOr<Reply>>> OnMasters(std::vector<std::string> args);
+  Task<Status> RefreshOnce();
+  Task<void> RefreshLoop();
+  void RequestRefresh();
+  std::shared_ptr<Connection> Node(const Address& address);
+  std::shared_ptr<Connection> AnyNode();
+  std::vector<std::shared_ptr<Connection>> Masters() const;
+  Address NextSubscriberAddress();
+
+  const ClientOptions options_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  // I/O thread only:
+  std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by Address::ToString()
+  std::vector<Connection*> slots_;                             // cluster: slot -> master
+  bool closed_ = false;
+  bool refreshing_ = false;
+  bool refresh_again_ = false;
+  boost::asio::steady_timer refresh_timer_;
+  std::size_t subscriber_rr_ = 0;
+  std::shared_ptr<Subscriber> subscriber_;
+  std::atomic<std::uint64_t> moved_{0}, ask_{0}, refreshes_{0};
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace idemgate::store::redis

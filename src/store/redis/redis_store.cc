@@ -1,0 +1,515 @@
+#include "store/redis/redis_store.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <charconv>
+#include <cstdlib>
+
+namespace idemgate::store::redis {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using core::Record;
+using core::RecordState;
+
+namespace {
+
+// Reads the fields the scripts need out of a core::EncodeRecord value
+// (version 1: version u8, state u8, fingerprint, owner, operation id as
+// u32-length-prefixed bytes, then created, lease end and expiry as u64, all
+// little-endian). Keep in step with src/core/record.cc.
+constexpr std::string_view kPrelude = R"lua(
+local function u32(s, i)
+  local a, b, c, d = string.byte(s, i, i + 3)
+  return a + b * 256 + c * 65536 + d * 16777216
+end
+local function parse(s)
+  local n = #s
+  if n < 2 or string.byte(s, 1) ~= 1 then return nil end
+  local state = string.byte(s, 2)
+  local pos = 3
+  local fields = {}
+  for f = 1, 3 do
+    if pos + 3 > n then return nil end
+    local len = u32(s, pos)
+    if pos + 3 + len > n then return nil end
+    fields[f] = string.sub(s, pos + 4, pos + 3 + len)
+    pos = pos + 4 + len
+  end
+  if pos + 23 > n then return nil end
+  local lease = u32(s, pos + 8) + u32(s, pos + 12) * 4294967296
+  local expires = u32(s, pos + 16) + u32(s, pos + 20) * 4294967296
+  return state, fields[1], fields[2], lease, expires
+end
+local function corrupt()
+  return redis.error_reply('IDEMGATE corrupt record at ' .. KEYS[1])
+end
+)lua";
+
+// KEYS[1] record; ARGV[1] reservation bytes, ARGV[2] now (ms), ARGV[3]
+// fingerprint, ARGV[4] TTL (ms). Returns {0} reserved, {1, old} taken over,
+// {2, current} exists.
+constexpr std::string_view kReserveBody = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  return {0}
+end
+local state, fp, owner, lease, expires = parse(cur)
+if not state then return corrupt() end
+local now = tonumber(ARGV[2])
+if state == 2 then
+  if expires ~= 0 and expires <= now then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+    return {0}
+  end
+  return {2, cur}
+end
+if lease <= now and fp == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  return {1, cur}
+end
+return {2, cur}
+)lua";
+
+// KEYS[1] record; ARGV[1] owner, ARGV[2] completed bytes, ARGV[3] TTL (ms,
+// 0: none), ARGV[4] channel. Returns 1 done, 0 absent, -1 completed,
+// -2 other owner.
+constexpr std::string_view kCompleteBody = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local state, fp, owner = parse(cur)
+if not state then return corrupt() end
+if state ~= 1 then return -1 end
+if owner ~= ARGV[1] then return -2 end
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+redis.call('PUBLISH', ARGV[4], 'completed')
+return 1
+)lua";
+
+// KEYS[1] record; ARGV[1] owner, ARGV[2] channel. Returns as Complete.
+constexpr std::string_view kReleaseBody = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local state, fp, owner = parse(cur)
+if not state then return corrupt() end
+if state ~= 1 then return -1 end
+if owner ~= ARGV[1] then return -2 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], 'released')
+return 1
+)lua";
+
+// KEYS[1] record; ARGV[1] channel. Returns the number of keys deleted.
+constexpr std::string_view kPurgeBody = R"lua(
+local n = redis.call('DEL', KEYS[1])
+if n > 0 then redis.call('PUBLISH', ARGV[1], 'purged') end
+return n
+)lua";
+
+std::string Sha1Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+Status OwnerMismatch(std::int64_t code) {
+  switch (code) {
+    case 0: return FailedPreconditionError("redis store: no record for the key");
+    case -1: return FailedPreconditionError("redis store: the record is already completed");
+    default: return FailedPreconditionError("redis store: the record is held by another owner");
+  }
+}
+
+// An error reply as a Status, or Internal when `reply` is not of `type`.
+Status UnexpectedReply(const Reply& reply, std::string_view op) {
+  if (reply.is_error()) return StatusFromErrorReply(reply.str);
+  return InternalError("redis store: unexpected reply to " + std::string(op) + ": " + reply.DebugString());
+}
+
+StatusOr<Record> DecodeStored(const std::string& bytes) {
+  auto r = core::DecodeRecord(bytes);
+  if (!r.ok()) return InternalError("redis store: " + r.status().message());
+  return r;
+}
+
+// Built outside coroutines: g++ 12 miscompiles braced lists in co_await expressions.
+Command GetCommand(const std::string& record_key) {
+  std::vector<std::string> args{"GET", record_key};
+  return MakeCommand(args, 1);
+}
+
+std::vector<std::string> Args(std::initializer_list<std::string_view> items) {
+  std::vector<std::string> out;
+  out.reserve(items.size());
+  for (std::string_view s : items) out.emplace_back(s);
+  return out;
+}
+
+// Runs on the client's I/O thread. A named coroutine rather than a lambda:
+// g++ 12 mishandles lambda coroutines handed to co_spawn inside co_await.
+Task<bool> SubscribeAndWait(std::shared_ptr<Subscriber> sub, std::string channel, std::shared_ptr<Listener> listener,
+                            SteadyTime deadline) {
+  sub->Add(channel, std::move(listener));
+  co_return co_await sub->WaitSubscribed(channel, deadline);
+}
+
+std::int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct RedisStore::Script {
+  explicit Script(std::string_view body) : text(std::string(kPrelude) + std::string(body)), sha(Sha1Hex(text)) {}
+  std::string text;
+  std::string sha;
+};
+
+// Lives on the watching caller's executor; Notify() is called on the client's
+// I/O thread and hops over.
+class RedisStore::WatchListener final : public Listener, public std::enable_shared_from_this<WatchListener> {
+ public:
+  explicit WatchListener(asio::any_io_executor ex) : executor_(ex), timer_(ex) {}
+  void Notify() override {
+    asio::post(executor_, [self = shared_from_this()] {
+      self->notified_ = true;
+      self->timer_.cancel();
+    });
+  }
+
+  asio::any_io_executor executor_;
+  asio::steady_timer timer_;
+  bool notified_ = false;
+};
+
+class RedisStore::RedisWatch final : public core::Watch {
+ public:
+  RedisWatch(RedisStore* store, std::string record_key, std::string channel,
+             std::shared_ptr<WatchListener> listener, std::optional<std::string> baseline)
+      : store_(store),
+        record_key_(std::move(record_key)),
+        channel_(std::move(channel)),
+        listener_(std::move(listener)),
+        baseline_(std::move(baseline)) {}
+
+  ~RedisWatch() override {
+    asio::post(store_->client_->executor(),
+               [sub = store_->client_->subscriber().shared_from_this(), channel = std::move(channel_),
+                listener = std::move(listener_)] { sub->Remove(channel, listener.get()); });
+  }
+
+  Task<bool> Changed(Duration timeout) override {
+    WatchListener& l = *listener_;
+    const SteadyTime deadline = SteadyClock::now() + timeout;
+    Duration interval = store_->options_.watch_poll_min;
+    for (;;) {
+      if (l.notified_) co_return true;
+      const SteadyTime now = SteadyClock::now();
+      if (now >= deadline) co_return false;
+      l.timer_.expires_at(std::min(deadline, now + interval));
+      error_code ec;
+      co_await l.timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (l.notified_) co_return true;
+      auto cs = co_await asio::this_coro::cancellation_state;
+      if (cs.cancelled() != asio::cancellation_type::none) co_return false;
+      if (SteadyClock::now() >= deadline) co_return false;
+      auto reply = co_await store_->client_->Execute(GetCommand(record_key_));
+      if (reply.ok() && (reply->type == Reply::Type::kString || reply->is_nil())) {
+        std::optional<std::string> current;
+        if (!reply->is_nil()) current = std::move(reply->str);
+        if (current != baseline_) l.notified_ = true;
+      }
+      interval = std::min(interval * 2, store_->options_.watch_poll_max);
+    }
+  }
+
+ private:
+  RedisStore* store_;
+  std::string record_key_;
+  std::string channel_;
+  std::shared_ptr<WatchListener> listener_;
+  std::optional<std::string> baseline_;  // raw value when the watch was made
+};
+
+StatusOr<RedisStore::Options> RedisStore::OptionsFromConfig(const config::Redis& redis) {
+  Options o;
+  o.addresses = redis.addresses;
+  o.cluster = redis.cluster;
+  o.timeout = redis.timeout;
+  if (!redis.password_env.empty()) {
+    const char* value = std::getenv(redis.password_env.c_str());
+    if (value == nullptr || *value == '\0') {
+      return InvalidArgumentError("store.redis.password_env: environment variable " + redis.password_env +
+                                  " is not set");
+    }
+    o.password = value;
+  }
+  return o;
+}
+
+StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
+  if (options.addresses.empty()) return InvalidArgumentError("store.redis.addresses: at least one is needed");
+  if (!options.cluster && options.addresses.size() > 1) {
+    return InvalidArgumentError(
+        "store.redis.addresses: a standalone server takes exactly one address (set cluster: true for Redis "
+        "Cluster)");
+  }
+  if (options.timeout <= Duration::zero()) return InvalidArgumentError("store.redis.timeout: must be positive");
+  if (options.connect_timeout <= Duration::zero() || options.reconnect_min <= Duration::zero() ||
+      options.reconnect_max < options.reconnect_min || options.watch_poll_min <= Duration::zero() ||
+      options.watch_poll_max < options.watch_poll_min || options.reservation_grace < Duration::zero()) {
+    return InvalidArgumentError("redis store: bad timing options");
+  }
+  if (options.clock == nullptr) return InvalidArgumentError("redis store: no clock");
+  ClientOptions co;
+  for (const std::string& a : options.addresses) {
+    auto address = ParseAddress(a);
+    if (!address.ok()) return InvalidArgumentError("store.redis.addresses: " + address.status().message());
+    co.seeds.push_back(*address);
+  }
+  co.cluster = options.cluster;
+  co.timeout = options.timeout;
+  co.connection.username = options.username;
+  co.connection.password = options.password;
+  co.connection.connect_timeout = options.connect_timeout;
+  co.connection.reconnect_min = options.reconnect_min;
+  co.connection.reconnect_max = options.reconnect_max;
+  co.connection.stall_timeout = std::max<Duration>(std::chrono::seconds(1), 2 * options.timeout);
+  auto client = std::make_unique<Client>(std::move(co));
+  return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(client)));
+}
+
+RedisStore::RedisStore(Options options, std::unique_ptr<Client> client)
+    : options_(std::move(options)), client_(std::move(client)) {}
+
+RedisStore::~RedisStore() {
+  // Joins the I/O thread first: background work may still touch members.
+  client_.reset();
+}
+
+std::string RedisStore::RecordKey(std::string_view key) const {
+  std::string k = options_.key_prefix;
+  k += "r:";
+  k += key;
+  return k;
+}
+
+std::string RedisStore::ChannelName(std::string_view key) const {
+  std::string c = options_.key_prefix;
+  c += "c:";
+  c += key;
+  return c;
+}
+
+Task<StatusOr<Reply>> RedisStore::RunScript(const Script& script, std::string key, std::vector<std::string> argv) {
+  std::vector<std::string> args;
+  args.reserve(4 + argv.size());
+  args.push_back("EVALSHA");
+  args.push_back(script.sha);
+  args.push_back("1");
+  args.push_back(RecordKey(key));
+  for (auto& a : argv) args.push_back(std::move(a));
+  auto reply = co_await client_->Execute(MakeCommand(args, 3));
+  if (reply.ok() && reply->IsErrorCode("NOSCRIPT")) {
+    // First use on this node, or the node restarted: EVAL also caches it.
+    args[0] = "EVAL";
+    args[1] = script.text;
+    reply = co_await client_->Execute(MakeCommand(args, 3));
+  }
+  co_return reply;
+}
+
+Task<StatusOr<core::ReserveResult>> RedisStore::Reserve(std::string key, Record reservation, UnixMillis now) {
+  static const Script kScript(kReserveBody);
+  if (reservation.state != RecordState::kInFlight) {
+    co_return InvalidArgumentError("redis store: Reserve needs an in-flight record");
+  }
+  const std::int64_t ttl =
+      std::max<std::int64_t>(1, reservation.lease_expires_ms - now) + options_.reservation_grace.count();
+  std::vector<std::string> argv;
+  argv.push_back(core::EncodeRecord(reservation));
+  argv.push_back(std::to_string(now));
+  argv.push_back(reservation.fingerprint);
+  argv.push_back(std::to_string(ttl));
+  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
+  if (!reply.ok()) co_return reply.status();
+  const Reply& r = *reply;
+  if (r.type != Reply::Type::kArray || r.elements.empty() || r.elements[0].type != Reply::Type::kInteger) {
+    co_return UnexpectedReply(r, "reserve");
+  }
+  core::ReserveResult result;
+  switch (r.elements[0].integer) {
+    case 0:
+      result.outcome = core::ReserveOutcome::kReserved;
+      co_return result;
+    case 1:
+      result.outcome = core::ReserveOutcome::kTakenOver;
+      break;
+    case 2:
+      result.outcome = core::ReserveOutcome::kExists;
+      break;
+    default:
+      co_return UnexpectedReply(r, "reserve");
+  }
+  if (r.elements.size() < 2 || r.elements[1].type != Reply::Type::kString) co_return UnexpectedReply(r, "reserve");
+  auto existing = DecodeStored(r.elements[1].str);
+  if (!existing.ok()) co_return existing.status();
+  result.existing = std::move(existing).value();
+  co_return result;
+}
+
+Task<Status> RedisStore::Complete(std::string key, std::string owner, Record completed) {
+  static const Script kScript(kCompleteBody);
+  if (completed.state != RecordState::kCompleted) {
+    co_return InvalidArgumentError("redis store: Complete needs a completed record");
+  }
+  std::int64_t ttl = 0;
+  if (completed.expires_ms != 0) ttl = std::max<std::int64_t>(1, completed.expires_ms - options_.clock->NowMillis());
+  std::vector<std::string> argv;
+  argv.push_back(std::move(owner));
+  argv.push_back(core::EncodeRecord(completed));
+  argv.push_back(std::to_string(ttl));
+  argv.push_back(ChannelName(key));
+  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
+  if (!reply.ok()) co_return reply.status();
+  if (reply->type != Reply::Type::kInteger) co_return UnexpectedReply(*reply, "complete");
+  if (reply->integer == 1) co_return Status::Ok();
+  co_return OwnerMismatch(reply->integer);
+}
+
+Task<Status> RedisStore::Release(std::string key, std::string owner) {
+  static const Script kScript(kReleaseBody);
+  std::vector<std::string> argv;
+  argv.push_back(std::move(owner));
+  argv.push_back(ChannelName(key));
+  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
+  if (!reply.ok()) co_return reply.status();
+  if (reply->type != Reply::Type::kInteger) co_return UnexpectedReply(*reply, "release");
+  if (reply->integer == 1) co_return Status::Ok();
+  co_return OwnerMismatch(reply->integer);
+}
+
+Task<StatusOr<std::optional<Record>>> RedisStore::Get(std::string key, UnixMillis now) {
+  Command get = GetCommand(RecordKey(key));
+  auto reply = co_await client_->Execute(std::move(get));
+  if (!reply.ok()) co_return reply.status();
+  if (reply->is_nil()) co_return std::optional<Record>();
+  if (reply->type != Reply::Type::kString) co_return UnexpectedReply(*reply, "get");
+  auto record = DecodeStored(reply->str);
+  if (!record.ok()) co_return record.status();
+  if (record->state == RecordState::kCompleted && record->ExpiredAt(now)) co_return std::optional<Record>();
+  co_return std::optional<Record>(std::move(record).value());
+}
+
+Task<StatusOr<bool>> RedisStore::Purge(std::string key) {
+  static const Script kScript(kPurgeBody);
+  std::vector<std::string> argv;
+  argv.push_back(ChannelName(key));
+  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
+  if (!reply.ok()) co_return reply.status();
+  if (reply->type != Reply::Type::kInteger) co_return UnexpectedReply(*reply, "purge");
+  co_return reply->integer > 0;
+}
+
+Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string key) {
+  auto ex = co_await asio::this_coro::executor;
+  auto listener = std::make_shared<WatchListener>(ex);
+  std::string channel = ChannelName(key);
+  std::string record_key = RecordKey(key);
+  std::shared_ptr<Subscriber> sub = client_->subscriber().shared_from_this();
+  const SteadyTime deadline = SteadyClock::now() + options_.timeout;
+  // Subscribed before the baseline read, so no change after it goes unseen.
+  auto subscribe = SubscribeAndWait(sub, channel, listener, deadline);
+  co_await asio::co_spawn(client_->executor(), std::move(subscribe), asio::use_awaitable);
+  Command get = GetCommand(record_key);
+  auto reply = co_await client_->Execute(std::move(get));
+  Status failed;
+  if (!reply.ok()) {
+    failed = reply.status();
+  } else if (reply->type != Reply::Type::kString && !reply->is_nil()) {
+    failed = UnexpectedReply(*reply, "get");
+  }
+  if (!failed.ok()) {
+    asio::post(client_->executor(), [sub, channel, listener] { sub->Remove(channel, listener.get()); });
+    co_return failed;
+  }
+  std::optional<std::string> baseline;
+  if (!reply->is_nil()) baseline = std::move(reply->str);
+  co_return std::unique_ptr<core::Watch>(
+      new RedisWatch(this, std::move(record_key), std::move(channel), std::move(listener), std::move(baseline)));
+}
+
+Task<Status> RedisStore::Ping() {
+  std::vector<std::string> ping = Args({"PING"});
+  auto replies = co_await client_->ExecuteOnMasters(std::move(ping));
+  for (auto& r : replies) {
+    if (!r.ok()) co_return r.status();
+    if (r->type != Reply::Type::kStatus || r->str != "PONG") co_return UnexpectedReply(*r, "ping");
+  }
+  co_return Status::Ok();
+}
+
+core::StoreStats RedisStore::Stats() const {
+  const std::int64_t now = SteadyMillis();
+  if (now - stats_at_ms_.load() >= 5000 && !stats_busy_.exchange(true)) {
+    stats_at_ms_.store(now);
+    asio::co_spawn(client_->executor(), RefreshStats(), asio::detached);
+  }
+  return {stats_keys_.load(), stats_bytes_.load()};
+}
+
+Task<void> RedisStore::RefreshStats() const {
+  std::vector<std::string> dbsize = Args({"DBSIZE"});
+  std::vector<std::string> info = Args({"INFO", "memory"});
+  auto sizes = co_await client_->ExecuteOnMasters(std::move(dbsize));
+  auto infos = co_await client_->ExecuteOnMasters(std::move(info));
+  std::uint64_t keys = 0, bytes = 0;
+  bool ok = true;
+  for (auto& r : sizes) {
+    if (r.ok() && r->type == Reply::Type::kInteger) {
+      keys += static_cast<std::uint64_t>(r->integer);
+    } else {
+      ok = false;
+    }
+  }
+  for (auto& r : infos) {
+    if (!r.ok() || r->type != Reply::Type::kString) {
+      ok = false;
+      continue;
+    }
+    constexpr std::string_view kField = "used_memory:";
+    const auto at = r->str.find(kField);
+    if (at == std::string::npos) continue;
+    std::uint64_t v = 0;
+    const char* begin = r->str.data() + at + kField.size();
+    std::from_chars(begin, r->str.data() + r->str.size(), v);
+    bytes += v;
+  }
+  if (ok) {
+    stats_keys_.store(keys);
+    stats_bytes_.store(bytes);
+  }
+  stats_busy_.store(false);
+}
+
+}  // namespace idemgate::store::redis

@@ -1,0 +1,106 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/units.h"
+#include "config/config.h"
+#include "core/store.h"
+#include "store/redis/client.h"
+
+namespace idemgate::store::redis {
+
+// core::Store on Redis or Redis Cluster, shared by any number of gateways
+// (SPEC §5, docs/store-redis.md).
+//
+// One Redis string per record: key `key_prefix + "r:" + key`, value
+// core::EncodeRecord bytes. Reserve, Complete, Release and Purge are each one
+// Lua script (EVALSHA, EVAL on NOSCRIPT), so one round trip and atomic;
+// Get is one GET. TTLs: in-flight records live until their lease end plus
+// `reservation_grace`; completed ones until Record::expires_ms (none when 0),
+// both computed from `clock`, so the Redis server's clock does not matter.
+// Lease and retention checks use the gateways' clocks (`now`): gateways
+// sharing a store must keep their clocks in sync (NTP) to well under a lease.
+//
+// Complete, Release and Purge PUBLISH on `key_prefix + "c:" + key`; WatchKey
+// subscribes through one shared pub/sub connection and also polls the key
+// (watch_poll_min doubling to watch_poll_max), so a lost message only
+// delays a waiter.
+//
+// Threading: the store runs its own I/O thread (see Client); operations may
+// be called from any executor and resume on it. Destroy the store only when
+// no operation is running and every Watch is gone.
+class RedisStore final : public core::Store {
+ public:
+  struct Options {
+    std::vector<std::string> addresses;  // host:port; exactly one unless cluster
+    bool cluster = false;
+    std::string username;  // ACL user; empty: default user
+    std::string password;  // empty: no AUTH
+    Duration timeout = std::chrono::milliseconds(200);  // per operation
+    Duration connect_timeout = std::chrono::seconds(1);
+    Duration reconnect_min = std::chrono::milliseconds(50);
+    Duration reconnect_max = std::chrono::seconds(2);
+    // How long an in-flight record outlives its lease before Redis drops it.
+    // Until then a retry with the same fingerprint takes it over (and one
+    // with another fingerprint is refused); afterwards the key is new again.
+    Duration reservation_grace = std::chrono::hours(1);
+    Duration watch_poll_min = std::chrono::milliseconds(50);
+    Duration watch_poll_max = std::chrono::seconds(1);
+    std::string key_prefix = "idemgate:";
+    const Clock* clock = &SystemClock::Instance();
+  };
+
+  // store.redis from the config file; the password comes from the
+  // environment variable named by password_env (InvalidArgument when that
+  // is set but the variable is missing or empty).
+  static StatusOr<Options> OptionsFromConfig(const config::Redis& redis);
+
+  // Validates `options` (InvalidArgument) and starts the client. Does not
+  // wait for Redis: an unreachable server makes operations (and Ping) fail
+  // with Unavailable until it is back.
+  static StatusOr<std::unique_ptr<RedisStore>> Connect(Options options);
+
+  ~RedisStore() override;
+
+  Task<StatusOr<core::ReserveResult>> Reserve(std::string key, core::Record reservation,
+                                              UnixMillis now) override;
+  Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
+  Task<Status> Release(std::string key, std::string owner) override;
+  Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
+  Task<StatusOr<bool>> Purge(std::string key) override;
+  Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
+  // Ok when every master answers PING.
+  Task<Status> Ping() override;
+  // keys: DBSIZE summed over masters; bytes: used_memory summed over
+  // masters. Both cover the whole database, not only this store's keys, and
+  // are refreshed in the background at most every 5 s (0 until the first).
+  core::StoreStats Stats() const override;
+
+  // The Redis key and pub/sub channel of a record (for tests and operators).
+  std::string RecordKey(std::string_view key) const;
+  std::string ChannelName(std::string_view key) const;
+  Client& client() { return *client_; }
+
+ private:
+  struct Script;
+  class RedisWatch;
+  class WatchListener;
+
+  RedisStore(Options options, std::unique_ptr<Client> client);
+  // Runs `script` with KEYS[1] = record key of `key` and ARGV = `argv`.
+  Task<StatusOr<Reply>> RunScript(const Script& script, std::string key, std::vector<std::string> argv);
+  Task<void> RefreshStats() const;
+
+  const Options options_;
+  std::unique_ptr<Client> client_;
+  mutable std::atomic<std::uint64_t> stats_keys_{0}, stats_bytes_{0};
+  mutable std::atomic<std::int64_t> stats_at_ms_{0};  // steady ms of last refresh start
+  mutable std::atomic<bool> stats_busy_{false};
+};
+
+}  // namespace idemgate::store::redis

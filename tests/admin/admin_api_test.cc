@@ -1,0 +1,402 @@
+#include "admin/admin_api.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <exception>
+#include <optional>
+
+#include "fake_store.h"
+
+namespace idemgate::admin {
+namespace {
+
+namespace json = boost::json;
+using testing::FakeStore;
+
+constexpr char kToken[] = "s3cret-admin-token";
+// 2023-11-14T22:13:20Z
+constexpr UnixMillis kNow = 1'700'000'000'000;
+const std::string kKey = "t-acme:shop:user:42:payments:order-1";
+
+// Runs `task` to completion on a fresh io_context.
+template <typename T>
+T RunTask(core::Task<T> task) {
+  boost::asio::io_context io;
+  std::optional<T> out;
+  std::exception_ptr error;
+  boost::asio::co_spawn(
+      io, [&]() -> core::Task<void> { out.emplace(co_await std::move(task)); },
+      [&](std::exception_ptr e) { error = e; });
+  io.run();
+  if (error) std::rethrow_exception(error);
+  return std::move(*out);
+}
+
+AdminResponse Call(const AdminApi& api, AdminRequest request) { return RunTask(api.Handle(std::move(request))); }
+
+AdminRequest Req(std::string method, std::string target, std::vector<core::Header> headers = {}) {
+  return AdminRequest{std::move(method), std::move(target), std::move(headers)};
+}
+
+std::vector<core::Header> Bearer(std::string token) { return {{"Authorization", "Bearer " + token}}; }
+
+std::optional<std::string> HeaderOf(const AdminResponse& r, std::string_view name) {
+  for (const auto& h : r.headers) {
+    if (h.name == name) return h.value;
+  }
+  return std::nullopt;
+}
+
+json::object ProblemOf(const AdminResponse& r) {
+  EXPECT_EQ(r.content_type, "application/problem+json");
+  return json::parse(r.body).as_object();
+}
+
+core::Record CompletedRecord() {
+  core::Record r;
+  r.state = core::RecordState::kCompleted;
+  r.fingerprint = std::string("\x01\x02\xab\xff", 4);
+  r.owner = "owner-token-0123456789abcdef";
+  r.operation_id = "op-123";
+  r.created_ms = kNow - 1000;
+  r.lease_expires_ms = kNow + 5000;
+  r.expires_ms = kNow + 86'400'000;
+  r.response.status = 201;
+  r.response.headers = {{"Content-Type", "application/json"}, {"Set-Cookie", "a=1"}};
+  r.response.body = R"({"id":"pay_1"})";
+  return r;
+}
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  AdminApi MakeApi(std::string token = kToken) {
+    return AdminApi(AdminApi::Options{.token = std::move(token),
+                                      .metrics = &metrics_,
+                                      .stats = &metrics_.stats(),
+                                      .store = &store_,
+                                      .clock = &clock_});
+  }
+
+  FakeClock clock_{kNow};
+  FakeStore store_;
+  GatewayMetrics metrics_{GatewayMetricsOptions{.tenant_labels = false}};
+};
+
+TEST_F(AdminApiTest, HealthzIsOk) {
+  const AdminApi api = MakeApi();
+  const AdminResponse r = Call(api, Req("GET", "/healthz"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(r.content_type, "text/plain; charset=utf-8");
+  EXPECT_EQ(HeaderOf(r, "Cache-Control"), "no-store");
+}
+
+TEST_F(AdminApiTest, ReadyzFollowsTheStore) {
+  AdminApi api = MakeApi();
+  AdminResponse r = Call(api, Req("GET", "/readyz"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+
+  store_.Fail(UnavailableError("redis 127.0.0.1:6379: connection refused"));
+  r = Call(api, Req("GET", "/readyz"));
+  EXPECT_EQ(r.status, 503);
+  json::object problem = ProblemOf(r);
+  EXPECT_EQ(problem["code"], "store-unavailable");
+  EXPECT_EQ(problem["type"], "urn:idemgate:problem:store-unavailable");
+  EXPECT_EQ(problem["status"], 503);
+  EXPECT_NE(std::string(problem["detail"].as_string()).find("connection refused"), std::string::npos);
+
+  store_.Heal();
+  api.SetDraining(true);
+  r = Call(api, Req("GET", "/readyz"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(ProblemOf(r)["code"], "shutting-down");
+  api.SetDraining(false);
+  EXPECT_EQ(Call(api, Req("GET", "/readyz")).status, 200);
+}
+
+TEST_F(AdminApiTest, ReadyzWithoutAStoreIsNotReady) {
+  const AdminApi api(AdminApi::Options{.metrics = &metrics_});
+  EXPECT_EQ(Call(api, Req("GET", "/readyz")).status, 503);
+}
+
+TEST_F(AdminApiTest, MetricsArePrometheusText) {
+  metrics_.CacheHit({.route = "payments"}, 200);
+  store_.Put(kKey, CompletedRecord());
+  metrics_.SetStoreStatsSource([this] { return store_.Stats(); });
+  const AdminApi api = MakeApi();
+  const AdminResponse r = Call(api, Req("GET", "/metrics"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(r.body.find("idempotency_cache_hit_total{route=\"payments\",status=\"200\"} 1\n"), std::string::npos);
+  EXPECT_NE(r.body.find("\nidemgate_store_keys 1\n"), std::string::npos);
+  metrics_.SetStoreStatsSource(nullptr);
+}
+
+TEST_F(AdminApiTest, StatsAreJsonWithStoreFigures) {
+  metrics_.RegisterRoute("orders");
+  metrics_.CacheHit({.route = "payments"}, 200);
+  metrics_.RequestCompleted({.route = "payments"}, 0.01);
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi();
+  const AdminResponse r = Call(api, Req("GET", "/admin/stats"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  json::value body = json::parse(r.body);
+  EXPECT_EQ(body.at("routes").at("payments").at("hits"), 1);
+  EXPECT_EQ(body.at("routes").at("payments").at("requests"), 1);
+  EXPECT_EQ(body.at("routes").at("orders").at("requests"), 0);
+  EXPECT_EQ(body.at("totals").at("hits"), 1);
+  EXPECT_EQ(body.at("store").at("keys"), 1);
+  EXPECT_GT(body.at("store").at("bytes").to_number<std::uint64_t>(), 0u);
+}
+
+TEST_F(AdminApiTest, KeyInspectionNeedsTheToken) {
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi();
+
+  AdminResponse r = Call(api, Req("GET", "/admin/keys/" + kKey));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(ProblemOf(r)["code"], "unauthenticated");
+  EXPECT_EQ(HeaderOf(r, "WWW-Authenticate"), "Bearer realm=\"idemgate-admin\"");
+  EXPECT_EQ(r.body.find("pay_1"), std::string::npos);
+
+  r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("wrong")));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(HeaderOf(r, "WWW-Authenticate"), "Bearer realm=\"idemgate-admin\", error=\"invalid_token\"");
+
+  // A prefix of the right token is wrong too.
+  r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(std::string(kToken).substr(0, 5))));
+  EXPECT_EQ(r.status, 401);
+
+  // Two Authorization headers are refused even if one is right.
+  r = Call(api, Req("GET", "/admin/keys/" + kKey,
+                    {{"Authorization", std::string("Bearer ") + kToken}, {"authorization", "Bearer x"}}));
+  EXPECT_EQ(r.status, 401);
+
+  r = Call(api, Req("GET", "/admin/keys/" + kKey, {{"Authorization", std::string("Basic ") + kToken}}));
+  EXPECT_EQ(r.status, 401);
+
+  // Header name and scheme are case-insensitive.
+  r = Call(api, Req("GET", "/admin/keys/" + kKey, {{"authorization", std::string("bearer  ") + kToken + " "}}));
+  EXPECT_EQ(r.status, 200);
+}
+
+TEST_F(AdminApiTest, KeyCallsAreRefusedWithoutAConfiguredToken) {
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi("");
+  for (const char* method : {"GET", "DELETE"}) {
+    const AdminResponse r = Call(api, Req(method, "/admin/keys/" + kKey, Bearer("")));
+    EXPECT_EQ(r.status, 403) << method;
+    json::object problem = ProblemOf(r);
+    EXPECT_EQ(problem["code"], "forbidden");
+    EXPECT_NE(std::string(problem["detail"].as_string()).find("no admin token configured"), std::string::npos);
+  }
+  EXPECT_EQ(store_.size(), 1u);
+}
+
+TEST_F(AdminApiTest, GetKeyShowsTheRecord) {
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi();
+  const AdminResponse r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken)));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(HeaderOf(r, "Cache-Control"), "no-store");
+  json::value v = json::parse(r.body);
+  EXPECT_EQ(v.at("key"), json::value(kKey));
+  EXPECT_EQ(v.at("scope").at("tenant"), "acme");
+  EXPECT_EQ(v.at("scope").at("project"), "shop");
+  EXPECT_EQ(v.at("scope").at("subject"), "user:42");
+  EXPECT_EQ(v.at("scope").at("route"), "payments");
+  EXPECT_EQ(v.at("scope").at("raw_key"), "order-1");
+  EXPECT_EQ(v.at("state"), "completed");
+  EXPECT_EQ(v.at("fingerprint"), "0102abff");
+  EXPECT_EQ(v.at("owner_prefix"), "owner-to...");
+  EXPECT_EQ(r.body.find("owner-token-0123"), std::string::npos);
+  EXPECT_EQ(v.at("operation_id"), "op-123");
+  EXPECT_EQ(v.at("created"), "2023-11-14T22:13:19.000Z");
+  EXPECT_TRUE(v.at("lease_expires").is_null());
+  EXPECT_EQ(v.at("expires"), "2023-11-15T22:13:20.000Z");
+  const json::value& resp = v.at("response");
+  EXPECT_EQ(resp.at("status"), 201);
+  EXPECT_EQ(resp.at("headers").as_array().size(), 2u);
+  EXPECT_EQ(resp.at("headers").at(1).at("name"), "Set-Cookie");
+  EXPECT_EQ(resp.at("headers").at(1).at("value"), "a=1");
+  EXPECT_EQ(resp.at("body"), R"({"id":"pay_1"})");
+  EXPECT_EQ(resp.at("body_base64"), "eyJpZCI6InBheV8xIn0=");
+  EXPECT_EQ(resp.at("body_bytes"), 14);
+  EXPECT_EQ(resp.at("body_omitted"), false);
+}
+
+TEST_F(AdminApiTest, KeyInThePathIsPercentDecoded) {
+  // A widened charset lets raw keys hold '%' and '/'.
+  const std::string key = "t-_:_:_:files:a%b/c d";
+  store_.Put(key, CompletedRecord());
+  const AdminApi api = MakeApi();
+  AdminResponse r = Call(api, Req("GET", "/admin/keys/t-_%3A_%3a_:files:a%25b%2Fc%20d?pretty=1", Bearer(kToken)));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body).at("key"), json::value(key));
+
+  r = Call(api, Req("GET", "/admin/keys/t-x%2", Bearer(kToken)));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(ProblemOf(r)["code"], "invalid-key");
+  r = Call(api, Req("GET", "/admin/keys/t-x%zz", Bearer(kToken)));
+  EXPECT_EQ(r.status, 400);
+}
+
+TEST_F(AdminApiTest, UnknownKeyIs404) {
+  const AdminApi api = MakeApi();
+  const AdminResponse r = Call(api, Req("GET", "/admin/keys/t-_:_:_:r:missing", Bearer(kToken)));
+  EXPECT_EQ(r.status, 404);
+  json::object problem = ProblemOf(r);
+  EXPECT_EQ(problem["type"], "urn:idemgate:problem:not-found");
+  EXPECT_EQ(problem["title"], "Not Found");
+  EXPECT_EQ(problem["status"], 404);
+}
+
+TEST_F(AdminApiTest, DeletePurges) {
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi();
+  AdminResponse r = Call(api, Req("DELETE", "/admin/keys/" + kKey));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(store_.size(), 1u);
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer("nope")));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(store_.size(), 1u);
+
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true})"));
+  EXPECT_EQ(store_.size(), 0u);
+
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":false})"));
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 404);
+}
+
+TEST_F(AdminApiTest, StoreFailuresAre503) {
+  store_.Put(kKey, CompletedRecord());
+  store_.Fail(UnavailableError("store down"));
+  const AdminApi api = MakeApi();
+  for (const char* method : {"GET", "DELETE"}) {
+    const AdminResponse r = Call(api, Req(method, "/admin/keys/" + kKey, Bearer(kToken)));
+    EXPECT_EQ(r.status, 503) << method;
+    EXPECT_EQ(ProblemOf(r)["code"], "store-unavailable");
+  }
+  store_.Fail(InternalError("corrupt record"));
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 500);
+}
+
+TEST_F(AdminApiTest, InFlightRecordAndTheStoreLifecycle) {
+  const AdminApi api = MakeApi();
+  core::Record reservation;
+  reservation.fingerprint = std::string(32, '\x11');
+  reservation.owner = "abcdef";
+  reservation.operation_id = "op-9";
+  reservation.created_ms = kNow;
+  reservation.lease_expires_ms = kNow + 35'000;
+  StatusOr<core::ReserveResult> reserved = RunTask(store_.Reserve(kKey, reservation, kNow));
+  ASSERT_TRUE(reserved.ok());
+  EXPECT_EQ(reserved->outcome, core::ReserveOutcome::kReserved);
+
+  AdminResponse r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken)));
+  ASSERT_EQ(r.status, 200);
+  json::value v = json::parse(r.body);
+  EXPECT_EQ(v.at("state"), "in_flight");
+  EXPECT_EQ(v.at("owner_prefix"), "abc...");  // never more than half of a short token
+  EXPECT_EQ(v.at("lease_expires"), "2023-11-14T22:13:55.000Z");
+  EXPECT_TRUE(v.at("expires").is_null());
+  EXPECT_TRUE(v.at("response").is_null());
+
+  core::Record completed = reservation;
+  completed.response.status = 200;
+  completed.response.body = std::string("\xff\xfe\x00\x01", 4);  // not UTF-8
+  completed.expires_ms = 0;
+  const Status done = RunTask(store_.Complete(kKey, "abcdef", completed));
+  ASSERT_TRUE(done.ok()) << done.ToString();
+
+  r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken)));
+  ASSERT_EQ(r.status, 200);
+  v = json::parse(r.body);
+  EXPECT_EQ(v.at("state"), "completed");
+  EXPECT_TRUE(v.at("expires").is_null());  // kept until purged
+  EXPECT_EQ(v.at("response").at("body_base64"), "//4AAQ==");
+  EXPECT_FALSE(v.at("response").as_object().contains("body"));
+}
+
+TEST_F(AdminApiTest, EverythingElseIs404) {
+  const AdminApi api = MakeApi();
+  for (const auto& [method, target] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/"},
+           {"GET", "/nope"},
+           {"POST", "/healthz"},
+           {"GET", "/healthz/extra"},
+           {"DELETE", "/metrics"},
+           {"GET", "/admin/keys/"},
+           {"GET", "/admin/keys"},
+           {"PUT", "/admin/keys/" + kKey},
+           {"GET", "/admin/statsx"},
+       }) {
+    const AdminResponse r = Call(api, Req(method, target, Bearer(kToken)));
+    EXPECT_EQ(r.status, 404) << method << " " << target;
+    EXPECT_EQ(ProblemOf(r)["code"], "not-found") << method << " " << target;
+  }
+}
+
+TEST_F(AdminApiTest, MissingComponentsAre404) {
+  const AdminApi api(AdminApi::Options{.token = kToken});
+  EXPECT_EQ(Call(api, Req("GET", "/metrics")).status, 404);
+  EXPECT_EQ(Call(api, Req("GET", "/admin/stats")).status, 404);
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 404);
+  EXPECT_EQ(Call(api, Req("GET", "/healthz")).status, 200);
+}
+
+TEST(PercentDecode, DecodesEscapesAndKeepsTheRest) {
+  EXPECT_EQ(PercentDecode("a%3Ab%3ac").value(), "a:b:c");
+  EXPECT_EQ(PercentDecode("%25%2F+x").value(), "%/+x");
+  EXPECT_EQ(PercentDecode("").value(), "");
+  EXPECT_EQ(PercentDecode("%00").value(), std::string(1, '\0'));
+  for (const char* bad : {"%", "%4", "a%g0", "%%"}) {
+    auto r = PercentDecode(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(FormatRfc3339, UtcWithMilliseconds) {
+  EXPECT_EQ(FormatRfc3339(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(FormatRfc3339(kNow + 42), "2023-11-14T22:13:20.042Z");
+  EXPECT_EQ(FormatRfc3339(951'782'400'999), "2000-02-29T00:00:00.999Z");
+  EXPECT_EQ(FormatRfc3339(-1), "1969-12-31T23:59:59.999Z");
+}
+
+TEST(IsValidUtf8, AcceptsWellFormedRejectsTheRest) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain ascii"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xc3"));                  // truncated
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));              // overlong
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));          // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));      // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_FALSE(IsValidUtf8("a\x80" "b"));             // stray continuation
+}
+
+TEST(RecordToJson, SanitizesBytesThatAreNotUtf8) {
+  core::Record record = CompletedRecord();
+  record.response.headers = {{"X-Raw", "caf\xe9"}};
+  const json::object o = RecordToJson("t-a:b:c:r:k", record);
+  EXPECT_EQ(o.at("response").at("headers").at(0).at("value"), "caf\xEF\xBF\xBD");
+  // A key that is not in the scoped form has no "scope".
+  EXPECT_FALSE(RecordToJson("plain", record).contains("scope"));
+}
+
+}  // namespace
+}  // namespace idemgate::admin

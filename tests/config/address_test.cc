@@ -1,0 +1,81 @@
+#include "config/address.h"
+
+#include <gtest/gtest.h>
+
+namespace idemgate::config {
+namespace {
+
+TEST(ParseHostPortTest, AcceptsNamesIpv4AndBracketedIpv6) {
+  StatusOr<HostPort> a = ParseHostPort("127.0.0.1:8080");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 8080);
+
+  StatusOr<HostPort> b = ParseHostPort("redis-1.internal:6379");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->host, "redis-1.internal");
+  EXPECT_EQ(b->port, 6379);
+
+  StatusOr<HostPort> c = ParseHostPort("[::1]:9090");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->host, "::1");
+  EXPECT_EQ(c->port, 9090);
+
+  StatusOr<HostPort> zero = ParseHostPort("localhost:0");
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  EXPECT_EQ(zero->port, 0);
+}
+
+TEST(ParseHostPortTest, RejectsMalformedAddresses) {
+  for (const char* bad : {"8080", "localhost", ":8080", "host:", "host:65536", "host:80x",
+                          "host:-1", "[::1", "[]:80", "[zz]:80", "ho st:80", "http://h:80",
+                          "::1:80", ""}) {
+    StatusOr<HostPort> hp = ParseHostPort(bad);
+    EXPECT_FALSE(hp.ok()) << "accepted \"" << bad << "\"";
+    if (!hp.ok()) {
+      EXPECT_EQ(hp.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(hp.status().message().find("host:port"), std::string::npos)
+          << hp.status().message();
+    }
+  }
+}
+
+TEST(ParseUpstreamUrlTest, SplitsSchemeHostPortAndBasePath) {
+  Upstream u;
+  ASSERT_TRUE(ParseUpstreamUrl("http://127.0.0.1:9001", &u).ok());
+  EXPECT_EQ(u.scheme, "http");
+  EXPECT_EQ(u.host, "127.0.0.1");
+  EXPECT_EQ(u.port, 9001);
+  EXPECT_EQ(u.base_path, "");
+
+  ASSERT_TRUE(ParseUpstreamUrl("http://backend.internal/api/v1/", &u).ok());
+  EXPECT_EQ(u.host, "backend.internal");
+  EXPECT_EQ(u.port, 80);
+  EXPECT_EQ(u.base_path, "/api/v1");
+
+  ASSERT_TRUE(ParseUpstreamUrl("HTTP://[::1]:8081/", &u).ok());
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.port, 8081);
+  EXPECT_EQ(u.base_path, "");
+}
+
+TEST(ParseUpstreamUrlTest, RejectsAnythingButPlainHttp) {
+  for (const char* bad :
+       {"https://h:443", "ftp://h", "127.0.0.1:9001", "http://", "http://:80", "http://h:",
+        "http://h:0", "http://h:99999", "http://user@h:80", "http://h:80/x?y=1", "http://h/#f",
+        "http://h:80//x", "http://h x:80", "http://h:80a"}) {
+    Upstream u;
+    u.host = "untouched";
+    Status s = ParseUpstreamUrl(bad, &u);
+    EXPECT_FALSE(s.ok()) << "accepted \"" << bad << "\"";
+    EXPECT_EQ(u.host, "untouched") << bad;
+    EXPECT_NE(s.message().find(bad), std::string::npos) << s.message();
+  }
+  Upstream u;
+  Status https = ParseUpstreamUrl("https://h:443", &u);
+  EXPECT_NE(https.message().find("https upstreams are not supported"), std::string::npos)
+      << https.message();
+}
+
+}  // namespace
+}  // namespace idemgate::config

@@ -1,0 +1,312 @@
+// Every class of bad config yields InvalidArgument with a message that starts
+// "bad.yaml:<line>: <key>: " and says what is wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/loader.h"
+
+namespace idemgate::config {
+namespace {
+
+// Six lines; text appended to it starts on line 7.
+constexpr char kMinimal[] = R"(upstreams:
+  app: { url: http://127.0.0.1:9001 }
+routes:
+  - id: r1
+    match: { path_prefix: / }
+    upstream: app
+)";
+
+// kMinimal's route with an idempotency block; the block's keys start on line 8.
+std::string WithIdempotency(std::string_view body) {
+  return std::string(kMinimal) + "    idempotency:\n" + std::string(body);
+}
+
+struct BadConfig {
+  std::string name;
+  std::string yaml;
+  int line;
+  std::string key;     // empty: the message has no key part
+  std::string detail;  // a substring the message must contain
+};
+
+std::vector<BadConfig> BadConfigs() {
+  const std::string m = kMinimal;
+  return {
+      // Unknown keys, at every depth.
+      {"UnknownTopLevelKeySuggestsTheNearOne", m + "listn: 127.0.0.1:80\n", 7, "listn",
+       "unknown key (did you mean \"listen\"?)"},
+      {"UnknownTopLevelKeyListsTheAllowedOnes", m + "frobnicate: 1\n", 7, "frobnicate",
+       "allowed here: listen, workers, shutdown_grace"},
+      {"UnknownKeyInIdempotency", WithIdempotency("      policy: required\n      retension: 7d\n"),
+       9, "routes[0].idempotency.retension", "did you mean \"retention\"?"},
+      {"UnknownKeyInUpstream",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001, timout: 1s }\nroutes: []\n", 2,
+       "upstreams.app.timout", "did you mean \"timeout\"?"},
+      {"UnknownKeyInDefaultsFingerprint",
+       m + "defaults:\n  idempotency:\n    fingerprint:\n      header: [x-a]\n", 10,
+       "defaults.idempotency.fingerprint.header", "did you mean \"headers\"?"},
+      {"UnknownKeyInMatch",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { prefix: / }\n    upstream: app\n",
+       5, "routes[0].match.prefix", "unknown key"},
+      {"UnknownKeyInStoreRedis", m + "store:\n  redis:\n    adresses: [a:1]\n", 9,
+       "store.redis.adresses", "did you mean \"addresses\"?"},
+      {"UnknownKeyInWebhookEndpoint",
+       m + "webhooks:\n  endpoints:\n    - id: w\n      secret: x\n", 10,
+       "webhooks.endpoints[0].secret", "unknown key"},
+      {"MergeKeysAreNotSupported", m + "admin:\n  <<: {listen: 'a:1'}\n", 8, "admin.<<",
+       "unknown key"},
+      {"DuplicateKey", m + "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n", 8, "listen",
+       "duplicate key (first at line 7)"},
+      {"DuplicateUpstreamName",
+       "upstreams:\n  app: { url: http://a:1 }\n  app: { url: http://b:1 }\nroutes: []\n", 3,
+       "upstreams.app", "duplicate key (first at line 2)"},
+
+      // Values that do not parse.
+      {"BadDuration", WithIdempotency("      retention: 1x\n"), 8, "routes[0].idempotency.retention",
+       "invalid duration \"1x\" ("},
+      {"DurationWithoutUnit",
+       "upstreams:\n  app:\n    url: http://127.0.0.1:9001\n    timeout: 30\nroutes: []\n", 4,
+       "upstreams.app.timeout", "invalid duration \"30\""},
+      {"NegativeDuration", m + "shutdown_grace: -5s\n", 7, "shutdown_grace", "invalid duration"},
+      {"BadSize", m + "limits:\n  max_request_bytes: 10 MiB\n", 8, "limits.max_request_bytes",
+       "invalid size \"10 MiB\""},
+      {"FractionalSize", WithIdempotency("      max_response_bytes: 1.5MiB\n"), 8,
+       "routes[0].idempotency.max_response_bytes", "invalid size \"1.5MiB\""},
+      {"NotANumber", m + "workers: many\n", 7, "workers", "expected a whole number"},
+      {"NegativeNumber", m + "workers: -1\n", 7, "workers", "expected a whole number"},
+      {"NotABool", "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+                   "    match: { path_prefix: / }\n    upstream: app\n    recovery: yes\n",
+       7, "routes[0].recovery", "expected true or false, got \"yes\""},
+      {"StringExpectedGotList", m + "listen: [a, b]\n", 7, "listen",
+       "expected a string, got a list"},
+      {"StringExpectedGotNothing", m + "admin:\n  token_env:\n", 8, "admin.token_env",
+       "expected a string, got nothing"},
+      {"ListExpected", WithIdempotency("      methods: POST\n"), 8,
+       "routes[0].idempotency.methods", "expected a list, got \"POST\""},
+      {"MappingExpected", m + "store: embedded\n", 7, "store",
+       "expected a mapping, got \"embedded\""},
+      {"RoutesMustBeAList", "upstreams:\n  app: { url: http://a:1 }\nroutes:\n  r1: {}\n", 3,
+       "routes", "expected a list, got a mapping"},
+      {"EmptyRouteItem", m + "  -\n", 3, "routes[1]", "expected a mapping, got nothing"},
+
+      // Unknown enum values.
+      {"BadPolicy", WithIdempotency("      policy: sometimes\n"), 8, "routes[0].idempotency.policy",
+       "unknown value \"sometimes\" (expected required|optional|webhook|passthrough|prohibited)"},
+      {"BadScope", WithIdempotency("      scope: user\n"), 8, "routes[0].idempotency.scope",
+       "(expected subject|project|tenant|global)"},
+      {"BadInFlight", WithIdempotency("      in_flight: queue\n"), 8,
+       "routes[0].idempotency.in_flight", "(expected reject|wait)"},
+      {"BadJsonMode", WithIdempotency("      fingerprint: { json: sorted }\n"), 8,
+       "routes[0].idempotency.fingerprint.json", "(expected canonical|raw)"},
+      {"BadDedup", WithIdempotency("      dedup: both\n"), 8, "routes[0].idempotency.dedup",
+       "(expected gateway|upstream)"},
+      {"BadForwardKey", WithIdempotency("      forward_key: hashed\n"), 8,
+       "routes[0].idempotency.forward_key", "(expected namespaced|raw|none)"},
+      {"BadStoreKind", m + "store: { kind: postgres }\n", 7, "store.kind",
+       "unknown value \"postgres\" (expected embedded|memory|redis)"},
+      {"BadOnError", m + "store: { on_error: retry }\n", 7, "store.on_error",
+       "(expected fail_closed|fail_open)"},
+      {"BadIdentityMode", m + "identity: { mode: oauth }\n", 7, "identity.mode",
+       "(expected none|trusted_headers|jwt|api_key)"},
+      {"PolicyIsCaseSensitive", WithIdempotency("      policy: Required\n"), 8,
+       "routes[0].idempotency.policy", "unknown value \"Required\""},
+      {"BadLogLevel", m + "log:\n  level: verbose\n", 8, "log.level",
+       "unknown value \"verbose\" (expected debug|info|warn|error)"},
+      {"BadLogFormat", m + "log:\n  format: xml\n", 8, "log.format", "(expected json|text)"},
+
+      // Routes and their references.
+      {"UnknownUpstream",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { path_prefix: / }\n    upstream: apx\n",
+       6, "routes[0].upstream", "unknown upstream \"apx\" (defined: app)"},
+      {"RouteWithoutUpstream",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { path_prefix: / }\n",
+       4, "routes[0].upstream", "missing (every route needs an upstream)"},
+      {"DuplicateRouteId", m + "  - id: r1\n    match: { path: /x }\n    upstream: app\n", 7,
+       "routes[1].id", "duplicate route id \"r1\" (first used at line 4)"},
+      {"RouteWithoutId", m + "  - match: { path: /x }\n    upstream: app\n", 7, "routes[1].id",
+       "missing (every route needs an id)"},
+      {"RouteIdWithColon", m + "  - id: \"a:b\"\n    match: { path: /x }\n    upstream: app\n", 7,
+       "routes[1].id", "invalid route id \"a:b\""},
+      {"MatchWithBothPathAndPrefix",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { path_prefix: /a, path: /a/b }\n    upstream: app\n",
+       5, "routes[0].match", "set only one of path_prefix and path"},
+      {"MatchWithNeither",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { methods: [GET] }\n    upstream: app\n",
+       5, "routes[0].match", "needs one of path_prefix or path"},
+      {"RouteWithoutMatch",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    upstream: app\n",
+       4, "routes[0].match", "needs one of path_prefix or path"},
+      {"PathWithoutLeadingSlash",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match:\n      path_prefix: api/v1\n    upstream: app\n",
+       6, "routes[0].match.path_prefix", "must start with '/' (got \"api/v1\")"},
+      {"BadMatchMethod",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match:\n      path: /x\n      methods:\n        - GET\n        - \"PO ST\"\n"
+       "    upstream: app\n",
+       9, "routes[0].match.methods[1]", "invalid method \"PO ST\""},
+      {"BadIdempotencyMethod", WithIdempotency("      methods: [POST, \"P/T\"]\n"), 8,
+       "routes[0].idempotency.methods[1]", "invalid method \"P/T\""},
+      {"EmptyIdempotencyMethods", WithIdempotency("      methods: []\n"), 8,
+       "routes[0].idempotency.methods", "must list at least one method"},
+      {"ZeroMaxInFlight", m + "    max_in_flight: 0\n", 7, "routes[0].max_in_flight",
+       "must be greater than 0"},
+      {"RecoveryPathWithoutSlash", m + "    recovery_upstream_path: attach\n", 7,
+       "routes[0].recovery_upstream_path", "must start with '/'"},
+      {"UpstreamRecoveryNeedsAPath",
+       m + "    recovery: true\n    idempotency: { dedup: upstream }\n", 7, "routes[0].recovery",
+       "recovery with dedup: upstream needs recovery_upstream_path"},
+      {"NoRoutesKey", "upstreams:\n  app: { url: http://127.0.0.1:9001 }\n", 1, "routes",
+       "at least one route is required"},
+      {"EmptyRoutes", "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 3,
+       "routes", "at least one route is required"},
+      {"EmptyDocument", "", 1, "routes", "at least one route is required"},
+      {"CommentsOnly", "# nothing yet\n", 1, "routes", "at least one route is required"},
+
+      // Upstreams.
+      {"HttpsUpstream", "upstreams:\n  app: { url: \"https://pay.example:443\" }\nroutes: []\n", 2,
+       "upstreams.app.url", "https upstreams are not supported"},
+      {"UpstreamWithoutScheme", "upstreams:\n  app: { url: \"127.0.0.1:9001\" }\nroutes: []\n", 2,
+       "upstreams.app.url", "scheme must be http"},
+      {"UpstreamWithBadPort", "upstreams:\n  app:\n    url: http://127.0.0.1:99999\nroutes: []\n",
+       3, "upstreams.app.url", "is not a number in 1..65535"},
+      {"UpstreamWithoutUrl", "upstreams:\n  app: { timeout: 1s }\nroutes: []\n", 2,
+       "upstreams.app.url", "missing (every upstream needs a url)"},
+      {"UpstreamZeroTimeout", "upstreams:\n  app: { url: http://a:1, timeout: 0 }\nroutes: []\n", 2,
+       "upstreams.app.timeout", "must be greater than 0"},
+      {"UpstreamZeroConnections",
+       "upstreams:\n  app:\n    url: http://a:1\n    max_connections: 0\nroutes: []\n", 4,
+       "upstreams.app.max_connections", "must be greater than 0"},
+
+      // Addresses.
+      {"ListenWithoutPort", m + "listen: \"8080\"\n", 7, "listen", "missing port"},
+      {"ListenWithBadPort", m + "listen: localhost:http\n", 7, "listen",
+       "port \"http\" is not a number in 0..65535"},
+      {"AdminListenBad", m + "admin: { listen: \"localhost\" }\n", 7, "admin.listen",
+       "expected host:port"},
+      {"RedisWithoutAddresses", m + "store:\n  kind: redis\n", 7, "store.redis.addresses",
+       "store.kind redis needs at least one address"},
+      {"RedisBadAddress", m + "store:\n  kind: redis\n  redis:\n    addresses: [redis]\n", 10,
+       "store.redis.addresses[0]", "missing port"},
+      {"RedisPortZero", m + "store:\n  kind: redis\n  redis:\n    addresses: [\"r:0\"]\n", 10,
+       "store.redis.addresses[0]", "port must be in 1..65535"},
+
+      // Idempotency ranges and shapes.
+      {"ZeroLease", WithIdempotency("      lease: 0\n"), 8, "routes[0].idempotency.lease",
+       "must be greater than 0"},
+      {"ZeroWaitTimeout", WithIdempotency("      wait_timeout: 0s\n"), 8,
+       "routes[0].idempotency.wait_timeout", "must be greater than 0"},
+      {"ZeroMaxResponseBytes", WithIdempotency("      max_response_bytes: 0\n"), 8,
+       "routes[0].idempotency.max_response_bytes", "must be greater than 0"},
+      {"DefaultsErrorNamesTheDefaultsLine",
+       m + "defaults:\n  idempotency:\n    wait_timeout: 0\n", 9,
+       "defaults.idempotency.wait_timeout", "must be greater than 0"},
+      {"JsonFieldNotAPointer", WithIdempotency("      fingerprint:\n        json_fields: [amount]\n"),
+       9, "routes[0].idempotency.fingerprint.json_fields[0]",
+       "invalid JSON Pointer \"amount\": must start with '/'"},
+      {"JsonFieldBadEscape",
+       WithIdempotency("      fingerprint:\n        json_fields:\n          - /ok\n          - /a~2\n"),
+       11, "routes[0].idempotency.fingerprint.json_fields[1]", "'~' must be followed by 0 or 1"},
+      {"BadFingerprintHeader", WithIdempotency("      fingerprint: { headers: [\"x y\"] }\n"), 8,
+       "routes[0].idempotency.fingerprint.headers[0]", "invalid header name \"x y\""},
+      {"BadKeyHeader", WithIdempotency("      header: \"Idempotency Key\"\n"), 8,
+       "routes[0].idempotency.header", "invalid header name"},
+      {"KeyCharsetWithColon", WithIdempotency("      key: { charset: \"+:\" }\n"), 8,
+       "routes[0].idempotency.key.charset", "':' can never be allowed"},
+      {"KeyMaxLengthZero", WithIdempotency("      key:\n        max_length: 0\n"), 9,
+       "routes[0].idempotency.key.max_length", "must be in 1..4096"},
+      {"WebhookWithoutProvider", WithIdempotency("      policy: webhook\n"), 7,
+       "routes[0].idempotency.provider", "policy webhook needs a provider"},
+      {"UnknownProvider", WithIdempotency("      policy: webhook\n      provider: paypal\n"), 9,
+       "routes[0].idempotency.provider", "unknown provider \"paypal\""},
+      {"ProviderOnNonWebhookRoute", WithIdempotency("      provider: stripe\n"), 8,
+       "routes[0].idempotency.provider", "provider is only used with policy: webhook"},
+
+      // Identity.
+      {"JwtNotSupportedYet", m + "identity:\n  mode: jwt\n", 8, "identity.mode",
+       "jwt is not supported yet"},
+      {"ApiKeyNotSupportedYet", m + "identity: { mode: api_key }\n", 7, "identity.mode",
+       "api_key is not supported yet"},
+      {"TrustedHeadersNeedTheirMode",
+       m + "identity:\n  trusted_headers: { tenant: X-T }\n", 8, "identity.trusted_headers",
+       "only used with identity.mode trusted_headers"},
+      {"TrustedHeadersMustDiffer",
+       m + "identity:\n  mode: trusted_headers\n  trusted_headers: { tenant: X-A, project: x-a }\n",
+       9, "identity.trusted_headers", "three different headers"},
+      {"UnknownIdentityKey", m + "identity:\n  mode: none\n  jwt: {}\n", 9, "identity.jwt",
+       "unknown key"},
+
+      // Webhook endpoints.
+      {"EndpointWithoutSecret",
+       m + "webhooks:\n  endpoints:\n    - { id: w1, tenant: t, project: p, provider: stripe }\n",
+       9, "webhooks.endpoints[0]", "set exactly one of secret_env and secret_file"},
+      {"EndpointWithBothSecrets",
+       m + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: t\n      project: p\n"
+           "      provider: github\n      secret_env: A\n      secret_file: /b\n",
+       9, "webhooks.endpoints[0]", "set exactly one of secret_env and secret_file"},
+      {"EndpointWithUnknownProvider",
+       m + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: t\n      project: p\n"
+           "      provider: paypal\n      secret_env: A\n",
+       12, "webhooks.endpoints[0].provider", "unknown provider \"paypal\""},
+      {"DuplicateEndpointId",
+       m + "webhooks:\n  endpoints:\n"
+           "    - { id: w1, tenant: t, project: p, provider: github, secret_env: A }\n"
+           "    - { id: w1, tenant: t, project: p, provider: github, secret_env: B }\n",
+       10, "webhooks.endpoints[1].id", "duplicate webhook endpoint id \"w1\""},
+
+      // Other top-level ranges.
+      {"TooManyWorkers", m + "workers: 5000\n", 7, "workers", "must be at most 1024"},
+      {"ZeroHeaderTimeout", m + "limits: { header_timeout: 0 }\n", 7, "limits.header_timeout",
+       "must be greater than 0"},
+      {"BadEnvName", m + "admin: { token_env: \"MY-TOKEN\" }\n", 7, "admin.token_env",
+       "invalid environment variable name"},
+
+      // YAML itself.
+      {"YamlBadIndentation",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { path_prefix: / }\n   upstream: app\n",
+       6, "", "YAML syntax error: "},
+      {"YamlBadFlowEnd",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
+       "    match: { path_prefix: / ]\n",
+       5, "", "YAML syntax error: "},
+      {"YamlTab", m + "listen: a\n\tb: c\n", 8, "", "YAML syntax error: "},
+      {"TwoDocuments", m + "---\nlisten: 127.0.0.1:1\n", 8, "", "only one YAML document"},
+      {"RootIsAList", "- a\n- b\n", 1, "", "expected a mapping, got a list"},
+  };
+}
+
+// Keeps gtest from dumping the struct's bytes in failure messages.
+void PrintTo(const BadConfig& bad, std::ostream* os) { *os << bad.name; }
+
+class LoaderErrorTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(LoaderErrorTest, NamesFileLineAndKey) {
+  const BadConfig& bad = GetParam();
+  StatusOr<Config> c = LoadString(bad.yaml, "bad.yaml");
+  ASSERT_FALSE(c.ok()) << "loaded:\n" << bad.yaml;
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  const std::string message = c.status().message();
+  std::string prefix = "bad.yaml:" + std::to_string(bad.line) + ": ";
+  if (!bad.key.empty()) prefix += bad.key + ": ";
+  EXPECT_EQ(message.rfind(prefix, 0), 0u) << "want prefix: " << prefix << "\ngot: " << message;
+  EXPECT_NE(message.find(bad.detail), std::string::npos)
+      << "want: " << bad.detail << "\ngot: " << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(BadConfigs, LoaderErrorTest, ::testing::ValuesIn(BadConfigs()),
+                         [](const ::testing::TestParamInfo<BadConfig>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace idemgate::config

@@ -1,0 +1,452 @@
+#include "config/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "config/names.h"
+#include "config/resolve.h"
+
+namespace idemgate::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+// SPEC §11, verbatim.
+constexpr char kSpecExample[] = R"(listen: 127.0.0.1:8080
+admin: { listen: 127.0.0.1:9090, token_env: IDEMGATE_ADMIN_TOKEN }
+store: { kind: embedded, path: ./idemgate-data, on_error: fail_closed }
+identity: { mode: none }
+upstreams:
+  app: { url: http://127.0.0.1:9001, timeout: 30s, max_connections: 256 }
+defaults:
+  idempotency:
+    policy: optional
+    methods: [POST, PATCH]
+    retention: 24h
+    in_flight: reject          # or wait
+    wait_timeout: 30s
+    max_response_bytes: 1MiB
+routes:
+  - id: payments
+    match: { path_prefix: /api/v1/payments, methods: [POST, GET] }
+    upstream: app
+    recovery: true
+    idempotency: { policy: required, retention: 7d, scope: subject }
+  - id: everything-else
+    match: { path_prefix: / }
+    upstream: app
+)";
+
+constexpr char kMinimal[] = R"(upstreams:
+  app: { url: http://127.0.0.1:9001 }
+routes:
+  - id: r1
+    match: { path_prefix: / }
+    upstream: app
+)";
+
+Config MustLoad(std::string_view yaml) {
+  StatusOr<Config> c = LoadString(yaml, "test.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : Config{};
+}
+
+TEST(LoaderTest, SpecExampleLoadsWithItsValues) {
+  Config c = MustLoad(kSpecExample);
+  EXPECT_EQ(c.source, "test.yaml");
+  EXPECT_EQ(c.listen, "127.0.0.1:8080");
+  EXPECT_EQ(c.admin.listen, "127.0.0.1:9090");
+  EXPECT_EQ(c.admin.token_env, "IDEMGATE_ADMIN_TOKEN");
+  EXPECT_EQ(c.store.kind, StoreKind::kEmbedded);
+  EXPECT_EQ(c.store.path, "./idemgate-data");
+  EXPECT_EQ(c.store.on_error, OnError::kFailClosed);
+  EXPECT_EQ(c.identity.mode, IdentityMode::kNone);
+
+  ASSERT_EQ(c.upstreams.size(), 1u);
+  const Upstream& app = c.upstreams.at("app");
+  EXPECT_EQ(app.name, "app");
+  EXPECT_EQ(app.url, "http://127.0.0.1:9001");
+  EXPECT_EQ(app.scheme, "http");
+  EXPECT_EQ(app.host, "127.0.0.1");
+  EXPECT_EQ(app.port, 9001);
+  EXPECT_EQ(app.base_path, "");
+  EXPECT_EQ(app.timeout, 30s);
+  EXPECT_EQ(app.max_connections, 256u);
+
+  EXPECT_EQ(c.defaults.policy, Policy::kOptional);
+  EXPECT_EQ(c.defaults.methods, (std::vector<std::string>{"POST", "PATCH"}));
+  EXPECT_EQ(c.defaults.retention, 24h);
+  EXPECT_EQ(c.defaults.in_flight, InFlightMode::kReject);
+  EXPECT_EQ(c.defaults.wait_timeout, 30s);
+  EXPECT_EQ(c.defaults.max_response_bytes, 1u * kMiB);
+
+  ASSERT_EQ(c.routes.size(), 2u);
+  const Route& payments = c.routes[0];
+  EXPECT_EQ(payments.id, "payments");
+  EXPECT_EQ(payments.line, 16);
+  EXPECT_EQ(payments.match.path_prefix, "/api/v1/payments");
+  EXPECT_EQ(payments.match.path, "");
+  EXPECT_EQ(payments.match.methods, (std::vector<std::string>{"POST", "GET"}));
+  EXPECT_EQ(payments.upstream, "app");
+  EXPECT_TRUE(payments.recovery);
+  EXPECT_EQ(payments.idempotency.policy, Policy::kRequired);
+  EXPECT_EQ(payments.idempotency.retention, 7 * 24h);
+  EXPECT_EQ(payments.idempotency.scope, Scope::kSubject);
+  EXPECT_EQ(payments.idempotency.wait_timeout, 30s);
+  EXPECT_EQ(payments.idempotency.methods, (std::vector<std::string>{"POST", "PATCH"}));
+
+  const Route& rest = c.routes[1];
+  EXPECT_EQ(rest.id, "everything-else");
+  EXPECT_EQ(rest.line, 21);
+  EXPECT_EQ(rest.match.path_prefix, "/");
+  EXPECT_TRUE(rest.match.methods.empty());
+  EXPECT_FALSE(rest.recovery);
+  EXPECT_EQ(rest.idempotency.policy, Policy::kOptional);
+  EXPECT_EQ(rest.idempotency.retention, 24h);
+  EXPECT_FALSE(rest.idempotency.scope.has_value());
+}
+
+TEST(LoaderTest, OmittedKeysKeepTheirDocumentedDefaults) {
+  Config c = MustLoad(kMinimal);
+  EXPECT_EQ(c.listen, "127.0.0.1:8080");
+  EXPECT_EQ(c.workers, 0u);
+  EXPECT_EQ(c.shutdown_grace, 30s);
+  EXPECT_EQ(c.limits.max_header_bytes, 16u * kKiB);
+  EXPECT_EQ(c.limits.max_request_bytes, 10u * kMiB);
+  EXPECT_EQ(c.limits.header_timeout, 10s);
+  EXPECT_EQ(c.limits.idle_timeout, 60s);
+  EXPECT_EQ(c.admin.listen, "");
+  EXPECT_EQ(c.store.kind, StoreKind::kEmbedded);
+  EXPECT_EQ(c.store.path, "./idemgate-data");
+  EXPECT_FALSE(c.store.sync);
+  EXPECT_EQ(c.store.max_bytes, 256u * kMiB);
+  EXPECT_EQ(c.store.on_error, OnError::kFailClosed);
+  EXPECT_TRUE(c.store.redis.addresses.empty());
+  EXPECT_EQ(c.store.redis.timeout, 200ms);
+  EXPECT_EQ(c.identity.mode, IdentityMode::kNone);
+  EXPECT_TRUE(c.webhooks.empty());
+  EXPECT_TRUE(c.metrics.tenant_labels);
+  EXPECT_EQ(c.log.level, "info");
+  EXPECT_EQ(c.log.format, "json");
+
+  const Upstream& app = c.upstreams.at("app");
+  EXPECT_EQ(app.timeout, 30s);
+  EXPECT_EQ(app.connect_timeout, 2s);
+  EXPECT_EQ(app.max_connections, 256u);
+
+  ASSERT_EQ(c.routes.size(), 1u);
+  const Route& r = c.routes[0];
+  EXPECT_EQ(r.line, 4);
+  EXPECT_FALSE(r.recovery);
+  EXPECT_FALSE(r.max_in_flight.has_value());
+  EXPECT_FALSE(r.max_request_bytes.has_value());
+  const Idempotency& idem = r.idempotency;
+  EXPECT_EQ(idem.policy, Policy::kOptional);
+  EXPECT_EQ(idem.header, "Idempotency-Key");
+  EXPECT_EQ(idem.methods, (std::vector<std::string>{"POST", "PATCH"}));
+  EXPECT_FALSE(idem.scope.has_value());
+  EXPECT_EQ(idem.retention, 24h);
+  EXPECT_FALSE(idem.lease.has_value());
+  EXPECT_EQ(idem.in_flight, InFlightMode::kReject);
+  EXPECT_EQ(idem.wait_timeout, 30s);
+  EXPECT_EQ(idem.max_response_bytes, 1u * kMiB);
+  EXPECT_FALSE(idem.store_server_errors);
+  EXPECT_EQ(idem.terminal_header, "Idempotency-Terminal");
+  EXPECT_EQ(idem.replay_header, "Idempotent-Replayed");
+  EXPECT_EQ(idem.fingerprint.headers, (std::vector<std::string>{"content-type"}));
+  EXPECT_EQ(idem.fingerprint.json, JsonMode::kCanonical);
+  EXPECT_TRUE(idem.fingerprint.json_fields.empty());
+  EXPECT_EQ(idem.key.max_length, 255u);
+  EXPECT_EQ(idem.key.charset, "");
+  EXPECT_EQ(idem.provider, "");
+  EXPECT_EQ(idem.dedup, DedupMode::kGateway);
+  EXPECT_EQ(idem.forward_key, ForwardKey::kNamespaced);
+
+  EXPECT_EQ(EffectiveScope(idem, c.identity), Scope::kGlobal);
+  EXPECT_EQ(EffectiveLease(idem, app), 35s);
+  EXPECT_EQ(EffectiveMaxRequestBytes(r, c.limits), 10u * kMiB);
+}
+
+TEST(LoaderTest, RouteIdempotencyOverridesDefaultsKeyByKey) {
+  Config c = MustLoad(R"(upstreams:
+  app: { url: http://127.0.0.1:9001 }
+defaults:
+  idempotency:
+    policy: required
+    retention: 1h
+    in_flight: wait
+    wait_timeout: 5s
+    fingerprint: { headers: [Content-Type, X-Account], json: raw, json_fields: [/a] }
+    key: { max_length: 100, charset: "+" }
+routes:
+  - id: overridden
+    match: { path: /orders }
+    upstream: app
+    idempotency:
+      retention: 0
+      lease: 12s
+      fingerprint: { json: canonical }
+      key: { charset: "+/" }
+  - id: inherited
+    match: { path_prefix: /other }
+    upstream: app
+)");
+  ASSERT_EQ(c.routes.size(), 2u);
+  const Idempotency& o = c.routes[0].idempotency;
+  EXPECT_EQ(o.policy, Policy::kRequired);
+  EXPECT_EQ(o.retention, 0s);
+  EXPECT_EQ(o.lease, 12s);
+  EXPECT_EQ(o.in_flight, InFlightMode::kWait);
+  EXPECT_EQ(o.wait_timeout, 5s);
+  EXPECT_EQ(o.fingerprint.headers, (std::vector<std::string>{"content-type", "x-account"}));
+  EXPECT_EQ(o.fingerprint.json, JsonMode::kCanonical);
+  EXPECT_EQ(o.fingerprint.json_fields, (std::vector<std::string>{"/a"}));
+  EXPECT_EQ(o.key.max_length, 100u);
+  EXPECT_EQ(o.key.charset, "+/");
+
+  const Idempotency& i = c.routes[1].idempotency;
+  EXPECT_EQ(i.retention, 1h);
+  EXPECT_FALSE(i.lease.has_value());
+  EXPECT_EQ(i.fingerprint.json, JsonMode::kRaw);
+  EXPECT_EQ(i.key.charset, "+");
+  EXPECT_EQ(c.routes[0].match.path, "/orders");
+  EXPECT_EQ(c.routes[0].match.path_prefix, "");
+}
+
+TEST(LoaderTest, ListsReplaceRatherThanAppend) {
+  Config c = MustLoad(R"(upstreams:
+  app: { url: http://127.0.0.1:9001 }
+defaults:
+  idempotency: { methods: [POST, PATCH, PUT] }
+routes:
+  - id: r1
+    match: { path_prefix: / }
+    upstream: app
+    idempotency: { methods: [put] }
+)");
+  EXPECT_EQ(c.defaults.methods, (std::vector<std::string>{"POST", "PATCH", "PUT"}));
+  EXPECT_EQ(c.routes[0].idempotency.methods, (std::vector<std::string>{"PUT"}));
+}
+
+TEST(LoaderTest, NormalisesMethodsHeadersAndUpstreamUrls) {
+  Config c = MustLoad(R"(upstreams:
+  api: { url: "http://backend.internal/api/v1/" }
+  v6: { url: "http://[::1]:8081" }
+routes:
+  - id: r1
+    match: { path_prefix: /, methods: [post, Get] }
+    upstream: api
+    idempotency:
+      methods: [post]
+      fingerprint: { headers: [X-Request-Hash, Content-Type] }
+)");
+  const Upstream& api = c.upstreams.at("api");
+  EXPECT_EQ(api.host, "backend.internal");
+  EXPECT_EQ(api.port, 80);
+  EXPECT_EQ(api.base_path, "/api/v1");
+  const Upstream& v6 = c.upstreams.at("v6");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 8081);
+  const Route& r = c.routes[0];
+  EXPECT_EQ(r.match.methods, (std::vector<std::string>{"POST", "GET"}));
+  EXPECT_EQ(r.idempotency.methods, (std::vector<std::string>{"POST"}));
+  EXPECT_EQ(r.idempotency.fingerprint.headers,
+            (std::vector<std::string>{"x-request-hash", "content-type"}));
+}
+
+TEST(LoaderTest, EverySectionIsRead) {
+  Config c = MustLoad(R"(listen: 0.0.0.0:0
+workers: 4
+shutdown_grace: 0
+limits: { max_header_bytes: 8KiB, max_request_bytes: 2MB, header_timeout: 5s, idle_timeout: 2m }
+admin: { listen: "[::1]:9090", token_env: ADMIN_TOKEN }
+store:
+  kind: redis
+  on_error: fail_open
+  sync: true
+  max_bytes: 1GiB
+  redis:
+    addresses: [10.0.0.1:6379, "redis-2:6380"]
+    cluster: true
+    password_env: REDIS_PASSWORD
+    timeout: 150ms
+identity:
+  mode: trusted_headers
+  trusted_headers: { tenant: X-Org, subject: X-User }
+upstreams:
+  app: { url: http://127.0.0.1:9001, timeout: 10s, connect_timeout: 500ms, max_connections: 32 }
+  restate: { url: http://127.0.0.1:8080 }
+routes:
+  - id: pay
+    match: { path_prefix: /pay }
+    upstream: app
+    max_in_flight: 100
+    max_request_bytes: 64KiB
+    idempotency:
+      policy: prohibited
+      header: X-Idem
+      scope: tenant
+      store_server_errors: true
+      terminal_header: X-Final
+      replay_header: X-Replayed
+      max_response_bytes: 4MiB
+      forward_key: raw
+  - id: hooks
+    match: { path: "/hooks/{webhook_id}", methods: [POST] }
+    upstream: app
+    idempotency: { policy: webhook, provider: github }
+  - id: workflows
+    match: { path_prefix: /restate }
+    upstream: restate
+    recovery: true
+    recovery_upstream_path: /restate/invocation/{service}/{handler}/{key}/attach
+    idempotency: { dedup: upstream, forward_key: none, policy: passthrough }
+webhooks:
+  endpoints:
+    - { id: gh1, tenant: acme, project: infra, provider: github, secret_file: /run/secrets/gh }
+    - { id: st1, tenant: acme, project: billing, provider: stripe, secret_env: STRIPE_SECRET }
+metrics: { tenant_labels: false }
+log: { level: debug, format: text }
+)");
+  EXPECT_EQ(c.listen, "0.0.0.0:0");
+  EXPECT_EQ(c.workers, 4u);
+  EXPECT_EQ(c.shutdown_grace, 0s);
+  EXPECT_EQ(c.limits.max_header_bytes, 8u * kKiB);
+  EXPECT_EQ(c.limits.max_request_bytes, 2'000'000u);
+  EXPECT_EQ(c.limits.header_timeout, 5s);
+  EXPECT_EQ(c.limits.idle_timeout, 2min);
+  EXPECT_EQ(c.admin.listen, "[::1]:9090");
+  EXPECT_EQ(c.admin.token_env, "ADMIN_TOKEN");
+  EXPECT_EQ(c.store.kind, StoreKind::kRedis);
+  EXPECT_EQ(c.store.on_error, OnError::kFailOpen);
+  EXPECT_TRUE(c.store.sync);
+  EXPECT_EQ(c.store.max_bytes, 1024u * kMiB);
+  EXPECT_EQ(c.store.redis.addresses, (std::vector<std::string>{"10.0.0.1:6379", "redis-2:6380"}));
+  EXPECT_TRUE(c.store.redis.cluster);
+  EXPECT_EQ(c.store.redis.password_env, "REDIS_PASSWORD");
+  EXPECT_EQ(c.store.redis.timeout, 150ms);
+  EXPECT_EQ(c.identity.mode, IdentityMode::kTrustedHeaders);
+  EXPECT_EQ(c.identity.trusted_headers.tenant, "X-Org");
+  EXPECT_EQ(c.identity.trusted_headers.project, "X-Project-Id");
+  EXPECT_EQ(c.identity.trusted_headers.subject, "X-User");
+  const Upstream& app = c.upstreams.at("app");
+  EXPECT_EQ(app.timeout, 10s);
+  EXPECT_EQ(app.connect_timeout, 500ms);
+  EXPECT_EQ(app.max_connections, 32u);
+
+  ASSERT_EQ(c.routes.size(), 3u);
+  const Route& pay = c.routes[0];
+  EXPECT_EQ(pay.max_in_flight, 100u);
+  EXPECT_EQ(pay.max_request_bytes, 64u * kKiB);
+  EXPECT_EQ(pay.idempotency.policy, Policy::kProhibited);
+  EXPECT_EQ(pay.idempotency.header, "X-Idem");
+  EXPECT_EQ(pay.idempotency.scope, Scope::kTenant);
+  EXPECT_TRUE(pay.idempotency.store_server_errors);
+  EXPECT_EQ(pay.idempotency.terminal_header, "X-Final");
+  EXPECT_EQ(pay.idempotency.replay_header, "X-Replayed");
+  EXPECT_EQ(pay.idempotency.max_response_bytes, 4u * kMiB);
+  EXPECT_EQ(pay.idempotency.forward_key, ForwardKey::kRaw);
+  EXPECT_EQ(EffectiveMaxRequestBytes(pay, c.limits), 64u * kKiB);
+  EXPECT_EQ(EffectiveLease(pay.idempotency, app), 15s);
+
+  const Route& hooks = c.routes[1];
+  EXPECT_EQ(hooks.match.path, "/hooks/{webhook_id}");
+  EXPECT_EQ(hooks.idempotency.policy, Policy::kWebhook);
+  EXPECT_EQ(hooks.idempotency.provider, "github");
+  EXPECT_EQ(EffectiveScope(hooks.idempotency, c.identity), Scope::kSubject);
+
+  const Route& workflows = c.routes[2];
+  EXPECT_TRUE(workflows.recovery);
+  EXPECT_EQ(workflows.recovery_upstream_path,
+            "/restate/invocation/{service}/{handler}/{key}/attach");
+  EXPECT_EQ(workflows.idempotency.dedup, DedupMode::kUpstream);
+  EXPECT_EQ(workflows.idempotency.forward_key, ForwardKey::kNone);
+  EXPECT_EQ(workflows.idempotency.policy, Policy::kPassthrough);
+
+  ASSERT_EQ(c.webhooks.size(), 2u);
+  EXPECT_EQ(c.webhooks[0].id, "gh1");
+  EXPECT_EQ(c.webhooks[0].tenant, "acme");
+  EXPECT_EQ(c.webhooks[0].project, "infra");
+  EXPECT_EQ(c.webhooks[0].provider, "github");
+  EXPECT_EQ(c.webhooks[0].secret_file, "/run/secrets/gh");
+  EXPECT_EQ(c.webhooks[1].secret_env, "STRIPE_SECRET");
+  EXPECT_FALSE(c.metrics.tenant_labels);
+  EXPECT_EQ(c.log.level, "debug");
+  EXPECT_EQ(c.log.format, "text");
+}
+
+TEST(LoaderTest, AnchorsAndAliasesAreExpanded) {
+  Config c = MustLoad(R"(upstreams:
+  app: &app_upstream { url: http://127.0.0.1:9001, timeout: 3s }
+  copy: *app_upstream
+routes:
+  - id: r1
+    match: { path_prefix: / }
+    upstream: copy
+)");
+  EXPECT_EQ(c.upstreams.at("copy").timeout, 3s);
+  EXPECT_EQ(c.upstreams.at("copy").port, 9001);
+}
+
+TEST(LoaderTest, LoadFileUsesThePathAsSource) {
+  const std::string path = ::testing::TempDir() + "/idemgate_loader_test.yaml";
+  {
+    std::ofstream out(path);
+    out << kMinimal;
+  }
+  StatusOr<Config> c = LoadFile(path);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->source, path);
+  EXPECT_EQ(c->routes.size(), 1u);
+
+  {
+    std::ofstream out(path);
+    out << kMinimal << "bogus: 1\n";
+  }
+  StatusOr<Config> bad = LoadFile(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind(path + ":7: bogus: unknown key", 0), 0u)
+      << bad.status().message();
+  std::remove(path.c_str());
+}
+
+TEST(LoaderTest, LoadFileReportsMissingAndUnreadableFiles) {
+  const std::string missing = ::testing::TempDir() + "/idemgate_no_such_config.yaml";
+  StatusOr<Config> c = LoadFile(missing);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message().rfind(missing + ": cannot open", 0), 0u) << c.status().message();
+
+  StatusOr<Config> dir = LoadFile(::testing::TempDir());
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("not a regular file"), std::string::npos)
+      << dir.status().message();
+}
+
+TEST(NamesTest, NameAndFromNameAreInverses) {
+  auto round_trip = [](auto tag) {
+    using E = decltype(tag);
+    for (const auto& [value, name] : EnumNames<E>::kNames) {
+      EXPECT_EQ(Name(value), name);
+      EXPECT_EQ(FromName<E>(name), value);
+    }
+    EXPECT_FALSE(FromName<E>("no-such-value").has_value());
+  };
+  round_trip(Policy{});
+  round_trip(Scope{});
+  round_trip(InFlightMode{});
+  round_trip(JsonMode{});
+  round_trip(DedupMode{});
+  round_trip(ForwardKey{});
+  round_trip(StoreKind{});
+  round_trip(OnError{});
+  round_trip(IdentityMode{});
+  EXPECT_EQ(AllowedNames<OnError>(), "fail_closed|fail_open");
+  EXPECT_FALSE(FromName<Policy>("Required").has_value());
+}
+
+}  // namespace
+}  // namespace idemgate::config

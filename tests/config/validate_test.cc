@@ -1,0 +1,110 @@
+#include "config/validate.h"
+
+#include <gtest/gtest.h>
+
+#include "config/address.h"
+#include "config/resolve.h"
+
+namespace idemgate::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A valid config built in code, the way tests elsewhere build theirs.
+Config CodeConfig() {
+  Config c;
+  Upstream app;
+  app.name = "app";
+  app.url = "http://127.0.0.1:9001";
+  EXPECT_TRUE(ParseUpstreamUrl(app.url, &app).ok());
+  c.upstreams.emplace("app", app);
+  Route r;
+  r.id = "orders";
+  r.match.path_prefix = "/orders";
+  r.upstream = "app";
+  r.idempotency = c.defaults;
+  c.routes.push_back(r);
+  return c;
+}
+
+TEST(ValidateTest, AcceptsAValidConfigBuiltInCode) {
+  Status s = Validate(CodeConfig());
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(ValidateTest, DefaultConfigNeedsARoute) {
+  Status s = Validate(Config{});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "routes: at least one route is required");
+}
+
+TEST(ValidateTest, UsesSourceAndRouteLineWhenKnown) {
+  Config c = CodeConfig();
+  c.source = "gen.yaml";
+  c.routes[0].line = 7;
+  c.routes[0].upstream = "missing";
+  Status s = Validate(c);
+  EXPECT_EQ(s.message(), "gen.yaml:7: routes[0].upstream: unknown upstream \"missing\" (defined: app)");
+
+  c.routes[0].line = 0;
+  EXPECT_EQ(Validate(c).message(),
+            "gen.yaml: routes[0].upstream: unknown upstream \"missing\" (defined: app)");
+}
+
+TEST(ValidateTest, ExpectsNormalisedMethodsAndHeaders) {
+  Config lower_method = CodeConfig();
+  lower_method.routes[0].match.methods = {"post"};
+  EXPECT_NE(Validate(lower_method).message().find("routes[0].match.methods[0]: invalid method"),
+            std::string::npos);
+
+  Config upper_header = CodeConfig();
+  upper_header.routes[0].idempotency.fingerprint.headers = {"Content-Type"};
+  EXPECT_NE(Validate(upper_header)
+                .message()
+                .find("routes[0].idempotency.fingerprint.headers[0]: invalid header name"),
+            std::string::npos);
+}
+
+TEST(ValidateTest, UpstreamMustHaveBeenParsed) {
+  Config c = CodeConfig();
+  Upstream raw;
+  raw.name = "raw";
+  raw.url = "http://10.0.0.1:80";
+  c.upstreams.emplace("raw", raw);
+  Status s = Validate(c);
+  EXPECT_NE(s.message().find("upstreams.raw.url: scheme must be http"), std::string::npos)
+      << s.message();
+}
+
+TEST(ValidateTest, ReportsOnlyTheFirstProblem) {
+  Config c = CodeConfig();
+  c.listen = "nowhere";
+  c.routes[0].upstream = "missing";
+  Status s = Validate(c);
+  EXPECT_EQ(s.message().rfind("listen: ", 0), 0u) << s.message();
+  EXPECT_EQ(s.message().find("missing"), s.message().find("missing port")) << s.message();
+}
+
+TEST(ResolveTest, ScopeFollowsIdentityWhenUnset) {
+  Idempotency idem;
+  Identity none;
+  Identity trusted;
+  trusted.mode = IdentityMode::kTrustedHeaders;
+  EXPECT_EQ(EffectiveScope(idem, none), Scope::kGlobal);
+  EXPECT_EQ(EffectiveScope(idem, trusted), Scope::kSubject);
+  idem.scope = Scope::kTenant;
+  EXPECT_EQ(EffectiveScope(idem, none), Scope::kTenant);
+  EXPECT_EQ(EffectiveScope(idem, trusted), Scope::kTenant);
+}
+
+TEST(ResolveTest, LeaseDefaultsToUpstreamTimeoutPlusFiveSeconds) {
+  Idempotency idem;
+  Upstream u;
+  u.timeout = 12s;
+  EXPECT_EQ(EffectiveLease(idem, u), 17s);
+  idem.lease = 3s;
+  EXPECT_EQ(EffectiveLease(idem, u), 3s);
+}
+
+}  // namespace
+}  // namespace idemgate::config

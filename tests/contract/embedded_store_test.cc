@@ -1,0 +1,551 @@
+// EmbeddedStore beyond the common contract: durability across restarts and
+// crashes, refusing unusable paths, expiry (sweeper, compaction filter, disk
+// space) and the thread hop of offloaded operations.
+#include "store/embedded/embedded_store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <rocksdb/db.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "contract/store_contract.h"
+#include "fakes/testing.h"
+#include "store/embedded/offload.h"
+
+namespace idemgate::store::embedded {
+namespace {
+
+namespace fs = std::filesystem;
+using contract::Completion;
+using contract::Fingerprint;
+using contract::Reservation;
+using contract::RunOn;
+using core::Record;
+using core::ReserveOutcome;
+using namespace std::chrono_literals;
+
+std::uint64_t DirBytes(const std::string& dir) {
+  std::uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+class EmbeddedStoreTest : public ::testing::Test {
+ protected:
+  EmbeddedStore::Options Opts(bool sync = false) const {
+    EmbeddedStore::Options o;
+    o.path = path_;
+    o.sync = sync;
+    o.clock = &clock_;
+    o.sweep_interval = Duration::zero();
+    return o;
+  }
+  std::unique_ptr<EmbeddedStore> OpenOrDie(EmbeddedStore::Options o) {
+    auto store = EmbeddedStore::Open(std::move(o));
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  UnixMillis Now() const { return clock_.NowMillis(); }
+
+  template <typename T>
+  T Run(core::Task<T> task) {
+    return RunOn(io_, std::move(task));
+  }
+
+  // Reserves and completes `key` with `retention`; returns the record.
+  Record Put(EmbeddedStore& store, const std::string& key, Duration retention,
+             std::string body = "body") {
+    Record r = Reservation("owner-" + key, Fingerprint(1), Now());
+    auto res = Run(store.Reserve(key, r, Now()));
+    EXPECT_TRUE(res.ok() && res->outcome == ReserveOutcome::kReserved) << key;
+    Record c = Completion(r, Now(), retention, 200, std::move(body));
+    Status s = Run(store.Complete(key, r.owner, c));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return c;
+  }
+
+  std::optional<Record> Get(EmbeddedStore& store, const std::string& key) {
+    auto got = Run(store.Get(key, Now()));
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : std::nullopt;
+  }
+
+  Record MustGet(EmbeddedStore& store, const std::string& key) {
+    auto got = Get(store, key);
+    if (!got) ADD_FAILURE() << "no record under " << key;
+    return got.value_or(Record{});
+  }
+
+  FakeClock clock_;
+  testing::TempDir dir_;
+  std::string path_ = dir_.Join("db");
+  boost::asio::io_context io_;
+};
+
+TEST(RunOnPoolTest, RunsTheWorkOnThePoolAndResumesOnTheCallersThread) {
+  boost::asio::thread_pool pool(2);
+  boost::asio::io_context io;
+  const auto caller = std::this_thread::get_id();
+  std::thread::id worker, resumed;
+  const int result = RunOn(io, [&]() -> core::Task<int> {
+    const int v = co_await RunOnPool(pool, [&] {
+      worker = std::this_thread::get_id();
+      return 42;
+    });
+    resumed = std::this_thread::get_id();
+    co_return v;
+  }());
+  pool.join();
+  EXPECT_EQ(result, 42);
+  EXPECT_NE(worker, caller);
+  EXPECT_EQ(resumed, caller);
+}
+
+TEST_F(EmbeddedStoreTest, OffloadDefaultsToSync) {
+  {
+    auto store = OpenOrDie(Opts(false));
+    ASSERT_NE(store, nullptr);
+    EXPECT_FALSE(store->offloaded());
+  }
+  {
+    auto store = OpenOrDie(Opts(true));
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->offloaded());
+  }
+  auto o = Opts(false);
+  o.offload = true;
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->offloaded());
+}
+
+class EmbeddedRestartTest : public EmbeddedStoreTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(EmbeddedRestartTest, RecordsSurviveARestart) {
+  const bool sync = GetParam();
+  std::vector<Record> completed;
+  std::vector<Record> in_flight;
+  {
+    auto store = OpenOrDie(Opts(sync));
+    ASSERT_NE(store, nullptr);
+    std::string binary;
+    for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
+    for (int i = 0; i < 20; ++i) {
+      completed.push_back(Put(*store, "done-" + std::to_string(i), i % 2 ? 24h : 0ms,
+                              binary + std::to_string(i)));
+    }
+    for (int i = 0; i < 5; ++i) {
+      Record r = Reservation("owner-" + std::to_string(i), Fingerprint(i), Now(), 30s);
+      auto res = Run(store->Reserve("flight-" + std::to_string(i), r, Now()));
+      ASSERT_TRUE(res.ok() && res->outcome == ReserveOutcome::kReserved);
+      in_flight.push_back(r);
+    }
+  }
+  auto store = OpenOrDie(Opts(sync));
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 20; ++i) {
+    auto got = Get(*store, "done-" + std::to_string(i));
+    ASSERT_TRUE(got.has_value()) << i;
+    EXPECT_EQ(core::EncodeRecord(*got), core::EncodeRecord(completed[i])) << i;
+  }
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "flight-" + std::to_string(i);
+    auto got = Get(*store, key);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(*got, in_flight[i]);
+    // Still in flight: another request is refused until the lease ends...
+    Record retry = Reservation("new-owner", Fingerprint(i), Now());
+    auto res = Run(store->Reserve(key, retry, Now()));
+    ASSERT_TRUE(res.ok());
+    EXPECT_EQ(res->outcome, ReserveOutcome::kExists);
+  }
+  // ...and taken over once it has, by wall clock.
+  clock_.Advance(30s);
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "flight-" + std::to_string(i);
+    Record retry = Reservation("new-owner", Fingerprint(i), Now());
+    auto res = Run(store->Reserve(key, retry, Now()));
+    ASSERT_TRUE(res.ok());
+    EXPECT_EQ(res->outcome, ReserveOutcome::kTakenOver);
+    ASSERT_TRUE(res->existing.has_value());
+    EXPECT_EQ(*res->existing, in_flight[i]);
+    EXPECT_EQ(Run(store->Complete(key, in_flight[i].owner, Completion(in_flight[i], Now(), 24h))).code(),
+              StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Run(store->Complete(key, "new-owner", Completion(retry, Now(), 24h))).ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sync, EmbeddedRestartTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Fsync" : "NoFsync"; });
+
+// The child writes and then dies without closing anything (like kill -9):
+// with sync off the commits are in the WAL in the OS page cache, which a
+// process crash does not lose.
+TEST_F(EmbeddedStoreTest, CommitsSurviveAProcessCrash) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto store = EmbeddedStore::Open(Opts(false));
+        if (!store.ok()) {
+          std::cerr << store.status().ToString();
+          std::_Exit(1);
+        }
+        boost::asio::io_context io;
+        for (int i = 0; i < 50; ++i) {
+          const std::string key = "k" + std::to_string(i);
+          Record r = Reservation("owner", Fingerprint(i), Now());
+          auto res = RunOn(io, (*store)->Reserve(key, r, Now()));
+          Status s = i < 40 ? RunOn(io, (*store)->Complete(key, "owner",
+                                                           Completion(r, Now(), 24h, 200, key)))
+                            : Status::Ok();
+          if (!res.ok() || !s.ok()) std::_Exit(2);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  auto store = OpenOrDie(Opts(false));
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    auto got = Get(*store, key);
+    ASSERT_TRUE(got.has_value()) << key;
+    if (i < 40) {
+      EXPECT_EQ(got->state, core::RecordState::kCompleted);
+      EXPECT_EQ(got->response.body, key);
+    } else {
+      EXPECT_EQ(got->state, core::RecordState::kInFlight);
+    }
+  }
+}
+
+TEST_F(EmbeddedStoreTest, SecondOpenOfAnOpenPathFailsClearly) {
+  auto first = OpenOrDie(Opts());
+  ASSERT_NE(first, nullptr);
+  auto second = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("already in use"), std::string::npos)
+      << second.status().ToString();
+  EXPECT_NE(second.status().message().find(path_), std::string::npos);
+  // The first instance is unaffected.
+  Put(*first, "k", 24h);
+  EXPECT_TRUE(Get(*first, "k").has_value());
+}
+
+// Another process holding the LOCK file the way RocksDB does (a POSIX write
+// lock), i.e. another idemgate on the same path.
+TEST_F(EmbeddedStoreTest, OpenFailsWhileAnotherProcessHoldsTheLock) {
+  OpenOrDie(Opts()).reset();
+  int locked[2], release[2];
+  ASSERT_EQ(pipe(locked), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const std::string lock_path = path_ + "/LOCK";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls after fork.
+    int fd = open(lock_path.c_str(), O_RDWR);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    char ok = (fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0) ? '1' : '0';
+    if (write(locked[1], &ok, 1) != 1) _exit(3);
+    char c;
+    if (read(release[0], &c, 1) < 0) _exit(4);
+    _exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(read(locked[0], &ok, 1), 1);
+  ASSERT_EQ(ok, '1');
+  auto store = EmbeddedStore::Open(Opts());
+  close(release[1]);
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  for (int fd : {locked[0], locked[1], release[0]}) close(fd);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("another idemgate process"), std::string::npos)
+      << store.status().ToString();
+  // Once that process is gone the path opens again.
+  EXPECT_NE(OpenOrDie(Opts()), nullptr);
+}
+
+TEST_F(EmbeddedStoreTest, OpenFailsWhenThePathIsNotADirectory) {
+  ASSERT_TRUE(testing::WriteFile(path_, "not a database").ok());
+  auto store = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("not a directory"), std::string::npos)
+      << store.status().ToString();
+
+  auto o = Opts();
+  o.path = path_ + "/below-a-file";
+  store = EmbeddedStore::Open(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << store.status().ToString();
+  EXPECT_NE(store.status().message().find(o.path), std::string::npos);
+
+  o.path = "";
+  store = EmbeddedStore::Open(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Runs Open as a user without access to the directory (root would bypass the
+// permission bits, so the child drops to nobody first).
+TEST_F(EmbeddedStoreTest, OpenFailsWithoutPermission) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  fs::create_directories(path_);
+  fs::permissions(dir_.path(), fs::perms::owner_all);
+  fs::permissions(path_, fs::perms::none);
+  EXPECT_EXIT(
+      {
+        if (geteuid() == 0) {
+          const passwd* nobody = getpwnam("nobody");
+          if (!nobody || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) std::_Exit(3);
+        }
+        auto store = EmbeddedStore::Open(Opts());
+        std::cerr << store.status().ToString();
+        std::_Exit(!store.ok() && store.status().code() == StatusCode::kFailedPrecondition ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "Permission denied");
+  fs::permissions(path_, fs::perms::owner_all);
+}
+
+TEST_F(EmbeddedStoreTest, OpenFailsOnCorruptFiles) {
+  OpenOrDie(Opts()).reset();
+  int manifests = 0;
+  for (const auto& e : fs::directory_iterator(path_)) {
+    if (e.path().filename().string().rfind("MANIFEST-", 0) == 0) {
+      ASSERT_TRUE(testing::WriteFile(e.path().string(), std::string(4096, '\x5a')).ok());
+      ++manifests;
+    }
+  }
+  ASSERT_GT(manifests, 0);
+  auto store = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInternal) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("corrupt"), std::string::npos);
+  EXPECT_NE(store.status().message().find(path_), std::string::npos);
+
+  ASSERT_TRUE(testing::WriteFile(path_ + "/CURRENT", "garbage").ok());
+  store = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(path_), std::string::npos) << store.status().ToString();
+}
+
+TEST_F(EmbeddedStoreTest, OpenRefusesAnotherApplicationsRocksDb) {
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, path_, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "theirs", "data").ok());
+  }
+  auto store = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("not an idemgate store"), std::string::npos)
+      << store.status().ToString();
+  // Nothing was added to it.
+  std::vector<std::string> families;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path_, &families).ok());
+  EXPECT_EQ(families, std::vector<std::string>{rocksdb::kDefaultColumnFamilyName});
+}
+
+TEST_F(EmbeddedStoreTest, UndecodableRecordIsAnInternalError) {
+  OpenOrDie(Opts()).reset();
+  {
+    // Write a broken value under a key, behind the store's back.
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"records", {}}, {"expiry", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), path_, families, &handles, &raw).ok());
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), handles[1], "broken", "\x01\x07junk").ok());
+    for (auto* h : handles) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(h).ok());
+    delete raw;
+  }
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  auto got = Run(store->Get("broken", Now()));
+  EXPECT_EQ(got.status().code(), StatusCode::kInternal);
+  auto res = Run(store->Reserve("broken", Reservation("o", Fingerprint(1), Now()), Now()));
+  EXPECT_EQ(res.status().code(), StatusCode::kInternal);
+  // Purge still removes it.
+  auto purged = Run(store->Purge("broken"));
+  ASSERT_TRUE(purged.ok());
+  EXPECT_TRUE(*purged);
+  EXPECT_FALSE(Get(*store, "broken").has_value());
+}
+
+TEST_F(EmbeddedStoreTest, RecordsInTheWrongStateAreRejected) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  Record r = Reservation("o", Fingerprint(1), Now());
+  auto res = Run(store->Reserve("k", Completion(r, Now(), 24h), Now()));
+  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Run(store->Reserve("k", r, Now())).ok());
+  EXPECT_EQ(Run(store->Complete("k", "o", r)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MustGet(*store, "k"), r);
+}
+
+TEST_F(EmbeddedStoreTest, SweepDeletesOnlyCompletedRecordsPastRetention) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  Put(*store, "short", 1s);
+  Record longer = Put(*store, "long", 10s);
+  Record forever = Put(*store, "forever", 0ms);
+  Record flight = Reservation("o", Fingerprint(1), Now(), 1s);
+  ASSERT_TRUE(Run(store->Reserve("flight", flight, Now())).ok());
+  // A stale expiry entry: completed with 1 s retention, purged, reserved again.
+  Put(*store, "stale", 1s);
+  ASSERT_TRUE(Run(store->Purge("stale")).ok());
+  Record again = Reservation("o2", Fingerprint(2), Now(), 1h);
+  ASSERT_TRUE(Run(store->Reserve("stale", again, Now())).ok());
+
+  auto swept = store->SweepExpired(Now(), 100);
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(swept->index_entries, 0u);
+
+  clock_.Advance(2s);
+  swept = store->SweepExpired(Now(), 100);
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(swept->index_entries, 2u);  // "short" and the stale entry of "stale"
+  EXPECT_EQ(swept->deleted, 1u);
+  EXPECT_EQ(*store->CountRecords(), 4u);
+  EXPECT_EQ(MustGet(*store, "long"), longer);
+  EXPECT_EQ(MustGet(*store, "forever"), forever);
+  EXPECT_EQ(MustGet(*store, "flight"), flight);
+  EXPECT_EQ(MustGet(*store, "stale"), again);
+
+  clock_.Advance(10s);
+  swept = store->SweepExpired(Now(), 100);
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(swept->deleted, 1u);
+  EXPECT_EQ(*store->CountRecords(), 3u);
+  EXPECT_FALSE(Get(*store, "long").has_value());
+}
+
+TEST_F(EmbeddedStoreTest, SweepConsumesAtMostMaxEntries) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 10; ++i) Put(*store, "k" + std::to_string(i), 1s);
+  clock_.Advance(1s);
+  std::size_t total = 0;
+  for (int round = 0; round < 3; ++round) {
+    auto swept = store->SweepExpired(Now(), 4);
+    ASSERT_TRUE(swept.ok());
+    EXPECT_EQ(swept->index_entries, round < 2 ? 4u : 2u);
+    total += swept->deleted;
+  }
+  EXPECT_EQ(total, 10u);
+  EXPECT_EQ(*store->CountRecords(), 0u);
+}
+
+TEST_F(EmbeddedStoreTest, CompactionDropsExpiredRecordsEvenWithoutASweep) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 100; ++i) Put(*store, "k" + std::to_string(i), i < 60 ? 1s : 1h);
+  ASSERT_TRUE(store->CompactAll().ok());
+  EXPECT_EQ(*store->CountRecords(), 100u);
+  clock_.Advance(1s);
+  ASSERT_TRUE(store->CompactAll().ok());
+  EXPECT_EQ(*store->CountRecords(), 40u);
+  // The expiry entries left behind are consumed without touching live records.
+  auto swept = store->SweepExpired(Now(), 1000);
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(swept->index_entries, 60u);
+  EXPECT_EQ(swept->deleted, 0u);
+  EXPECT_EQ(*store->CountRecords(), 40u);
+}
+
+TEST_F(EmbeddedStoreTest, BackgroundSweeperDeletesExpiredRecords) {
+  auto o = Opts();
+  o.sweep_interval = 5ms;
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 20; ++i) Put(*store, "k" + std::to_string(i), i < 15 ? 1s : 0ms);
+  clock_.Advance(1s);
+  EXPECT_TRUE(testing::PollUntil([&] { return *store->CountRecords() == 5; }, 20s));
+  EXPECT_EQ(*store->CountRecords(), 5u);
+}
+
+TEST_F(EmbeddedStoreTest, StatsReportKeysAndBytes) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 1000; ++i) Put(*store, "k" + std::to_string(i), 1s, std::string(100, 'x'));
+  ASSERT_TRUE(store->CompactAll().ok());
+  core::StoreStats stats = store->Stats();
+  EXPECT_GE(stats.keys, 900u);
+  EXPECT_LE(stats.keys, 1100u);
+  EXPECT_GT(stats.bytes, 0u);
+  clock_.Advance(1s);
+  while (store->SweepExpired(Now(), 1000)->index_entries > 0) {
+  }
+  ASSERT_TRUE(store->CompactAll().ok());
+  EXPECT_EQ(store->Stats().keys, 0u);
+}
+
+// Expiry keeps the disk bounded: many short-lived records, then time passes,
+// the sweeper deletes them and compaction gives the space back.
+TEST_F(EmbeddedStoreTest, ExpiredRecordsLeaveTheDisk) {
+  constexpr int kRecords = 200'000;
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(1);
+  std::string body(200, '\0');
+  int failures = 0;
+  Run([&]() -> core::Task<void> {
+    for (int i = 0; i < kRecords; ++i) {
+      const std::string key = "t-a:b:c:route:" + std::to_string(i);
+      for (auto& c : body) c = static_cast<char>(rng());
+      Record r = Reservation("o", Fingerprint(1), Now());
+      auto res = co_await store->Reserve(key, r, Now());
+      Status s = co_await store->Complete(key, "o", Completion(r, Now(), 1s, 200, body));
+      if (!res.ok() || !s.ok()) ++failures;
+    }
+  }());
+  ASSERT_EQ(failures, 0);
+  ASSERT_TRUE(store->CompactAll().ok());
+  const std::uint64_t keys_before = store->Stats().keys;
+  const std::uint64_t bytes_before = DirBytes(path_);
+  EXPECT_GE(keys_before, kRecords * 9u / 10);
+
+  clock_.Advance(1s);
+  std::size_t deleted = 0;
+  for (;;) {
+    auto swept = store->SweepExpired(Now(), 50'000);
+    ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+    deleted += swept->deleted;
+    if (swept->index_entries < 50'000) break;
+  }
+  EXPECT_EQ(deleted, static_cast<std::size_t>(kRecords));
+  ASSERT_TRUE(store->CompactAll().ok());
+  const std::uint64_t keys_after = store->Stats().keys;
+  const std::uint64_t bytes_after = DirBytes(path_);
+  std::cout << "records " << kRecords << ": keys " << keys_before << " -> " << keys_after
+            << ", bytes on disk " << bytes_before << " -> " << bytes_after << "\n";
+  EXPECT_LE(keys_after, kRecords / 1000u);
+  EXPECT_EQ(*store->CountRecords(), 0u);
+  EXPECT_LT(bytes_after, bytes_before);
+}
+
+}  // namespace
+}  // namespace idemgate::store::embedded

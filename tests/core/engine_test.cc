@@ -1,0 +1,362 @@
+#include "core/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/decision.h"
+#include "engine_test_util.h"
+#include "store/memory/memory_store.h"
+
+namespace idemgate::core {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PollUntil;
+using testing::RunTask;
+using testing::Spawn;
+
+const std::string kKey = "t-_:_:_:payments:k1";
+const std::string kFp(32, 'a');
+const std::string kOtherFp(32, 'b');
+
+StoredResponse Response(int status, std::string body) {
+  StoredResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "application/json"}, {"Set-Cookie", "s=1"}};
+  r.body = std::move(body);
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  KeyedRequest Request(std::string fp = kFp, InFlightMode mode = InFlightMode::kReject) {
+    KeyedRequest r;
+    r.key = kKey;
+    r.fingerprint = std::move(fp);
+    r.lease = 30s;
+    r.in_flight = mode;
+    r.wait_timeout = 30s;
+    return r;
+  }
+
+  BeginResult Begin(KeyedRequest r) { return RunTask(ctx_, engine_.Begin(std::move(r))); }
+  Status Complete(const Reservation& res, StoredResponse resp, Duration retention = 24h) {
+    return RunTask(ctx_, engine_.Complete(res, std::move(resp), retention));
+  }
+  std::optional<Record> Get(const std::string& key) {
+    auto r = store_.GetNow(key, clock_.NowMillis());
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : std::nullopt;
+  }
+
+  FakeClock clock_;
+  store::memory::MemoryStore store_{64 << 20, clock_};
+  Engine engine_{store_, clock_};
+  boost::asio::io_context ctx_;
+};
+
+TEST_F(EngineTest, FirstRequestProceeds) {
+  const BeginResult r = Begin(Request());
+  ASSERT_EQ(r.outcome, BeginOutcome::kProceed) << r.status.ToString();
+  EXPECT_FALSE(r.taken_over);
+  EXPECT_EQ(r.reservation.key, kKey);
+  EXPECT_EQ(r.reservation.fingerprint, kFp);
+  EXPECT_EQ(r.reservation.owner.size(), 32u);
+  EXPECT_EQ(r.reservation.operation_id.size(), 29u);
+  EXPECT_TRUE(r.reservation.operation_id.starts_with("op_"));
+  const std::optional<Record> held = Get(kKey);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->state, RecordState::kInFlight);
+  EXPECT_EQ(held->owner, r.reservation.owner);
+  EXPECT_EQ(held->operation_id, r.reservation.operation_id);
+  EXPECT_EQ(held->lease_expires_ms, clock_.NowMillis() + 30'000);
+}
+
+TEST_F(EngineTest, CompletedSameFingerprintReplaysWithSameOperationId) {
+  const BeginResult first = Begin(Request());
+  ASSERT_EQ(first.outcome, BeginOutcome::kProceed);
+  ASSERT_TRUE(Complete(first.reservation, Response(201, "{\"id\":1}")).ok());
+
+  const BeginResult again = Begin(Request());
+  ASSERT_EQ(again.outcome, BeginOutcome::kReplay);
+  ASSERT_TRUE(again.record.has_value());
+  EXPECT_EQ(again.record->response, Response(201, "{\"id\":1}"));
+  EXPECT_EQ(again.record->operation_id, first.reservation.operation_id);
+  const StoredResponse replay = BuildReplay(*again.record, kDefaultReplayHeader, clock_.NowMillis());
+  bool has_op = false;
+  for (const Header& h : replay.headers) {
+    if (h.name == kOperationIdHeader) has_op = h.value == first.reservation.operation_id;
+  }
+  EXPECT_TRUE(has_op);
+}
+
+TEST_F(EngineTest, CompletedOtherFingerprintIsKeyReusedAndUntouched) {
+  const BeginResult first = Begin(Request());
+  ASSERT_TRUE(Complete(first.reservation, Response(200, "ok")).ok());
+  const std::optional<Record> before = Get(kKey);
+
+  const BeginResult other = Begin(Request(kOtherFp));
+  EXPECT_EQ(other.outcome, BeginOutcome::kKeyReused);
+  EXPECT_FALSE(other.conflict_in_flight);
+  EXPECT_EQ(Get(kKey), before);
+}
+
+TEST_F(EngineTest, InFlightRejectAnswers409WithRetryAfter) {
+  const BeginResult first = Begin(Request());
+  ASSERT_EQ(first.outcome, BeginOutcome::kProceed);
+  clock_.Advance(10'500ms);
+  const BeginResult second = Begin(Request());
+  EXPECT_EQ(second.outcome, BeginOutcome::kInFlight);
+  EXPECT_EQ(second.retry_after, 20s);  // 19.5 s left, rounded up
+  EXPECT_FALSE(second.waited);
+}
+
+TEST_F(EngineTest, InFlightOtherFingerprintIsKeyReused) {
+  ASSERT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
+  for (InFlightMode mode : {InFlightMode::kReject, InFlightMode::kWait}) {
+    const BeginResult other = Begin(Request(kOtherFp, mode));
+    EXPECT_EQ(other.outcome, BeginOutcome::kKeyReused);
+    EXPECT_TRUE(other.conflict_in_flight);
+  }
+}
+
+TEST_F(EngineTest, WaitersAllGetTheLandedResponse) {
+  const BeginResult owner = Begin(Request());
+  ASSERT_EQ(owner.outcome, BeginOutcome::kProceed);
+
+  constexpr int kWaiters = 5;
+  std::vector<std::optional<BeginResult>> results(kWaiters);
+  for (auto& out : results) Spawn(ctx_, engine_.Begin(Request(kFp, InFlightMode::kWait)), &out);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == kWaiters; }));
+  for (const auto& r : results) EXPECT_FALSE(r.has_value());
+
+  std::optional<Status> completed;
+  Spawn(ctx_, engine_.Complete(owner.reservation, Response(201, "landed"), 24h), &completed);
+  ASSERT_TRUE(PollUntil(ctx_, [&] {
+    for (const auto& r : results) {
+      if (!r.has_value()) return false;
+    }
+    return completed.has_value();
+  }));
+  ASSERT_TRUE(completed->ok());
+  for (const auto& r : results) {
+    ASSERT_EQ(r->outcome, BeginOutcome::kReplay);
+    EXPECT_TRUE(r->waited);
+    EXPECT_EQ(r->record->response.body, "landed");
+    EXPECT_EQ(r->record->operation_id, owner.reservation.operation_id);
+  }
+  EXPECT_EQ(store_.watchers(), 0u);
+}
+
+TEST_F(EngineTest, WaitTimesOutWith409) {
+  ASSERT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
+  KeyedRequest waiting = Request(kFp, InFlightMode::kWait);
+  waiting.wait_timeout = 30ms;
+  const BeginResult r = Begin(waiting);
+  EXPECT_EQ(r.outcome, BeginOutcome::kInFlight);
+  EXPECT_TRUE(r.waited);
+  EXPECT_GE(r.retry_after, 1s);
+  EXPECT_EQ(store_.watchers(), 0u);
+}
+
+TEST_F(EngineTest, ZeroWaitTimeoutAnswers409AtOnce) {
+  ASSERT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
+  KeyedRequest waiting = Request(kFp, InFlightMode::kWait);
+  waiting.wait_timeout = 0ms;
+  EXPECT_EQ(Begin(waiting).outcome, BeginOutcome::kInFlight);
+}
+
+TEST_F(EngineTest, WaiterProceedsWhenTheOwnerReleases) {
+  const BeginResult owner = Begin(Request());
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine_.Begin(Request(kFp, InFlightMode::kWait)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+
+  std::optional<Status> released;
+  Spawn(ctx_, engine_.Release(owner.reservation), &released);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value() && released.has_value(); }));
+  ASSERT_TRUE(released->ok());
+  ASSERT_EQ(waiter->outcome, BeginOutcome::kProceed);
+  EXPECT_TRUE(waiter->waited);
+  EXPECT_NE(waiter->reservation.owner, owner.reservation.owner);
+  EXPECT_EQ(Get(kKey)->owner, waiter->reservation.owner);
+}
+
+TEST_F(EngineTest, ReleasedKeyLetsOneOfManyWaitersRunAndTheRestReplayIt) {
+  const BeginResult owner = Begin(Request());
+  constexpr int kWaiters = 4;
+  std::vector<std::optional<BeginResult>> results(kWaiters);
+  std::vector<std::optional<Status>> completions(kWaiters);
+  // Each waiter that gets to run completes at once, like a fast upstream.
+  auto waiter = [this](std::optional<Status>* completion) -> Task<BeginResult> {
+    BeginResult r = co_await engine_.Begin(Request(kFp, InFlightMode::kWait));
+    if (r.outcome == BeginOutcome::kProceed) {
+      completion->emplace(co_await engine_.Complete(r.reservation, Response(200, "second"), 24h));
+    }
+    co_return r;
+  };
+  for (int i = 0; i < kWaiters; ++i) Spawn(ctx_, waiter(&completions[i]), &results[i]);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == kWaiters; }));
+
+  ASSERT_TRUE(RunTask(ctx_, engine_.Release(owner.reservation)).ok());
+  ASSERT_TRUE(PollUntil(ctx_, [&] {
+    for (const auto& r : results) {
+      if (!r.has_value()) return false;
+    }
+    return true;
+  }));
+  int proceeded = 0;
+  for (int i = 0; i < kWaiters; ++i) {
+    if (results[i]->outcome == BeginOutcome::kProceed) {
+      ++proceeded;
+      EXPECT_TRUE(completions[i].has_value() && completions[i]->ok());
+    } else {
+      ASSERT_EQ(results[i]->outcome, BeginOutcome::kReplay);
+      EXPECT_EQ(results[i]->record->response.body, "second");
+    }
+  }
+  EXPECT_EQ(proceeded, 1);
+}
+
+TEST_F(EngineTest, ReleaseThenRetryProceeds) {
+  const BeginResult first = Begin(Request());
+  ASSERT_TRUE(RunTask(ctx_, engine_.Release(first.reservation)).ok());
+  EXPECT_FALSE(Get(kKey).has_value());
+  const BeginResult retry = Begin(Request());
+  ASSERT_EQ(retry.outcome, BeginOutcome::kProceed);
+  EXPECT_NE(retry.reservation.owner, first.reservation.owner);
+  // The first owner's reservation is gone: its release fails now.
+  EXPECT_EQ(RunTask(ctx_, engine_.Release(first.reservation)).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EngineTest, TakeoverAfterLeaseExpiry) {
+  const BeginResult first = Begin(Request());
+  clock_.Advance(30s);
+  const BeginResult second = Begin(Request());
+  ASSERT_EQ(second.outcome, BeginOutcome::kProceed);
+  EXPECT_TRUE(second.taken_over);
+  ASSERT_TRUE(second.record.has_value());
+  EXPECT_EQ(second.record->owner, first.reservation.owner);
+  EXPECT_NE(second.reservation.owner, first.reservation.owner);
+  EXPECT_EQ(Get(kKey)->owner, second.reservation.owner);
+}
+
+TEST_F(EngineTest, ExpiredLeaseOtherFingerprintIsKeyReused) {
+  ASSERT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
+  clock_.Advance(31s);
+  const BeginResult other = Begin(Request(kOtherFp));
+  EXPECT_EQ(other.outcome, BeginOutcome::kKeyReused);
+  EXPECT_TRUE(other.conflict_in_flight);
+}
+
+TEST_F(EngineTest, LostOwnersLateCompleteFailsAndLeavesTheRecord) {
+  const BeginResult first = Begin(Request());
+  clock_.Advance(31s);
+  const BeginResult second = Begin(Request());
+  ASSERT_TRUE(second.taken_over);
+  const std::optional<Record> before = Get(kKey);
+
+  const Status late = Complete(first.reservation, Response(200, "late"));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(kKey), before);
+  EXPECT_EQ(RunTask(ctx_, engine_.Release(first.reservation)).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(kKey), before);
+
+  ASSERT_TRUE(Complete(second.reservation, Response(200, "winner")).ok());
+  EXPECT_EQ(Complete(first.reservation, Response(200, "late")).code(),
+            StatusCode::kFailedPrecondition);
+  const BeginResult replay = Begin(Request());
+  ASSERT_EQ(replay.outcome, BeginOutcome::kReplay);
+  EXPECT_EQ(replay.record->response.body, "winner");
+}
+
+TEST_F(EngineTest, CompleteByKeyAndOwner) {
+  const BeginResult first = Begin(Request());
+  ASSERT_TRUE(RunTask(ctx_, engine_.Complete(kKey, first.reservation.owner, Response(202, "x"), 1h))
+                  .ok());
+  const std::optional<Record> rec = Get(kKey);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->state, RecordState::kCompleted);
+  EXPECT_EQ(rec->operation_id, first.reservation.operation_id);
+  EXPECT_EQ(rec->fingerprint, kFp);
+  EXPECT_EQ(rec->expires_ms, clock_.NowMillis() + 3'600'000);
+  EXPECT_EQ(RunTask(ctx_, engine_.Complete(kKey, "someone-else", Response(202, "x"), 1h)).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RunTask(ctx_, engine_.Complete("t-_:_:_:r:none", "o", Response(202, "x"), 1h)).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EngineTest, RetentionExpiryMakesANewKey) {
+  const BeginResult first = Begin(Request());
+  ASSERT_TRUE(Complete(first.reservation, Response(200, "old"), 10s).ok());
+  clock_.Advance(9'999ms);
+  EXPECT_EQ(Begin(Request()).outcome, BeginOutcome::kReplay);
+  clock_.Advance(1ms);
+  const BeginResult fresh = Begin(Request(kOtherFp));
+  ASSERT_EQ(fresh.outcome, BeginOutcome::kProceed);
+  EXPECT_FALSE(fresh.taken_over);
+}
+
+TEST_F(EngineTest, ZeroRetentionKeepsForever) {
+  const BeginResult first = Begin(Request());
+  ASSERT_TRUE(Complete(first.reservation, Response(200, "kept"), 0ms).ok());
+  EXPECT_EQ(Get(kKey)->expires_ms, 0);
+  clock_.Advance(24h * 365);
+  EXPECT_EQ(Begin(Request()).outcome, BeginOutcome::kReplay);
+}
+
+TEST_F(EngineTest, StoreFullIsAStoreError) {
+  store::memory::MemoryStore tiny(16, clock_);
+  Engine engine(tiny, clock_);
+  const BeginResult r = RunTask(ctx_, engine.Begin(Request()));
+  EXPECT_EQ(r.outcome, BeginOutcome::kStoreError);
+  EXPECT_EQ(r.status.code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(EngineTest, LookupFindsCompletedInFlightAndMissing) {
+  EXPECT_EQ(RunTask(ctx_, engine_.Lookup(kKey, 0ms)).outcome, LookupOutcome::kNotFound);
+  const BeginResult first = Begin(Request());
+  const LookupResult in_flight = RunTask(ctx_, engine_.Lookup(kKey, 0ms));
+  EXPECT_EQ(in_flight.outcome, LookupOutcome::kInFlight);
+  EXPECT_EQ(in_flight.retry_after, 30s);
+  EXPECT_EQ(RunTask(ctx_, engine_.Lookup(kKey, 20ms)).outcome, LookupOutcome::kInFlight);
+
+  std::optional<LookupResult> attached;
+  Spawn(ctx_, engine_.Lookup(kKey, 30s), &attached);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+  std::optional<Status> done;
+  Spawn(ctx_, engine_.Complete(first.reservation, Response(200, "found"), 24h), &done);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return attached.has_value() && done.has_value(); }));
+  ASSERT_EQ(attached->outcome, LookupOutcome::kCompleted);
+  EXPECT_EQ(attached->record->response.body, "found");
+}
+
+TEST(EngineIdsTest, OwnerTokensAndOperationIdsAreWellFormedAndUnique) {
+  std::set<std::string> owners;
+  std::set<std::string> ops;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string o = Engine::NewOwnerToken();
+    ASSERT_EQ(o.size(), 32u);
+    ASSERT_EQ(o.find_first_not_of("0123456789abcdef"), std::string::npos);
+    owners.insert(o);
+    const std::string op = Engine::NewOperationId(1'700'000'000'000);
+    ASSERT_EQ(op.size(), 29u);
+    ASSERT_TRUE(op.starts_with("op_"));
+    ASSERT_EQ(op.find_first_not_of("0123456789ABCDEFGHJKMNPQRSTVWXYZ", 3), std::string::npos);
+    ops.insert(op);
+  }
+  EXPECT_EQ(owners.size(), 1000u);
+  EXPECT_EQ(ops.size(), 1000u);
+  // Time-ordered: a later millisecond sorts after.
+  EXPECT_LT(Engine::NewOperationId(1'700'000'000'000).substr(0, 13),
+            Engine::NewOperationId(1'700'000'000'001).substr(0, 13));
+}
+
+}  // namespace
+}  // namespace idemgate::core

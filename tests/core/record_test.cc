@@ -1,0 +1,94 @@
+#include "core/record.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace idemgate::core {
+namespace {
+
+Record Full() {
+  Record r;
+  r.state = RecordState::kCompleted;
+  r.fingerprint = std::string(32, '\x01');
+  r.owner = "0123456789abcdef0123456789abcdef";
+  r.operation_id = "op_01HZX0000000000000000000A";
+  r.created_ms = 1'700'000'000'123;
+  r.lease_expires_ms = 1'700'000'035'123;
+  r.expires_ms = 1'700'086'400'123;
+  r.response.status = 201;
+  r.response.headers = {{"Content-Type", "application/json"},
+                        {"Set-Cookie", "a=1"},
+                        {"Set-Cookie", "b=2"},
+                        {"X-Empty", ""}};
+  r.response.body = std::string("{\"id\":7}\0binary\xff", 16);
+  return r;
+}
+
+TEST(RecordTest, RoundTripsCompleted) {
+  const Record r = Full();
+  const std::string bytes = EncodeRecord(r);
+  EXPECT_EQ(bytes.size(), EncodedSize(r));
+  StatusOr<Record> back = DecodeRecord(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, r);
+}
+
+TEST(RecordTest, RoundTripsInFlightAndOmittedBody) {
+  Record r;
+  r.state = RecordState::kInFlight;
+  r.fingerprint = std::string(32, 'f');
+  r.owner = "o";
+  r.lease_expires_ms = 5;
+  StatusOr<Record> back = DecodeRecord(EncodeRecord(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, r);
+
+  Record omitted = Full();
+  omitted.response.body.clear();
+  omitted.response.body_omitted = true;
+  back = DecodeRecord(EncodeRecord(omitted));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, omitted);
+  EXPECT_TRUE(back->response.body_omitted);
+}
+
+TEST(RecordTest, EveryTruncationFails) {
+  const std::string bytes = EncodeRecord(Full());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeRecord(std::string_view(bytes).substr(0, n)).ok()) << n;
+  }
+}
+
+TEST(RecordTest, CorruptInputFails) {
+  const std::string bytes = EncodeRecord(Full());
+  std::string bad_version = bytes;
+  bad_version[0] = 9;
+  EXPECT_EQ(DecodeRecord(bad_version).status().code(), StatusCode::kInvalidArgument);
+  std::string bad_state = bytes;
+  bad_state[1] = 7;
+  EXPECT_EQ(DecodeRecord(bad_state).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(DecodeRecord(bytes + "x").ok());
+  // A header count far beyond the input must not allocate or read past it.
+  std::string huge_count = bytes;
+  const std::size_t count_at = 2 + (4 + 32) + (4 + 32) + (4 + 27) + 24 + 4 + 1;
+  for (int i = 0; i < 4; ++i) huge_count[count_at + i] = '\xff';
+  EXPECT_FALSE(DecodeRecord(huge_count).ok());
+  EXPECT_FALSE(DecodeRecord("").ok());
+}
+
+TEST(RecordTest, ExpiryPredicates) {
+  Record r = Full();
+  EXPECT_FALSE(r.ExpiredAt(r.expires_ms - 1));
+  EXPECT_TRUE(r.ExpiredAt(r.expires_ms));
+  r.expires_ms = 0;
+  EXPECT_FALSE(r.ExpiredAt(INT64_MAX));
+  r.state = RecordState::kInFlight;
+  EXPECT_FALSE(r.LeaseEndedAt(r.lease_expires_ms - 1));
+  EXPECT_TRUE(r.LeaseEndedAt(r.lease_expires_ms));
+  r.state = RecordState::kCompleted;
+  EXPECT_FALSE(r.LeaseEndedAt(r.lease_expires_ms));
+}
+
+}  // namespace
+}  // namespace idemgate::core

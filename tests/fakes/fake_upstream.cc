@@ -1,0 +1,558 @@
+// fake_upstream: an HTTP/1.1 backend for integration tests that counts how
+// often it executes requests.
+//
+//   fake_upstream [--port N] [--ready-file PATH] [--threads N]
+//
+// Endpoints (any method):
+//   /echo                 200, JSON {method, target, version, headers: [[name, value]...] in
+//                         order, body (when UTF-8), body_base64, body_length, execution};
+//                         each request header X-Echo-Set-Cookie: V adds "Set-Cookie: V" and
+//                         each X-Echo-Header: "Name: V" adds "Name: V" to the response
+//   /status/{code}        that status (200..599), JSON {status, execution}; request header
+//                         X-Terminal: 1 adds Idempotency-Terminal: true
+//   /slow?ms=N            200 after N ms
+//   /large?bytes=N        N bytes of a..z repeated, streamed; &chunked=1 for chunked coding
+//   /die-mid-response     headers and part of a Content-Length body, then close
+//   /die-before-response  reads the request, closes without answering
+//   /upload-sha256        streams the body, 200 JSON {bytes, sha256, execution}
+//   anything else         404 JSON
+//   /__stats              JSON {executions, by_key: {Idempotency-Key value: count}, connections}
+//   /__reset              zeroes the counters
+// Every request except /__* counts one execution (by its raw Idempotency-Key
+// value when present) before it is answered; `execution` is that count.
+//
+// Binds 127.0.0.1:N (0: ephemeral), then writes "listen=127.0.0.1:PORT\n" to
+// PATH atomically (write to PATH.tmp, rename), or to stdout without
+// --ready-file. SIGTERM or SIGINT: exit 0.
+#include <openssl/evp.h>
+
+#include <atomic>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+namespace idemgate::fakes {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t kChunkBytes = 64 * 1024;
+constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+
+// Execution and connection counters shared by every session.
+// Thread-safe: all members lock mu_.
+class Counters {
+ public:
+  // Counts one execution (and one for `key` when present); returns the
+  // process-wide execution number of this request, starting at 1.
+  std::uint64_t CountExecution(const std::optional<std::string>& key) {
+    std::lock_guard lock(mu_);
+    ++executions_;
+    if (key) ++by_key_[*key];
+    return executions_;
+  }
+
+  void CountConnection() {
+    std::lock_guard lock(mu_);
+    ++connections_;
+  }
+
+  void Reset() {
+    std::lock_guard lock(mu_);
+    executions_ = 0;
+    connections_ = 0;
+    by_key_.clear();
+  }
+
+  std::string StatsJson() {
+    std::lock_guard lock(mu_);
+    json::object by_key;
+    for (const auto& [key, count] : by_key_) by_key[key] = count;
+    json::object stats;
+    stats["executions"] = executions_;
+    stats["by_key"] = std::move(by_key);
+    stats["connections"] = connections_;
+    return json::serialize(stats);
+  }
+
+ private:
+  std::mutex mu_;
+  std::uint64_t executions_ = 0;
+  std::uint64_t connections_ = 0;
+  std::map<std::string, std::uint64_t> by_key_;
+};
+
+std::string Base64(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const std::uint32_t v = (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8) |
+                            std::uint8_t(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    const std::uint32_t v = std::uint8_t(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const std::uint32_t v = (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+bool IsValidUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t extra = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Incremental SHA-256 over OpenSSL's EVP interface.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Update(const void* data, std::size_t n) { EVP_DigestUpdate(ctx_, data, n); }
+  std::string HexDigest() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_, digest, &len);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+      out += kHex[digest[i] >> 4];
+      out += kHex[digest[i] & 15];
+    }
+    return out;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+// Value of `name` in the query string `query` ("a=1&b=2"), undecoded.
+std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> ParseUint(std::string_view s) {
+  std::uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+struct Reply {
+  unsigned status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+std::string JsonBody(json::object o) { return json::serialize(o); }
+
+class Server {
+ public:
+  explicit Server(asio::io_context& ioc) : ioc_(ioc) {}
+
+  asio::awaitable<void> Accept(tcp::acceptor acceptor) {
+    for (;;) {
+      auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+      if (ec == asio::error::operation_aborted) co_return;
+      if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
+      counters_.CountConnection();
+      socket.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(ioc_, Session(std::move(socket)), asio::detached);
+    }
+  }
+
+ private:
+  // One connection: requests are served in order until either side closes.
+  asio::awaitable<void> Session(tcp::socket socket) {
+    beast::flat_buffer buffer;
+    std::vector<char> chunk(kChunkBytes);
+    for (;;) {
+      http::request_parser<http::buffer_body> parser;
+      parser.header_limit(kHeaderLimit);
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+      auto [ec, n] = co_await http::async_read_header(socket, buffer, parser, kTuple);
+      if (ec) co_return;
+      auto& req = parser.get();
+      const std::string target(req.target());
+      const auto qpos = target.find('?');
+      const std::string path = target.substr(0, qpos);
+      const std::string query = qpos == std::string::npos ? "" : target.substr(qpos + 1);
+
+      if (beast::iequals(req[http::field::expect], "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(kContinue), kTuple);
+        if (wec) co_return;
+      }
+
+      // Read the body: hashed on the fly for /upload-sha256, kept otherwise.
+      const bool hash_only = path == "/upload-sha256";
+      std::string body;
+      Sha256 sha;
+      std::uint64_t body_bytes = 0;
+      while (!parser.is_done()) {
+        req.body().data = chunk.data();
+        req.body().size = chunk.size();
+        auto [rec, rn] = co_await http::async_read(socket, buffer, parser, kTuple);
+        if (rec == http::error::need_buffer) rec = {};
+        if (rec) co_return;
+        const std::size_t got = chunk.size() - req.body().size;
+        body_bytes += got;
+        if (hash_only) {
+          sha.Update(chunk.data(), got);
+        } else {
+          body.append(chunk.data(), got);
+        }
+      }
+      const bool keep_alive = req.keep_alive();
+      const bool head = req.method() == http::verb::head;
+
+      // Replies are named variables: GCC 12 destroys some temporaries in a
+      // co_await expression twice.
+      if (path == "/__stats" || path == "/__reset") {
+        Reply control;
+        if (path == "/__reset") {
+          counters_.Reset();
+          control.body = R"({"reset":true})";
+        } else {
+          control.body = counters_.StatsJson();
+        }
+        const bool written = co_await Write(socket, control, keep_alive, head);
+        if (!written) co_return;
+        if (!keep_alive) break;
+        continue;
+      }
+
+      std::optional<std::string> key;
+      if (auto it = req.find("Idempotency-Key"); it != req.end()) key = std::string(it->value());
+      const std::uint64_t execution = counters_.CountExecution(key);
+
+      if (path == "/die-before-response") {
+        break;
+      }
+      if (path == "/die-mid-response") {
+        static constexpr std::string_view kPartial =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n"
+            "this body stops well before its declared length";
+        co_await asio::async_write(socket, asio::buffer(kPartial), kTuple);
+        break;
+      }
+      if (path == "/large") {
+        if (!co_await WriteLarge(socket, query, execution, keep_alive, head)) co_return;
+        if (!keep_alive) break;
+        continue;
+      }
+
+      Reply reply;
+      if (path == "/echo") {
+        reply = Echo(req, body, execution);
+      } else if (path.starts_with("/status/")) {
+        reply = StatusReply(req, path.substr(8), execution);
+      } else if (path == "/slow") {
+        const auto ms = ParseUint(QueryParam(query, "ms").value_or("")).value_or(1000);
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        timer.expires_after(std::chrono::milliseconds(ms));
+        co_await timer.async_wait(kTuple);
+        json::object o;
+        o["slept_ms"] = ms;
+        o["execution"] = execution;
+        reply.body = JsonBody(std::move(o));
+      } else if (path == "/upload-sha256") {
+        json::object o;
+        o["bytes"] = body_bytes;
+        o["sha256"] = sha.HexDigest();
+        o["execution"] = execution;
+        reply.body = JsonBody(std::move(o));
+      } else {
+        json::object o;
+        o["error"] = "not found";
+        o["path"] = path;
+        o["execution"] = execution;
+        reply.status = 404;
+        reply.body = JsonBody(std::move(o));
+      }
+      if (!co_await Write(socket, reply, keep_alive, head)) co_return;
+      if (!keep_alive) break;
+    }
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+  }
+
+  static Reply Echo(const http::request<http::buffer_body>& req, const std::string& body,
+                    std::uint64_t execution) {
+    Reply reply;
+    json::array headers;
+    for (const auto& field : req) {
+      headers.push_back(json::array{json::string(field.name_string()), json::string(field.value())});
+      if (beast::iequals(field.name_string(), "X-Echo-Set-Cookie")) {
+        reply.headers.emplace_back("Set-Cookie", std::string(field.value()));
+      } else if (beast::iequals(field.name_string(), "X-Echo-Header")) {
+        const std::string_view v = field.value();
+        const auto colon = v.find(':');
+        if (colon != std::string_view::npos) {
+          std::string_view value = v.substr(colon + 1);
+          while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+          reply.headers.emplace_back(std::string(v.substr(0, colon)), std::string(value));
+        }
+      }
+    }
+    json::object o;
+    o["method"] = json::string(req.method_string());
+    o["target"] = json::string(req.target());
+    o["version"] = req.version();
+    o["headers"] = std::move(headers);
+    if (IsValidUtf8(body)) o["body"] = body;
+    o["body_base64"] = Base64(body);
+    o["body_length"] = body.size();
+    o["execution"] = execution;
+    reply.body = JsonBody(std::move(o));
+    return reply;
+  }
+
+  static Reply StatusReply(const http::request<http::buffer_body>& req, std::string_view code_text,
+                           std::uint64_t execution) {
+    Reply reply;
+    const auto code = ParseUint(code_text);
+    if (!code || *code < 200 || *code > 599) {
+      reply.status = 400;
+      reply.body = R"({"error":"status must be 200..599"})";
+      return reply;
+    }
+    reply.status = static_cast<unsigned>(*code);
+    if (req["X-Terminal"] == "1") reply.headers.emplace_back("Idempotency-Terminal", "true");
+    if (reply.status != 204 && reply.status != 304) {
+      json::object o;
+      o["status"] = reply.status;
+      o["execution"] = execution;
+      reply.body = JsonBody(std::move(o));
+    }
+    return reply;
+  }
+
+  // Writes `reply` (only its header for HEAD); false when the connection failed.
+  static asio::awaitable<bool> Write(tcp::socket& socket, const Reply& reply, bool keep_alive,
+                                     bool head) {
+    http::response<http::string_body> res;
+    res.result(reply.status);
+    res.version(11);
+    res.set(http::field::server, "fake_upstream");
+    if (!reply.body.empty()) res.set(http::field::content_type, reply.content_type);
+    for (const auto& [name, value] : reply.headers) res.insert(name, value);
+    res.body() = reply.body;
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    if (head) {
+      http::response<http::empty_body> header_only(res.base());
+      auto [ec, n] = co_await http::async_write(socket, header_only, kTuple);
+      co_return !ec;
+    }
+    auto [ec, n] = co_await http::async_write(socket, res, kTuple);
+    co_return !ec;
+  }
+
+  // /large?bytes=N[&chunked=1]: N bytes of a repeating a..z pattern, streamed.
+  static asio::awaitable<bool> WriteLarge(tcp::socket& socket, std::string_view query,
+                                          std::uint64_t execution, bool keep_alive, bool head) {
+    const std::uint64_t total = ParseUint(QueryParam(query, "bytes").value_or("")).value_or(0);
+    const bool chunked = QueryParam(query, "chunked").value_or("") == "1";
+    std::string header = "HTTP/1.1 200 OK\r\nServer: fake_upstream\r\nContent-Type: application/octet-stream\r\n";
+    header += "X-Execution: " + std::to_string(execution) + "\r\n";
+    if (!keep_alive) header += "Connection: close\r\n";
+    header += chunked ? std::string("Transfer-Encoding: chunked\r\n")
+                      : "Content-Length: " + std::to_string(total) + "\r\n";
+    header += "\r\n";
+    if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(header), kTuple); ec) co_return false;
+    if (head) co_return true;
+    std::string piece;
+    std::uint64_t sent = 0;
+    while (sent < total) {
+      const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, total - sent));
+      piece.clear();
+      if (chunked) {
+        char size_line[32];
+        const int k = std::snprintf(size_line, sizeof size_line, "%zx\r\n", len);
+        piece.append(size_line, static_cast<std::size_t>(k));
+      }
+      for (std::size_t i = 0; i < len; ++i) piece += static_cast<char>('a' + (sent + i) % 26);
+      if (chunked) piece += "\r\n";
+      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(piece), kTuple); ec) co_return false;
+      sent += len;
+    }
+    if (chunked) {
+      static constexpr std::string_view kLast = "0\r\n\r\n";
+      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(kLast), kTuple); ec) co_return false;
+    }
+    co_return true;
+  }
+
+  asio::io_context& ioc_;
+  Counters counters_;
+};
+
+bool WriteReadyFile(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << contents;
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+int Usage() {
+  std::cerr << "usage: fake_upstream [--port N] [--ready-file PATH] [--threads N]\n";
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  std::uint64_t port = 0;
+  std::uint64_t threads = 2;
+  std::string ready_file;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (i + 1 >= argc) return Usage();
+    const std::string_view value = argv[++i];
+    if (arg == "--port") {
+      auto v = ParseUint(value);
+      if (!v || *v > 65535) return Usage();
+      port = *v;
+    } else if (arg == "--threads") {
+      auto v = ParseUint(value);
+      if (!v || *v == 0 || *v > 64) return Usage();
+      threads = *v;
+    } else if (arg == "--ready-file") {
+      ready_file = value;
+    } else {
+      return Usage();
+    }
+  }
+
+  asio::io_context ioc;
+  tcp::acceptor acceptor(ioc);
+  beast::error_code ec;
+  const tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), static_cast<std::uint16_t>(port));
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::cerr << "fake_upstream: cannot listen on 127.0.0.1:" << port << ": " << ec.message() << "\n";
+    return 1;
+  }
+  const auto bound = acceptor.local_endpoint();
+
+  Server server(ioc);
+  asio::co_spawn(ioc, server.Accept(std::move(acceptor)), asio::detached);
+  asio::signal_set signals(ioc, SIGTERM, SIGINT);
+  signals.async_wait([&ioc](const beast::error_code&, int) { ioc.stop(); });
+
+  const std::string ready = "listen=127.0.0.1:" + std::to_string(bound.port()) + "\n";
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, ready)) {
+    std::cerr << "fake_upstream: cannot write " << ready_file << "\n";
+    return 1;
+  }
+  if (ready_file.empty()) std::cout << ready << std::flush;
+
+  std::vector<std::thread> pool;
+  for (std::uint64_t i = 1; i < threads; ++i) pool.emplace_back([&ioc] { ioc.run(); });
+  ioc.run();
+  for (auto& t : pool) t.join();
+  return 0;
+}
+
+}  // namespace
+}  // namespace idemgate::fakes
+
+int main(int argc, char** argv) { return idemgate::fakes::Main(argc, argv); }

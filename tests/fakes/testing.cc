@@ -1,0 +1,767 @@
+#include "fakes/testing.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+extern char** environ;
+
+namespace idemgate::testing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string ErrnoText(std::string_view what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+int MillisLeft(SteadyClock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(std::min<long long>(left, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Files
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base && *base ? base : "/tmp") + "/idemgate-test-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    std::perror("TempDir: mkdtemp");
+    std::abort();
+  }
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::Join(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+Status WriteFile(const std::string& path, std::string_view contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return UnavailableError("cannot open " + path);
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (!out.flush()) return UnavailableError("cannot write " + path);
+  return Status::Ok();
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot open " + path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  auto text = ReadFile(path);
+  return text.ok() ? *text : std::string();
+}
+
+StatusOr<std::string> WriteConfig(const TempDir& dir, std::string_view yaml, std::string_view name) {
+  std::string path = dir.Join(name);
+  if (Status s = WriteFile(path, yaml); !s.ok()) return s;
+  return path;
+}
+
+bool PollUntil(const std::function<bool()>& done, Millis timeout, Millis interval) {
+  const auto deadline = SteadyClock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (SteadyClock::now() >= deadline) return done();
+    std::this_thread::sleep_for(interval);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+
+std::string ExitStatus::ToString() const {
+  return exited ? "exit " + std::to_string(code) : "signal " + std::to_string(signal);
+}
+
+StatusOr<Process> Process::Start(const std::string& exe, const std::vector<std::string>& args,
+                                 const ProcessOptions& options) {
+  // Everything the child needs is prepared before fork: between fork and exec
+  // only async-signal-safe calls are allowed.
+  std::vector<std::string> argv_storage;
+  argv_storage.push_back(exe);
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env_storage;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [k, v] : options.env) overridden = overridden || k == name;
+    if (!overridden) env_storage.emplace_back(entry);
+  }
+  for (const auto& [k, v] : options.env) env_storage.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int exec_pipe[2];
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return InternalError(ErrnoText("pipe2"));
+  const pid_t parent = ::getpid();
+  const char* out_path = options.stdout_path.empty() ? nullptr : options.stdout_path.c_str();
+  const char* err_path = options.stderr_path.empty() ? nullptr : options.stderr_path.c_str();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(exec_pipe[0]);
+    ::close(exec_pipe[1]);
+    return InternalError(ErrnoText("fork"));
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    if (out_path) {
+      const int fd = ::open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) ::dup2(fd, 1);
+    }
+    if (err_path) {
+      const int fd = ::open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
+    // No other descriptor of the test (sockets, files) leaks into the child.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    const int err = errno;
+    [[maybe_unused]] ssize_t w = ::write(exec_pipe[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  ::close(exec_pipe[1]);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  Process process(pid);
+  if (n > 0) {
+    process.Reap(true);
+    return UnavailableError("cannot exec " + exe + ": " + std::strerror(child_errno));
+  }
+  return process;
+}
+
+Process::Process(Process&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), exit_status_(std::move(other.exit_status_)) {}
+
+Process& Process::operator=(Process&& other) noexcept {
+  if (this != &other) {
+    Kill();
+    pid_ = std::exchange(other.pid_, -1);
+    exit_status_ = std::move(other.exit_status_);
+  }
+  return *this;
+}
+
+Process::~Process() { Kill(); }
+
+bool Process::Reap(bool block) {
+  if (pid_ <= 0 || exit_status_) return true;
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return false;
+  ExitStatus es;
+  if (r < 0) {
+    es.code = -1;  // not our child any more (should not happen)
+  } else if (WIFEXITED(status)) {
+    es.exited = true;
+    es.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    es.signal = WTERMSIG(status);
+  }
+  exit_status_ = es;
+  return true;
+}
+
+bool Process::Running() { return pid_ > 0 && !Reap(false); }
+
+Status Process::Signal(int sig) {
+  if (!Running()) return FailedPreconditionError("process is not running");
+  if (::kill(pid_, sig) != 0) return InternalError(ErrnoText("kill"));
+  return Status::Ok();
+}
+
+std::optional<ExitStatus> Process::WaitExit(Millis timeout) {
+  if (pid_ <= 0) return exit_status_;
+  PollUntil([this] { return Reap(false); }, timeout, 5ms);
+  return exit_status_;
+}
+
+void Process::Kill() {
+  if (pid_ <= 0 || exit_status_) return;
+  if (Reap(false)) return;
+  ::kill(pid_, SIGKILL);
+  Reap(true);
+}
+
+std::string HostPort::ToString() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+StatusOr<HostPort> ParseHostPort(std::string_view text) {
+  HostPort hp;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find("]:");
+    if (close == std::string_view::npos) return InvalidArgumentError("bad address: " + std::string(text));
+    hp.host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      return InvalidArgumentError("bad address: " + std::string(text));
+    }
+    hp.host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  unsigned port = 0;
+  const auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port_text.empty() || port > 65535) {
+    return InvalidArgumentError("bad port in " + std::string(text));
+  }
+  hp.port = static_cast<std::uint16_t>(port);
+  return hp;
+}
+
+StatusOr<ReadyInfo> WaitForReadyFile(const std::string& path, Millis timeout, Process* process) {
+  const auto deadline = SteadyClock::now() + timeout;
+  for (;;) {
+    auto text = ReadFile(path);
+    if (text.ok() && !text->empty() && text->back() == '\n') {
+      ReadyInfo info;
+      std::istringstream lines(*text);
+      std::string line;
+      while (std::getline(lines, line)) {
+        const auto eq = line.find('=');
+        if (eq == std::string::npos) continue;
+        info[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      return info;
+    }
+    if (process && !process->Running()) {
+      return UnavailableError("process exited (" + process->exit_status()->ToString() +
+                              ") before writing " + path);
+    }
+    if (SteadyClock::now() >= deadline) {
+      return DeadlineExceededError("no ready file " + path + " after " +
+                                   std::to_string(timeout.count()) + "ms");
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+StatusOr<HostPort> Server::Endpoint(const std::string& key) const {
+  auto it = ready.find(key);
+  if (it == ready.end()) return NotFoundError("no '" + key + "' in the ready file");
+  return ParseHostPort(it->second);
+}
+
+StatusOr<Server> StartServer(const std::string& exe, std::vector<std::string> args,
+                             const std::string& ready_file, const ProcessOptions& options,
+                             Millis timeout) {
+  std::error_code ec;
+  std::filesystem::remove(ready_file, ec);
+  args.push_back("--ready-file");
+  args.push_back(ready_file);
+  auto process = Process::Start(exe, args, options);
+  if (!process.ok()) return process.status();
+  auto ready = WaitForReadyFile(ready_file, timeout, &*process);
+  if (!ready.ok()) {
+    process->Kill();
+    return Status(ready.status().code(), exe + ": " + ready.status().message());
+  }
+  return Server{std::move(*process), std::move(*ready)};
+}
+
+StatusOr<std::uint16_t> PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(ErrnoText("socket"));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Status s = InternalError(ErrnoText("bind"));
+    ::close(fd);
+    return s;
+  }
+  ::close(fd);
+  return static_cast<std::uint16_t>(ntohs(addr.sin_port));
+}
+
+StatusOr<std::uint64_t> ProcStatusKiB(pid_t pid, std::string_view field) {
+  auto text = ReadFile("/proc/" + std::to_string(pid) + "/status");
+  if (!text.ok()) return text.status();
+  std::istringstream lines(*text);
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(lines, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::istringstream rest(line.substr(prefix.size()));
+    std::uint64_t value = 0;
+    if (rest >> value) return value;
+    return InternalError("cannot parse " + line);
+  }
+  return NotFoundError("no " + std::string(field) + " in /proc/" + std::to_string(pid) + "/status");
+}
+
+// ---------------------------------------------------------------------------
+// HTTP
+
+std::optional<std::string> HttpResponse::Header(std::string_view name) const {
+  for (const auto& h : headers) {
+    if (IEquals(h.name, name)) return h.value;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> HttpResponse::Headers(std::string_view name) const {
+  std::vector<std::string> out;
+  for (const auto& h : headers) {
+    if (IEquals(h.name, name)) out.push_back(h.value);
+  }
+  return out;
+}
+
+namespace {
+
+bool HasField(const std::vector<HeaderField>& headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (IEquals(h.name, name)) return true;
+  }
+  return false;
+}
+
+template <typename Fields>
+void AddRequestFields(Fields& fields, const HttpRequest& request, const HostPort& endpoint,
+                      std::uint64_t body_length) {
+  if (!HasField(request.headers, "Host")) fields.insert(http::field::host, endpoint.ToString());
+  for (const auto& h : request.headers) fields.insert(h.name, h.value);
+  const bool method_has_body =
+      request.method == "POST" || request.method == "PUT" || request.method == "PATCH";
+  if (!HasField(request.headers, "Content-Length") && !HasField(request.headers, "Transfer-Encoding") &&
+      (body_length > 0 || method_has_body)) {
+    fields.insert(http::field::content_length, std::to_string(body_length));
+  }
+}
+
+HttpResponse ToResponse(const http::response<http::string_body>& res) {
+  HttpResponse out;
+  out.status = static_cast<int>(res.result_int());
+  out.reason = std::string(res.reason());
+  for (const auto& f : res) out.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+  out.body = res.body();
+  out.keep_alive = res.keep_alive();
+  return out;
+}
+
+}  // namespace
+
+struct HttpClient::Impl {
+  HostPort endpoint;
+  Millis timeout;
+  asio::io_context ioc;
+  tcp::socket socket{ioc};
+  beast::flat_buffer buffer;
+  int opened = 0;
+
+  // Starts one asynchronous operation via `start(handler)` and runs it to
+  // completion or until `timeout`, when the socket is closed to cancel it.
+  template <typename Start>
+  beast::error_code Run(Start&& start) {
+    std::optional<beast::error_code> result;
+    start([&result](beast::error_code ec, auto&&...) { result = ec; });
+    ioc.restart();
+    ioc.run_for(timeout);
+    if (!result) {
+      beast::error_code ignored;
+      socket.close(ignored);
+      ioc.restart();
+      ioc.run();
+      return asio::error::timed_out;
+    }
+    return *result;
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+    buffer.clear();
+  }
+
+  Status Fail(std::string_view what, beast::error_code ec) {
+    Close();
+    const std::string msg = std::string(what) + ": " + ec.message();
+    if (ec == asio::error::timed_out) return DeadlineExceededError(msg);
+    return UnavailableError(msg);
+  }
+
+  Status Connect() {
+    beast::error_code ec;
+    std::vector<tcp::endpoint> endpoints;
+    const auto address = asio::ip::make_address(endpoint.host, ec);
+    if (!ec) {
+      endpoints.emplace_back(address, endpoint.port);
+    } else {
+      tcp::resolver resolver(ioc);
+      auto results = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
+      if (ec) return UnavailableError("resolve " + endpoint.host + ": " + ec.message());
+      for (const auto& r : results) endpoints.push_back(r.endpoint());
+    }
+    socket = tcp::socket(ioc);
+    buffer.clear();
+    ec = Run([&](auto handler) {
+      asio::async_connect(socket, endpoints,
+                          [h = std::move(handler)](beast::error_code e, const tcp::endpoint&) mutable { h(e); });
+    });
+    if (ec) return Fail("connect " + endpoint.ToString(), ec);
+    socket.set_option(tcp::no_delay(true), ec);
+    ++opened;
+    return Status::Ok();
+  }
+
+  StatusOr<HttpResponse> Send(const HttpRequest& request) {
+    if (!socket.is_open()) {
+      if (Status s = Connect(); !s.ok()) return s;
+    }
+    beast::error_code ec;
+    if (request.stream) {
+      http::request<http::empty_body> req;
+      req.method_string(request.method);
+      req.target(request.target);
+      req.version(11);
+      AddRequestFields(req, request, endpoint, request.stream_length);
+      http::request_serializer<http::empty_body> sr(req);
+      ec = Run([&](auto handler) { http::async_write_header(socket, sr, std::move(handler)); });
+      if (ec) return Fail("write header", ec);
+      std::vector<char> chunk(256 * 1024);
+      std::uint64_t sent = 0;
+      for (;;) {
+        const std::size_t n = request.stream(chunk.data(), chunk.size());
+        if (n == 0) break;
+        ec = Run([&](auto handler) { asio::async_write(socket, asio::buffer(chunk.data(), n), std::move(handler)); });
+        if (ec) return Fail("write body", ec);
+        sent += n;
+      }
+      if (sent != request.stream_length) {
+        Close();
+        return InvalidArgumentError("body source produced " + std::to_string(sent) + " bytes, announced " +
+                                    std::to_string(request.stream_length));
+      }
+    } else {
+      http::request<http::string_body> req;
+      req.method_string(request.method);
+      req.target(request.target);
+      req.version(11);
+      AddRequestFields(req, request, endpoint, request.body.size());
+      req.body() = request.body;
+      ec = Run([&](auto handler) { http::async_write(socket, req, std::move(handler)); });
+      if (ec) return Fail("write request", ec);
+    }
+
+    for (;;) {
+      http::response_parser<http::string_body> parser;
+      parser.header_limit(1024 * 1024);
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (request.method == "HEAD") parser.skip(true);
+      ec = Run([&](auto handler) { http::async_read(socket, buffer, parser, std::move(handler)); });
+      if (ec) return Fail("read response", ec);
+      auto res = parser.release();
+      const unsigned code = res.result_int();
+      if (code >= 100 && code < 200 && code != 101) continue;  // interim response
+      HttpResponse out = ToResponse(res);
+      if (!out.keep_alive) Close();
+      return out;
+    }
+  }
+};
+
+HttpClient::HttpClient(HostPort endpoint, Millis timeout) : impl_(std::make_unique<Impl>()) {
+  impl_->endpoint = std::move(endpoint);
+  impl_->timeout = timeout;
+}
+HttpClient::~HttpClient() = default;
+HttpClient::HttpClient(HttpClient&&) noexcept = default;
+HttpClient& HttpClient::operator=(HttpClient&&) noexcept = default;
+
+StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) { return impl_->Send(request); }
+bool HttpClient::connected() const { return impl_->socket.is_open(); }
+int HttpClient::connections_opened() const { return impl_->opened; }
+void HttpClient::Close() { impl_->Close(); }
+
+StatusOr<HttpResponse> SendRequest(const HostPort& endpoint, const HttpRequest& request, Millis timeout) {
+  HttpClient client(endpoint, timeout);
+  auto res = client.Send(request);
+  client.Close();
+  return res;
+}
+
+StatusOr<HttpResponse> ParseResponse(std::string_view raw) {
+  http::response_parser<http::string_body> parser;
+  parser.eager(true);
+  parser.header_limit(1024 * 1024);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  beast::error_code ec;
+  std::size_t offset = 0;
+  while (!parser.is_done() && offset < raw.size()) {
+    const std::size_t used = parser.put(asio::buffer(raw.data() + offset, raw.size() - offset), ec);
+    offset += used;
+    if (ec == http::error::need_more) {
+      ec = {};
+      break;
+    }
+    if (ec) return InvalidArgumentError("unparsable response: " + ec.message());
+    if (used == 0) break;
+  }
+  if (!parser.is_done()) {
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) {
+      return InvalidArgumentError("incomplete response (" + std::to_string(raw.size()) + " bytes)");
+    }
+  }
+  return ToResponse(parser.get());
+}
+
+StatusOr<RawConnection> RawConnection::Connect(const HostPort& endpoint, Millis timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  if (int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list); rc != 0) {
+    return UnavailableError("resolve " + endpoint.host + ": " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  const auto deadline = SteadyClock::now() + timeout;
+  for (addrinfo* ai = list; ai; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, MillisLeft(deadline));
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (rc == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        rc = 0;
+      } else {
+        errno = rc == 0 ? ETIMEDOUT : err;
+        rc = -1;
+      }
+    }
+    if (rc == 0) {
+      ::freeaddrinfo(list);
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return RawConnection(fd);
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  return UnavailableError("connect " + endpoint.ToString() + ": " + last_error);
+}
+
+RawConnection::RawConnection(RawConnection&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), closed_(other.closed_) {}
+
+RawConnection& RawConnection::operator=(RawConnection&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = std::exchange(other.fd_, -1);
+    closed_ = other.closed_;
+  }
+  return *this;
+}
+
+RawConnection::~RawConnection() { Close(); }
+
+void RawConnection::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Status RawConnection::Write(std::string_view bytes) {
+  if (fd_ < 0) return FailedPreconditionError("connection is closed");
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 10000) <= 0) return DeadlineExceededError("write blocked for 10s");
+      continue;
+    }
+    return UnavailableError(ErrnoText("send"));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> RawConnection::ReadSome(Millis timeout) {
+  if (fd_ < 0) return FailedPreconditionError("connection is closed");
+  const auto deadline = SteadyClock::now() + timeout;
+  for (;;) {
+    char buf[16 * 1024];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) return std::string(buf, static_cast<std::size_t>(n));
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      closed_ = true;  // EOF, or reset by the peer
+      return std::string();
+    }
+    if (errno == EINTR) continue;
+    const int left = MillisLeft(deadline);
+    if (left == 0) return DeadlineExceededError("no data within " + std::to_string(timeout.count()) + "ms");
+    pollfd p{fd_, POLLIN, 0};
+    ::poll(&p, 1, left);
+  }
+}
+
+std::string RawConnection::ReadUntilClosed(Millis timeout) {
+  const auto deadline = SteadyClock::now() + timeout;
+  std::string all;
+  while (!closed_) {
+    auto piece = ReadSome(Millis(MillisLeft(deadline)));
+    if (!piece.ok()) break;
+    all += *piece;
+  }
+  return all;
+}
+
+// ---------------------------------------------------------------------------
+// Hashing and the fake upstream
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(std::string_view data) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size());
+}
+
+std::string Sha256::HexDigest() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  Sha256 sha;
+  sha.Update(data);
+  return sha.HexDigest();
+}
+
+StatusOr<FakeStats> FetchFakeStats(const HostPort& fake) {
+  auto res = SendRequest(fake, HttpRequest{.method = "GET", .target = "/__stats"}, 10s);
+  if (!res.ok()) return res.status();
+  if (res->status != 200) return InternalError("/__stats answered " + std::to_string(res->status));
+  boost::system::error_code ec;
+  const auto value = boost::json::parse(res->body, ec);
+  if (ec || !value.is_object()) return InternalError("/__stats: bad JSON: " + res->body);
+  const auto& o = value.as_object();
+  FakeStats stats;
+  try {
+    stats.executions = boost::json::value_to<std::uint64_t>(o.at("executions"));
+    stats.connections = boost::json::value_to<std::uint64_t>(o.at("connections"));
+    for (const auto& [k, v] : o.at("by_key").as_object()) {
+      stats.by_key[std::string(k)] = boost::json::value_to<std::uint64_t>(v);
+    }
+  } catch (const std::exception& e) {
+    return InternalError(std::string("/__stats: ") + e.what() + ": " + res->body);
+  }
+  return stats;
+}
+
+Status ResetFake(const HostPort& fake) {
+  auto res = SendRequest(fake, HttpRequest{.method = "POST", .target = "/__reset"}, 10s);
+  if (!res.ok()) return res.status();
+  if (res->status != 200) return InternalError("/__reset answered " + std::to_string(res->status));
+  return Status::Ok();
+}
+
+}  // namespace idemgate::testing

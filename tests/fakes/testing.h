@@ -1,0 +1,278 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+// Helpers for tests that run real binaries: child processes, ready files,
+// a small synchronous HTTP/1.1 client, raw sockets, temp files.
+// Nothing here includes Asio or Beast, so tests that use it build fast.
+// Unless noted, objects are not thread-safe; free functions are.
+namespace idemgate::testing {
+
+using namespace std::chrono_literals;
+using Millis = std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------
+// Files
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on
+// destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path()/name.
+  std::string Join(std::string_view name) const;
+
+ private:
+  std::string path_;
+};
+
+Status WriteFile(const std::string& path, std::string_view contents);
+StatusOr<std::string> ReadFile(const std::string& path);
+// The file's contents, or "" if it cannot be read (for failure messages).
+std::string ReadFileOrEmpty(const std::string& path);
+// Writes `yaml` to dir/name and returns the path.
+StatusOr<std::string> WriteConfig(const TempDir& dir, std::string_view yaml,
+                                  std::string_view name = "idemgate.yaml");
+
+// Calls `done` every `interval` until it returns true or `timeout` passes.
+// Returns the last result of `done`.
+bool PollUntil(const std::function<bool()>& done, Millis timeout, Millis interval = 10ms);
+
+// ---------------------------------------------------------------------------
+// Processes
+
+struct ExitStatus {
+  bool exited = false;  // exited normally: `code` is valid; else killed by `signal`
+  int code = -1;
+  int signal = 0;
+  std::string ToString() const;  // "exit 0", "signal 9"
+};
+
+struct ProcessOptions {
+  // Added to (or replacing entries of) the inherited environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Where the child's stdout / stderr go; empty: inherited from the test.
+  std::string stdout_path;
+  std::string stderr_path;
+};
+
+// A child process owned by a test. Move-only. The destructor SIGKILLs and reaps
+// a child that is still running, and the child also receives SIGKILL if the
+// thread that started it dies (PR_SET_PDEATHSIG), so a crashed test leaves no
+// process behind.
+class Process {
+ public:
+  // Starts `exe` with `args` (argv[0] is `exe`). Fails if fork or exec fails.
+  static StatusOr<Process> Start(const std::string& exe, const std::vector<std::string>& args,
+                                 const ProcessOptions& options = {});
+
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process();
+
+  pid_t pid() const { return pid_; }
+  // True while the child has not exited (reaps it if it has).
+  bool Running();
+  // Sends `sig` to a running child.
+  Status Signal(int sig);
+  // Waits up to `timeout` for the child to exit; nullopt if it is still
+  // running. Once the child exited, returns its status immediately.
+  std::optional<ExitStatus> WaitExit(Millis timeout);
+  // SIGKILL and reap; no-op when the child has exited.
+  void Kill();
+  const std::optional<ExitStatus>& exit_status() const { return exit_status_; }
+
+ private:
+  explicit Process(pid_t pid) : pid_(pid) {}
+  bool Reap(bool block);
+
+  pid_t pid_ = -1;
+  std::optional<ExitStatus> exit_status_;
+};
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string ToString() const;  // "host:port"
+};
+// Parses "host:port" (IPv4 or name; "[v6]:port" too).
+StatusOr<HostPort> ParseHostPort(std::string_view text);
+
+// The key=value lines of a ready file ("listen=127.0.0.1:8080").
+using ReadyInfo = std::map<std::string, std::string>;
+
+// Waits up to `timeout` for `path` to exist and end with a newline, then
+// parses it. Fails early if `process` (when given) exits first.
+StatusOr<ReadyInfo> WaitForReadyFile(const std::string& path, Millis timeout,
+                                     Process* process = nullptr);
+
+// A server started with `--ready-file`, running and listening.
+struct Server {
+  Process process;
+  ReadyInfo ready;
+  // The address under `key` in the ready file.
+  StatusOr<HostPort> Endpoint(const std::string& key = "listen") const;
+};
+
+// Starts `exe args... --ready-file ready_file` and waits up to `timeout` for
+// the ready file. On failure the process is killed and the message carries
+// the exit status.
+StatusOr<Server> StartServer(const std::string& exe, std::vector<std::string> args,
+                             const std::string& ready_file, const ProcessOptions& options = {},
+                             Millis timeout = 20s);
+
+// A port on 127.0.0.1 that was free a moment ago (bound to 0, then closed).
+// Nothing listens on it, which also makes it a "connection refused" port.
+StatusOr<std::uint16_t> PickFreePort();
+
+// Reads a "Name:   123 kB" line of /proc/PID/status; returns the number (kB).
+StatusOr<std::uint64_t> ProcStatusKiB(pid_t pid, std::string_view field);
+
+// ---------------------------------------------------------------------------
+// HTTP
+
+struct HeaderField {
+  std::string name;
+  std::string value;
+};
+
+// Produces a request body piece by piece: writes up to `capacity` bytes into
+// `out` and returns how many; returns 0 only at the end.
+using BodySource = std::function<std::size_t(char* out, std::size_t capacity)>;
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string target = "/";
+  // Sent as given, in order. Host is added when absent; Content-Length is
+  // added when absent and there is a body (or method is POST/PUT/PATCH).
+  std::vector<HeaderField> headers;
+  std::string body;
+  // When set, the body is streamed from here instead; `stream_length` bytes
+  // are announced in Content-Length and must be produced.
+  BodySource stream;
+  std::uint64_t stream_length = 0;
+};
+
+struct HttpResponse {
+  int status = 0;
+  std::string reason;
+  std::vector<HeaderField> headers;  // in wire order, as received
+  std::string body;
+  bool keep_alive = false;  // the response allows the connection to be reused
+
+  // First value of `name` (case-insensitive), if any.
+  std::optional<std::string> Header(std::string_view name) const;
+  // Every value of `name`, in order.
+  std::vector<std::string> Headers(std::string_view name) const;
+  bool HasHeader(std::string_view name) const { return Header(name).has_value(); }
+};
+
+// A synchronous HTTP/1.1 client on one keep-alive connection.
+class HttpClient {
+ public:
+  // `timeout` bounds each connect, write and read of a request.
+  explicit HttpClient(HostPort endpoint, Millis timeout = 30s);
+  ~HttpClient();
+  HttpClient(HttpClient&&) noexcept;
+  HttpClient& operator=(HttpClient&&) noexcept;
+
+  // Sends on the open connection when there is one, else on a new one. The
+  // connection is closed afterwards if the response does not allow reuse or
+  // on any error (a body cut short is an error, never a short success).
+  StatusOr<HttpResponse> Send(const HttpRequest& request);
+  bool connected() const;
+  // Connections opened so far.
+  int connections_opened() const;
+  void Close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One request on a fresh connection, closed afterwards.
+StatusOr<HttpResponse> SendRequest(const HostPort& endpoint, const HttpRequest& request,
+                                   Millis timeout = 30s);
+
+// Parses one complete HTTP/1.1 response at the start of `raw` (bytes read
+// from a RawConnection). A response without Content-Length or chunking
+// takes the rest of `raw` as its body.
+StatusOr<HttpResponse> ParseResponse(std::string_view raw);
+
+// A plain TCP connection for malformed or slow requests.
+class RawConnection {
+ public:
+  static StatusOr<RawConnection> Connect(const HostPort& endpoint, Millis timeout = 10s);
+  RawConnection(RawConnection&& other) noexcept;
+  RawConnection& operator=(RawConnection&& other) noexcept;
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  ~RawConnection();
+
+  // Writes all of `bytes`; fails if the peer has closed or reset.
+  Status Write(std::string_view bytes);
+  // Waits up to `timeout` for data: returns what arrived (at least one byte),
+  // "" when the peer closed (then closed() is true), or DeadlineExceeded.
+  StatusOr<std::string> ReadSome(Millis timeout);
+  // Reads until the peer closes or `timeout` passes; returns all bytes read.
+  // closed() tells which.
+  std::string ReadUntilClosed(Millis timeout);
+  // The peer closed (EOF) or reset the connection, as seen by a read.
+  bool closed() const { return closed_; }
+  void Close();
+
+ private:
+  explicit RawConnection(int fd) : fd_(fd) {}
+  int fd_ = -1;
+  bool closed_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Hashing and the fake upstream
+
+// Incremental SHA-256; HexDigest() ends it.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(std::string_view data);
+  std::string HexDigest();  // lower-case hex
+
+ private:
+  void* ctx_;
+};
+std::string Sha256Hex(std::string_view data);
+
+// What fake_upstream's GET /__stats reports.
+struct FakeStats {
+  std::uint64_t executions = 0;
+  std::map<std::string, std::uint64_t> by_key;  // Idempotency-Key value -> executions
+  std::uint64_t connections = 0;                // TCP connections accepted
+};
+StatusOr<FakeStats> FetchFakeStats(const HostPort& fake);
+// Zeroes the fake's counters (POST /__reset).
+Status ResetFake(const HostPort& fake);
+
+}  // namespace idemgate::testing

@@ -1,0 +1,244 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <iostream>
+#include <random>
+
+#include "store/redis/redis_store.h"
+#include "tests/redis/io_thread.h"
+#include "tests/redis/redis_server.h"
+#include "tests/redis/store_test_util.h"
+
+namespace idemgate::store::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using core::Record;
+using core::ReserveOutcome;
+using testing::CompletedFrom;
+using testing::Fingerprint;
+using testing::InFlight;
+using testing::IoThread;
+using testing::RedisCluster;
+using testing::WaitUntil;
+
+// Reserve, Complete and Get keys of one slot until told to stop.
+core::Task<int> MigrationWorker(RedisStore& store, const Clock& clock, int id, std::atomic<bool>& stop,
+                                std::atomic<int>& ok, std::atomic<int>& failed) {
+  for (int i = 0; !stop.load(); ++i) {
+    const std::string key = "{hot}" + std::to_string(id) + "-" + std::to_string(i);
+    const Record r = InFlight("w", Fingerprint('h'), clock.NowMillis());
+    auto res = co_await store.Reserve(key, r, clock.NowMillis());
+    Status s = res.status();
+    if (res.ok()) s = co_await store.Complete(key, "w", CompletedFrom(r, clock.NowMillis(), 600'000));
+    if (s.ok()) {
+      auto got = co_await store.Get(key, clock.NowMillis());
+      s = got.ok() && got->has_value() ? Status::Ok() : InternalError("lost " + key);
+    }
+    if (s.ok()) {
+      ok.fetch_add(1);
+    } else {
+      failed.fetch_add(1);
+      std::cerr << "op failed during migration: " << s.ToString() << "\n";
+    }
+  }
+  co_return id;
+}
+
+// One 3-master cluster for the whole suite (creating one takes seconds).
+class RedisClusterStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::RedisInstalled()) return;
+    cluster_ = new RedisCluster(3);
+    started_ = cluster_->Start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    IDEMGATE_REQUIRE_REDIS();
+    ASSERT_TRUE(started_);
+    store_ = MakeStore();
+    ASSERT_NE(store_, nullptr);
+  }
+
+  std::unique_ptr<RedisStore> MakeStore() {
+    RedisStore::Options o;
+    o.addresses = {cluster_->node(0).address()};  // one seed; the rest is discovered
+    o.cluster = true;
+    o.timeout = 2s;
+    o.clock = &clock_;
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 100ms;
+    auto s = RedisStore::Connect(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  // Reserve + Complete, returning the first failure.
+  Status Store(RedisStore& s, const std::string& key, const std::string& owner) {
+    const Record r = InFlight(owner, Fingerprint('c'), clock_.NowMillis());
+    auto res = io_.Run(s.Reserve(key, r, clock_.NowMillis()));
+    if (!res.ok()) return res.status();
+    if (res->outcome != ReserveOutcome::kReserved) return AbortedError("not reserved");
+    return io_.Run(s.Complete(key, owner, CompletedFrom(r, clock_.NowMillis(), 600'000)));
+  }
+
+  int SlotOf(const std::string& key) { return KeySlot(store_->RecordKey(key)); }
+
+  static RedisCluster* cluster_;
+  static ::testing::AssertionResult started_;
+  FakeClock clock_;
+  IoThread io_;
+  std::unique_ptr<RedisStore> store_;
+};
+
+RedisCluster* RedisClusterStoreTest::cluster_ = nullptr;
+::testing::AssertionResult RedisClusterStoreTest::started_ = ::testing::AssertionFailure() << "not started";
+
+TEST_F(RedisClusterStoreTest, KeySlotAgreesWithClusterKeyslot) {
+  std::vector<std::string> keys = {"foo", "bar", "hello", "123456789", "{user1000}.following",
+                                   "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "t-acme:_:_:payments:abc",
+                                   std::string("bin\0\xff{\x01}", 8)};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    std::string k;
+    const int n = std::uniform_int_distribution<int>(0, 24)(rng);
+    for (int j = 0; j < n; ++j) k.push_back("ab{}:-_0123456789xyz"[std::uniform_int_distribution<int>(0, 19)(rng)]);
+    keys.push_back(k);
+  }
+  for (const auto& k : keys) {
+    Reply slot = cluster_->node(0).Run({"CLUSTER", "KEYSLOT", k});
+    ASSERT_EQ(slot.type, Reply::Type::kInteger) << slot.DebugString();
+    EXPECT_EQ(KeySlot(k), slot.integer) << "key '" << k << "'";
+  }
+}
+
+TEST_F(RedisClusterStoreTest, RecordsLandOnTheMasterOfTheirSlot) {
+  ASSERT_TRUE(io_.Run(store_->client().RefreshSlots()).ok());
+  const auto moved_before = store_->client().moved_count();
+  for (int i = 0; i < 60; ++i) {
+    const std::string key = "spread-" + std::to_string(i);
+    ASSERT_TRUE(Store(*store_, key, "o").ok()) << key;
+    auto got = io_.Run(store_->Get(key, clock_.NowMillis()));
+    ASSERT_TRUE(got.ok());
+    ASSERT_TRUE(got->has_value());
+    EXPECT_EQ((*got)->state, core::RecordState::kCompleted);
+    const int owner = cluster_->OwnerOf(SlotOf(key));
+    ASSERT_GE(owner, 0);
+    EXPECT_EQ(cluster_->node(owner).Run({"EXISTS", store_->RecordKey(key)}).integer, 1) << key;
+  }
+  for (int n = 0; n < cluster_->size(); ++n) {
+    EXPECT_GT(cluster_->node(n).Run({"DBSIZE"}).integer, 0) << "node " << n << " got no key";
+  }
+  EXPECT_EQ(store_->client().moved_count(), moved_before) << "routed by the slot map, no redirects";
+}
+
+TEST_F(RedisClusterStoreTest, FollowsMovedAfterASlotMigration) {
+  const std::string key = "moving";
+  const Record r = InFlight("o", Fingerprint('m'), clock_.NowMillis());
+  ASSERT_EQ(io_.Run(store_->Reserve(key, r, clock_.NowMillis()))->outcome, ReserveOutcome::kReserved);
+  const int slot = SlotOf(key);
+  const int from = cluster_->OwnerOf(slot);
+  const int to = (from + 1) % cluster_->size();
+  ASSERT_TRUE(cluster_->MigrateSlot(slot, from, to));
+  ASSERT_EQ(cluster_->OwnerOf(slot), to);
+
+  const auto moved_before = store_->client().moved_count();
+  Status done = io_.Run(store_->Complete(key, "o", CompletedFrom(r, clock_.NowMillis(), 600'000)));
+  ASSERT_TRUE(done.ok()) << done.ToString();
+  EXPECT_GT(store_->client().moved_count(), moved_before);
+  EXPECT_EQ(cluster_->node(to).Run({"EXISTS", store_->RecordKey(key)}).integer, 1);
+
+  const auto moved_after = store_->client().moved_count();
+  for (int i = 0; i < 5; ++i) {
+    auto got = io_.Run(store_->Get(key, clock_.NowMillis()));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ((*got)->state, core::RecordState::kCompleted);
+  }
+  EXPECT_EQ(store_->client().moved_count(), moved_after) << "the map was updated by the first MOVED";
+  EXPECT_TRUE(WaitUntil([&] { return store_->client().refresh_count() >= 2; })) << "and refreshed in the background";
+}
+
+TEST_F(RedisClusterStoreTest, FollowsAskWhileASlotIsHalfMigrated) {
+  // Same hash tag, so the same slot.
+  const std::string moved_key = "{ask}moved", new_key = "{ask}new";
+  ASSERT_EQ(SlotOf(moved_key), SlotOf(new_key));
+  const Record r = InFlight("o", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(io_.Run(store_->Reserve(moved_key, r, clock_.NowMillis()))->outcome, ReserveOutcome::kReserved);
+  const int slot = SlotOf(moved_key);
+  const int from = cluster_->OwnerOf(slot);
+  const int to = (from + 1) % cluster_->size();
+  ASSERT_TRUE(cluster_->BeginMigration(slot, from, to, {store_->RecordKey(moved_key)}));
+
+  const auto asks_before = store_->client().ask_count();
+  auto got = io_.Run(store_->Get(moved_key, clock_.NowMillis()));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->has_value()) << "found on the importing node behind ASKING";
+  EXPECT_EQ(**got, r);
+  EXPECT_GT(store_->client().ask_count(), asks_before);
+
+  // A new key of a migrating slot is created on the importing node.
+  auto res = io_.Run(store_->Reserve(new_key, r, clock_.NowMillis()));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->outcome, ReserveOutcome::kReserved);
+  ASSERT_EQ(cluster_->node(to).Run({"ASKING"}).str, "OK");
+  EXPECT_EQ(cluster_->node(to).Run({"EXISTS", store_->RecordKey(new_key)}).integer, 1);
+  Status done = io_.Run(store_->Complete(moved_key, "o", CompletedFrom(r, clock_.NowMillis(), 600'000)));
+  EXPECT_TRUE(done.ok()) << done.ToString();
+
+  ASSERT_TRUE(cluster_->FinishMigration(slot, from, to));
+  auto after = io_.Run(store_->Get(new_key, clock_.NowMillis()));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->has_value());
+}
+
+TEST_F(RedisClusterStoreTest, OperationsKeepSucceedingWhileTheirSlotMoves) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::future<int>> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(io_.Start(MigrationWorker(*store_, clock_, i, stop, ok, failed)));
+  ASSERT_TRUE(WaitUntil([&] { return ok.load() > 100; }));
+  const int slot = SlotOf("{hot}");
+  const int from = cluster_->OwnerOf(slot);
+  const int to = (from + 2) % cluster_->size();
+  ASSERT_TRUE(cluster_->MigrateSlot(slot, from, to));
+  const int ok_at_move = ok.load();
+  EXPECT_TRUE(WaitUntil([&] { return ok.load() > ok_at_move + 100; }));
+  stop = true;
+  for (auto& w : workers) {
+    ASSERT_EQ(w.wait_for(30s), std::future_status::ready);
+    w.get();
+  }
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(cluster_->OwnerOf(slot), to);
+}
+
+TEST_F(RedisClusterStoreTest, WatcherIsWokenByACompletionFromAnotherInstance) {
+  auto gateway2 = MakeStore();
+  // Pick a key whose slot is not on node 0, where the subscriber connects first.
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "watched-" + std::to_string(i);
+    if (cluster_->OwnerOf(SlotOf(k)) != 0) key = k;
+  }
+  const Record r = InFlight("g2", Fingerprint('w'), clock_.NowMillis());
+  ASSERT_EQ(io_.Run(gateway2->Reserve(key, r, clock_.NowMillis()))->outcome, ReserveOutcome::kReserved);
+  auto watch = io_.Run(store_->WatchKey(key));
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  auto changed = io_.Start((*watch)->Changed(30s));
+  ASSERT_TRUE(io_.Run(gateway2->Complete(key, "g2", CompletedFrom(r, clock_.NowMillis(), 600'000))).ok());
+  EXPECT_TRUE(changed.get());
+}
+
+TEST_F(RedisClusterStoreTest, PingsEveryMaster) {
+  EXPECT_TRUE(io_.Run(store_->Ping()).ok());
+  EXPECT_TRUE(WaitUntil([&] { return store_->Stats().bytes > 0; }, 20s));
+}
+
+}  // namespace
+}  // namespace idemgate::store::redis

@@ -1,0 +1,520 @@
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <iostream>
+
+#include "store/redis/redis_store.h"
+#include "tests/redis/io_thread.h"
+#include "tests/redis/redis_server.h"
+#include "tests/redis/store_test_util.h"
+
+namespace idemgate::store::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using core::Record;
+using core::ReserveOutcome;
+using testing::CompletedFrom;
+using testing::Fingerprint;
+using testing::InFlight;
+using testing::IoThread;
+using testing::RedisServer;
+using testing::WaitUntil;
+
+// calls=N of one command in INFO commandstats.
+std::int64_t Calls(RedisServer& server, const std::string& command) {
+  Reply info = server.Run({"INFO", "commandstats"});
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const auto at = info.str.find(tag);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.str.substr(at + tag.size()));
+}
+
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    IDEMGATE_REQUIRE_REDIS();
+    ASSERT_TRUE(server_.Start());
+    store_ = MakeStore();
+  }
+
+  std::unique_ptr<RedisStore> MakeStore(Duration timeout = 1s) {
+    RedisStore::Options o;
+    o.addresses = {server_.address()};
+    o.timeout = timeout;
+    o.clock = &clock_;
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 100ms;
+    auto s = RedisStore::Connect(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  StatusOr<core::ReserveResult> Reserve(RedisStore& s, const std::string& key, const Record& r) {
+    return io_.Run(s.Reserve(key, r, clock_.NowMillis()));
+  }
+  Status Complete(RedisStore& s, const std::string& key, const std::string& owner, const Record& r) {
+    return io_.Run(s.Complete(key, owner, r));
+  }
+  StatusOr<std::optional<Record>> Get(RedisStore& s, const std::string& key) {
+    return io_.Run(s.Get(key, clock_.NowMillis()));
+  }
+
+  RedisServer server_;
+  FakeClock clock_;
+  IoThread io_;
+  std::unique_ptr<RedisStore> store_;
+};
+
+TEST_F(RedisStoreTest, ReserveWritesAnInFlightRecord) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  auto res = Reserve(*store_, "k1", r);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->outcome, ReserveOutcome::kReserved);
+  EXPECT_FALSE(res->existing.has_value());
+
+  auto got = Get(*store_, "k1");
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, r);
+  EXPECT_EQ(server_.Run({"GET", store_->RecordKey("k1")}), Reply::String(core::EncodeRecord(r)))
+      << "one Redis string per record, EncodeRecord bytes";
+}
+
+TEST_F(RedisStoreTest, ReserveOnALiveRecordReturnsItUntouched) {
+  const Record first = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", first)->outcome, ReserveOutcome::kReserved);
+  for (char fp : {'a', 'b'}) {
+    auto again = Reserve(*store_, "k", InFlight("owner-b", Fingerprint(fp), clock_.NowMillis()));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->outcome, ReserveOutcome::kExists);
+    ASSERT_TRUE(again->existing.has_value());
+    EXPECT_EQ(*again->existing, first);
+  }
+  const Record done = CompletedFrom(first, clock_.NowMillis(), 60'000);
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", done).ok());
+  auto after = Reserve(*store_, "k", InFlight("owner-c", Fingerprint('a'), clock_.NowMillis()));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->outcome, ReserveOutcome::kExists);
+  EXPECT_EQ(*after->existing, done);
+}
+
+TEST_F(RedisStoreTest, ExpiredLeaseIsTakenOverOnlyWithTheSameFingerprint) {
+  const Record first = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis(), 1000);
+  ASSERT_EQ(Reserve(*store_, "k", first)->outcome, ReserveOutcome::kReserved);
+  clock_.Advance(1000ms);  // lease_expires_ms <= now: ended
+
+  auto other = Reserve(*store_, "k", InFlight("owner-x", Fingerprint('x'), clock_.NowMillis()));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->outcome, ReserveOutcome::kExists);
+
+  const Record second = InFlight("owner-b", Fingerprint('a'), clock_.NowMillis());
+  auto taken = Reserve(*store_, "k", second);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->outcome, ReserveOutcome::kTakenOver);
+  ASSERT_TRUE(taken->existing.has_value());
+  EXPECT_EQ(*taken->existing, first);
+  EXPECT_EQ(**Get(*store_, "k"), second);
+
+  // The old owner lost the lease: its completion must not land.
+  Status late = Complete(*store_, "k", "owner-a", CompletedFrom(first, clock_.NowMillis(), 60'000));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_EQ(**Get(*store_, "k"), second);
+}
+
+TEST_F(RedisStoreTest, CompleteIsACompareAndSetOnTheOwner) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  const Record done = CompletedFrom(r, clock_.NowMillis(), 60'000);
+  EXPECT_EQ(Complete(*store_, "k", "owner-a", done).code(), StatusCode::kFailedPrecondition) << "absent";
+
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(Complete(*store_, "k", "owner-b", done).code(), StatusCode::kFailedPrecondition) << "other owner";
+  EXPECT_EQ(**Get(*store_, "k"), r) << "untouched";
+
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", done).ok());
+  EXPECT_EQ(**Get(*store_, "k"), done);
+  EXPECT_EQ(Complete(*store_, "k", "owner-a", done).code(), StatusCode::kFailedPrecondition) << "completed";
+
+  const auto pttl = server_.Run({"PTTL", store_->RecordKey("k")});
+  EXPECT_GT(pttl.integer, 0);
+  EXPECT_LE(pttl.integer, 60'000) << "retention TTL";
+}
+
+TEST_F(RedisStoreTest, CompleteRejectsAnInFlightRecord) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(Complete(*store_, "k", "owner-a", r).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RedisStoreTest, TtlsFollowLeaseAndRetention) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis(), 30'000);
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  const auto in_flight_ttl = server_.Run({"PTTL", store_->RecordKey("k")}).integer;
+  EXPECT_GT(in_flight_ttl, 30'000) << "lease plus grace";
+  EXPECT_LE(in_flight_ttl, 30'000 + 3'600'000);
+
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 0)).ok());
+  EXPECT_EQ(server_.Run({"PTTL", store_->RecordKey("k")}).integer, -1) << "retention 0: no TTL";
+}
+
+TEST_F(RedisStoreTest, CompletedRecordPastRetentionIsGoneAndReservableAgain) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 5'000)).ok());
+  clock_.Advance(5s);
+  auto got = Get(*store_, "k");
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());
+  auto again = Reserve(*store_, "k", InFlight("owner-b", Fingerprint('z'), clock_.NowMillis()));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->outcome, ReserveOutcome::kReserved);
+}
+
+TEST_F(RedisStoreTest, ReleaseDeletesOnlyTheOwnersReservation) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  EXPECT_EQ(io_.Run(store_->Release("k", "owner-a")).code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(io_.Run(store_->Release("k", "owner-b")).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Get(*store_, "k")->has_value());
+  EXPECT_TRUE(io_.Run(store_->Release("k", "owner-a")).ok());
+  EXPECT_FALSE(Get(*store_, "k")->has_value());
+
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 0)).ok());
+  EXPECT_EQ(io_.Run(store_->Release("k", "owner-a")).code(), StatusCode::kFailedPrecondition)
+      << "a completed record is never released";
+  EXPECT_TRUE(Get(*store_, "k")->has_value());
+}
+
+TEST_F(RedisStoreTest, PurgeDeletesWhateverIsThere) {
+  auto none = io_.Run(store_->Purge("k"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 0)).ok());
+  auto purged = io_.Run(store_->Purge("k"));
+  ASSERT_TRUE(purged.ok());
+  EXPECT_TRUE(*purged);
+  EXPECT_FALSE(Get(*store_, "k")->has_value());
+}
+
+TEST_F(RedisStoreTest, BinaryKeysFingerprintsAndLargeBodiesSurvive) {
+  const std::string key = std::string("t-\x01\x02{tag}:\xff ", 11) + std::string(300, 'k');
+  Record r = InFlight(std::string("own\0er", 6), std::string("\0\r\n\xff", 4) + std::string(28, '\0'),
+                      clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, key, r)->outcome, ReserveOutcome::kReserved);
+  std::string body(1 << 20, '\0');
+  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 31);
+  const Record done = CompletedFrom(r, clock_.NowMillis(), 60'000, body);
+  ASSERT_TRUE(Complete(*store_, key, r.owner, done).ok());
+  auto got = Get(*store_, key);
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, done);
+}
+
+TEST_F(RedisStoreTest, ScriptsRunAsEvalshaAndRecoverFromAFlushedScriptCache) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k1", r)->outcome, ReserveOutcome::kReserved);  // NOSCRIPT, then EVAL
+  ASSERT_EQ(Reserve(*store_, "k2", r)->outcome, ReserveOutcome::kReserved);  // EVALSHA only
+  ASSERT_EQ(Reserve(*store_, "k3", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(Calls(server_, "evalsha"), 3);
+  EXPECT_EQ(Calls(server_, "eval"), 1);
+  ASSERT_TRUE(server_.Run({"SCRIPT", "FLUSH"}).str == "OK");
+  ASSERT_EQ(Reserve(*store_, "k4", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(Calls(server_, "eval"), 2);
+  const auto gets = Calls(server_, "get");
+  ASSERT_TRUE(Get(*store_, "k4").ok());
+  EXPECT_EQ(Calls(server_, "get"), gets + 1) << "the hit path is one GET";
+}
+
+TEST_F(RedisStoreTest, CorruptValuesAreInternalErrors) {
+  ASSERT_EQ(server_.Run({"SET", store_->RecordKey("bad"), "not a record"}).str, "OK");
+  auto got = Get(*store_, "bad");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kInternal);
+  auto res = Reserve(*store_, "bad", InFlight("o", Fingerprint('a'), clock_.NowMillis()));
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kInternal) << res.status().ToString();
+  EXPECT_EQ(io_.Run(store_->Release("bad", "o")).code(), StatusCode::kInternal);
+}
+
+TEST_F(RedisStoreTest, ConcurrentReservesFromTwoStoresAdmitExactlyOne) {
+  auto other = MakeStore();
+  IoThread other_io;
+  std::vector<std::future<StatusOr<core::ReserveResult>>> futures;
+  for (int i = 0; i < 40; ++i) {
+    RedisStore& s = i % 2 ? *store_ : *other;
+    IoThread& io = i % 2 ? io_ : other_io;
+    futures.push_back(io.Start(
+        s.Reserve("race", InFlight("owner-" + std::to_string(i), Fingerprint('a'), clock_.NowMillis()),
+                  clock_.NowMillis())));
+  }
+  int reserved = 0, exists = 0;
+  for (auto& f : futures) {
+    auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (r->outcome == ReserveOutcome::kReserved) ++reserved;
+    if (r->outcome == ReserveOutcome::kExists) ++exists;
+  }
+  EXPECT_EQ(reserved, 1);
+  EXPECT_EQ(exists, 39);
+}
+
+TEST_F(RedisStoreTest, AbandonedReservationIsTakenOverByAnotherInstance) {
+  const Record mine = InFlight("gateway-1", Fingerprint('f'), clock_.NowMillis(), 2'000);
+  {
+    auto gateway1 = MakeStore();
+    ASSERT_EQ(Reserve(*gateway1, "job", mine)->outcome, ReserveOutcome::kReserved);
+  }  // gateway 1 vanishes without completing or releasing
+  auto gateway2 = MakeStore();
+  auto early = Reserve(*gateway2, "job", InFlight("gateway-2", Fingerprint('f'), clock_.NowMillis()));
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(early->outcome, ReserveOutcome::kExists) << "lease still running";
+  clock_.Advance(2001ms);
+  const Record theirs = InFlight("gateway-2", Fingerprint('f'), clock_.NowMillis());
+  auto taken = Reserve(*gateway2, "job", theirs);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->outcome, ReserveOutcome::kTakenOver);
+  EXPECT_EQ(taken->existing->owner, "gateway-1");
+  ASSERT_TRUE(Complete(*gateway2, "job", "gateway-2", CompletedFrom(theirs, clock_.NowMillis(), 60'000)).ok());
+  EXPECT_EQ((*Get(*store_, "job"))->owner, "gateway-2");
+}
+
+TEST_F(RedisStoreTest, WatcherIsWokenByACompletionFromAnotherInstance) {
+  auto gateway2 = MakeStore();
+  const Record r = InFlight("g2", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*gateway2, "k", r)->outcome, ReserveOutcome::kReserved);
+  auto watch = io_.Run(store_->WatchKey("k"));
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  auto changed = io_.Start((*watch)->Changed(30s));
+  ASSERT_TRUE(Complete(*gateway2, "k", "g2", CompletedFrom(r, clock_.NowMillis(), 60'000)).ok());
+  EXPECT_TRUE(changed.get());
+  EXPECT_TRUE(io_.Run((*watch)->Changed(0ms))) << "stays changed";
+  EXPECT_EQ((*Get(*store_, "k"))->state, core::RecordState::kCompleted);
+}
+
+TEST_F(RedisStoreTest, WatcherIsWokenByReleaseAndPurge) {
+  const Record r = InFlight("a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  {
+    auto watch = io_.Run(store_->WatchKey("k"));
+    ASSERT_TRUE(watch.ok());
+    auto changed = io_.Start((*watch)->Changed(30s));
+    ASSERT_TRUE(io_.Run(store_->Release("k", "a")).ok());
+    EXPECT_TRUE(changed.get());
+  }
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  auto watch = io_.Run(store_->WatchKey("k"));
+  ASSERT_TRUE(watch.ok());
+  auto changed = io_.Start((*watch)->Changed(30s));
+  ASSERT_TRUE(*io_.Run(store_->Purge("k")));
+  EXPECT_TRUE(changed.get());
+}
+
+TEST_F(RedisStoreTest, WatchWithoutChangeTimesOut) {
+  const Record r = InFlight("a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  auto watch = io_.Run(store_->WatchKey("k"));
+  ASSERT_TRUE(watch.ok());
+  EXPECT_FALSE(io_.Run((*watch)->Changed(300ms)));
+}
+
+TEST_F(RedisStoreTest, LostMessageOnlyDelaysTheWaiterPollingSeesTheChange) {
+  const Record r = InFlight("a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  auto watch = io_.Run(store_->WatchKey("k"));
+  ASSERT_TRUE(watch.ok());
+  auto changed = io_.Start((*watch)->Changed(30s));
+  // Written behind the store's back: no PUBLISH, only polling can notice.
+  const Record done = CompletedFrom(r, clock_.NowMillis(), 0);
+  ASSERT_EQ(server_.Run({"SET", store_->RecordKey("k"), core::EncodeRecord(done)}).str, "OK");
+  EXPECT_TRUE(changed.get());
+}
+
+TEST_F(RedisStoreTest, WatchersShareOneSubscriptionPerKey) {
+  const std::string channel = store_->ChannelName("k");
+  auto numsub = [&] {
+    Reply r = server_.Run({"PUBSUB", "NUMSUB", channel});
+    return r.elements.size() == 2 ? r.elements[1].integer : -1;
+  };
+  {
+    auto w1 = io_.Run(store_->WatchKey("k"));
+    auto w2 = io_.Run(store_->WatchKey("k"));
+    ASSERT_TRUE(w1.ok());
+    ASSERT_TRUE(w2.ok());
+    EXPECT_EQ(numsub(), 1);
+    w1->reset();
+    EXPECT_TRUE(WaitUntil([&] { return numsub() == 1; }));
+  }
+  EXPECT_TRUE(WaitUntil([&] { return numsub() == 0; })) << "unsubscribed after the last watch";
+}
+
+TEST_F(RedisStoreTest, WatcherSurvivesARestartOfTheServer) {
+  auto watch = io_.Run(store_->WatchKey("k"));
+  ASSERT_TRUE(watch.ok());
+  server_.Kill();
+  ASSERT_TRUE(server_.Start());
+  const Record r = InFlight("a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto res = Reserve(*store_, "k", r);
+    return res.ok();
+  }));
+  EXPECT_TRUE(io_.Run((*watch)->Changed(30s)));
+}
+
+TEST_F(RedisStoreTest, PingAndStats) {
+  EXPECT_TRUE(io_.Run(store_->Ping()).ok());
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(Reserve(*store_, "s" + std::to_string(i), InFlight("o", Fingerprint('a'), clock_.NowMillis())).ok());
+  }
+  EXPECT_TRUE(WaitUntil([&] { return store_->Stats().keys >= 10; }, 20s));
+  EXPECT_GT(store_->Stats().bytes, 0u);
+  server_.Kill();
+  Status down = io_.Run(store_->Ping());
+  EXPECT_EQ(down.code(), StatusCode::kUnavailable) << down.ToString();
+}
+
+// "Killed mid-run": workers keep going while the server dies and comes back.
+core::Task<int> Worker(RedisStore& store, const Clock& clock, int id, std::atomic<bool>& stop,
+                       std::atomic<int>& ok, std::atomic<int>& down, std::atomic<int>& other,
+                       std::atomic<std::int64_t>& slowest_failure_ms) {
+  for (int i = 0; !stop.load(); ++i) {
+    const std::string key = "w" + std::to_string(id) + "-" + std::to_string(i);
+    const Record r = InFlight("o" + std::to_string(id), Fingerprint('w'), clock.NowMillis());
+    const auto start = std::chrono::steady_clock::now();
+    auto res = co_await store.Reserve(key, r, clock.NowMillis());
+    Status s = res.status();
+    if (res.ok()) s = co_await store.Complete(key, r.owner, CompletedFrom(r, clock.NowMillis(), 60'000));
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    if (s.ok()) {
+      ok.fetch_add(1);
+    } else if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+               s.code() == StatusCode::kFailedPrecondition) {
+      // FailedPrecondition: the reservation died with the server (no persistence).
+      down.fetch_add(1);
+      std::int64_t prev = slowest_failure_ms.load();
+      while (ms > prev && !slowest_failure_ms.compare_exchange_weak(prev, ms)) {
+      }
+    } else {
+      other.fetch_add(1);
+      std::cerr << "unexpected: " << s.ToString() << "\n";
+    }
+  }
+  co_return id;
+}
+
+TEST_F(RedisStoreTest, ServerKilledMidRunFailsFastAndRecoversAfterRestart) {
+  auto store = MakeStore(200ms);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, down{0}, other{0};
+  std::atomic<std::int64_t> slowest{0};
+  std::vector<std::future<int>> workers;
+  for (int i = 0; i < 16; ++i) {
+    workers.push_back(io_.Start(Worker(*store, clock_, i, stop, ok, down, other, slowest)));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return ok.load() > 200; }));
+  server_.Kill();
+  ASSERT_TRUE(WaitUntil([&] { return down.load() > 200; })) << "ops fail while the server is gone";
+  const int ok_while_down = ok.load();
+  ASSERT_TRUE(server_.Start());
+  EXPECT_TRUE(WaitUntil([&] { return ok.load() > ok_while_down + 200; })) << "and succeed again after a restart";
+  stop = true;
+  for (auto& w : workers) {
+    ASSERT_EQ(w.wait_for(30s), std::future_status::ready) << "a worker hung";
+    w.get();
+  }
+  EXPECT_EQ(other.load(), 0);
+  std::cout << "[ figures ] ok=" << ok.load() << " failed=" << down.load()
+            << " slowest failed Reserve+Complete=" << slowest.load() << "ms (timeout 200ms)\n";
+}
+
+TEST_F(RedisStoreTest, HungServerGivesDeadlineExceeded) {
+  auto store = MakeStore(200ms);
+  ASSERT_TRUE(io_.Run(store->Ping()).ok());
+  server_.Pause();
+  auto res = Reserve(*store, "k", InFlight("o", Fingerprint('a'), clock_.NowMillis()));
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kDeadlineExceeded) << res.status().ToString();
+  server_.Resume();
+  EXPECT_TRUE(WaitUntil([&] { return io_.Run(store->Ping()).ok(); }));
+}
+
+TEST_F(RedisStoreTest, RecordMemoryUsage) {
+  const Record r = InFlight("0123456789abcdef0123456789abcdef", Fingerprint('m'), clock_.NowMillis());
+  const std::string key = "t-acme:billing:user:42:payments:4f9c1a2e-8d7b-4c3e-9a51-2b6f0d7e3c18";
+  ASSERT_EQ(Reserve(*store_, key, r)->outcome, ReserveOutcome::kReserved);
+  Record done = CompletedFrom(r, clock_.NowMillis(), 86'400'000, std::string(200, 'b'));
+  done.response.headers = {{"Content-Type", "application/json"},
+                           {"Content-Length", "200"},
+                           {"X-Request-Id", "9b2f0c1d-2e3f-4a5b-8c7d-1e2f3a4b5c6d"}};
+  ASSERT_TRUE(Complete(*store_, key, r.owner, done).ok());
+  Reply usage = server_.Run({"MEMORY", "USAGE", store_->RecordKey(key), "SAMPLES", "0"});
+  ASSERT_EQ(usage.type, Reply::Type::kInteger) << usage.DebugString();
+  const auto encoded = core::EncodedSize(done);
+  EXPECT_GT(static_cast<std::size_t>(usage.integer), encoded);
+  std::cout << "[ figures ] record with a 200-byte body: encoded " << encoded << " B, MEMORY USAGE "
+            << usage.integer << " B (key " << store_->RecordKey(key).size() << " B)\n";
+}
+
+TEST(RedisStoreOptionsTest, ValidatesOptions) {
+  RedisStore::Options o;
+  EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "no address";
+  o.addresses = {"127.0.0.1:1", "127.0.0.1:2"};
+  EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "two, not a cluster";
+  o.addresses = {"127.0.0.1"};
+  EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "no port";
+  o.addresses = {"127.0.0.1:6379"};
+  o.timeout = 0ms;
+  EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "zero timeout";
+}
+
+TEST(RedisStoreOptionsTest, ReadsThePasswordFromTheNamedVariable) {
+  config::Redis cfg;
+  cfg.addresses = {"10.0.0.1:6379", "10.0.0.2:6379"};
+  cfg.cluster = true;
+  cfg.timeout = 150ms;
+  cfg.password_env = "IDEMGATE_TEST_REDIS_PASSWORD_UNSET";
+  ::unsetenv(cfg.password_env.c_str());
+  EXPECT_EQ(RedisStore::OptionsFromConfig(cfg).status().code(), StatusCode::kInvalidArgument);
+  ::setenv(cfg.password_env.c_str(), "hunter2", 1);
+  auto o = RedisStore::OptionsFromConfig(cfg);
+  ::unsetenv(cfg.password_env.c_str());
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->password, "hunter2");
+  EXPECT_EQ(o->addresses, cfg.addresses);
+  EXPECT_TRUE(o->cluster);
+  EXPECT_EQ(o->timeout, 150ms);
+}
+
+class RedisStoreAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    IDEMGATE_REQUIRE_REDIS();
+    RedisServer::Options o;
+    o.password = "pw";
+    server_ = std::make_unique<RedisServer>(o);
+    ASSERT_TRUE(server_->Start());
+  }
+  std::unique_ptr<RedisServer> server_;
+  IoThread io_;
+};
+
+TEST_F(RedisStoreAuthTest, NeedsThePassword) {
+  RedisStore::Options o;
+  o.addresses = {server_->address()};
+  auto without = RedisStore::Connect(o);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(io_.Run((*without)->Ping()).code(), StatusCode::kUnavailable);
+  o.password = "pw";
+  auto with = RedisStore::Connect(o);
+  ASSERT_TRUE(with.ok());
+  EXPECT_TRUE(io_.Run((*with)->Ping()).ok());
+  EXPECT_TRUE(io_.Run((*with)->Purge("x")).ok());
+}
+
+}  // namespace
+}  // namespace idemgate::store::redis
