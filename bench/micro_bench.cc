@@ -31,7 +31,8 @@ static_assert(kBody.size() == 200);
 constexpr UnixMillis kNow = 1'700'000'000'000;
 
 // The same body with keys out of order and white space: canonical form work.
-constexpr std::string_view kBodyMessy = R"({ "metadata": { "note": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+constexpr std::string_view kBodyMessy =
+    R"({ "metadata": { "note": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
   "channel": "web", "order": "ord_000042" }, "description": "idemgate benchmark payload",
   "customer": "cus_0000000000000001", "currency": "EUR", "amount": 1000.0 })";
 

@@ -333,7 +333,7 @@ gateway_config() {
 }
 
 # Matches what idemgate says when a store kind is compiled out.
-not_built() { grep -qiE 'redis.*(not (built|compiled|available|supported)|disabled|unsupported)|(not built|compiled out|without).*redis' "$1"; }
+not_built() { grep -qiE 'redis.*(not (built|compiled|available|supported)|disabled|unsupported|built without|compiled without)|(not built|compiled out|without).*redis' "$1"; }
 
 # start_gateway SCENARIO: sets GW_PID. Returns 1 on failure (reason printed),
 # 3 when the scenario's store is not built into idemgate.

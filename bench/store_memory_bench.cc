@@ -163,8 +163,9 @@ core::Task<void> FillWorker(core::Store& store, RecordMaker& maker, std::uint64_
     auto reserved = co_await store.Reserve(key, reservation, now);
     if (!reserved.ok() || reserved->outcome != core::ReserveOutcome::kReserved) {
       result.ok = false;
-      result.error = "Reserve(" + key + "): " +
-                     (reserved.ok() ? std::string("key already exists") : reserved.status().ToString());
+      result.error =
+          "Reserve(" + key + "): " +
+          (reserved.ok() ? std::string("key already exists") : reserved.status().ToString());
       co_return;
     }
     Status done = co_await store.Complete(key, owner, maker.Completed(i, std::move(reservation)));
@@ -186,8 +187,9 @@ core::Task<void> Verify(core::Store& store, RecordMaker& maker, std::uint64_t re
     if (!got.ok() || !got->has_value() || **got != want) {
       result.ok = false;
       result.error = "record " + KeyFor(i) + " read back " +
-                     (!got.ok() ? got.status().ToString()
-                                : got->has_value() ? "different" : "missing");
+                     (!got.ok()          ? got.status().ToString()
+                      : got->has_value() ? "different"
+                                         : "missing");
       co_return;
     }
   }
@@ -261,9 +263,8 @@ int RunOne(const std::string& kind, const Options& options) {
   const std::uint64_t disk_open = DirBytes(dir);
   store.reset();
   const std::uint64_t disk_closed = DirBytes(dir);
-  const double per_record =
-      static_cast<double>(rss > rss_before ? rss - rss_before : 0) * 1024.0 /
-      static_cast<double>(options.records);
+  const double per_record = static_cast<double>(rss > rss_before ? rss - rss_before : 0) * 1024.0 /
+                            static_cast<double>(options.records);
   char disk[96] = "";
   if (kind != "memory") {
     std::snprintf(disk, sizeof disk, "  disk %.1f MiB open, %.1f MiB closed", MiB(disk_open),

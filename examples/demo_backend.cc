@@ -11,13 +11,6 @@
 //
 // Every executed payment is printed, so a replay that idemgate answers from its
 // store visibly does not reach the backend. Single-threaded; not for production.
-#include <cstdint>
-#include <iostream>
-#include <map>
-#include <random>
-#include <string>
-#include <string_view>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -28,6 +21,12 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <string_view>
 
 namespace {
 
@@ -52,11 +51,13 @@ class Backend {
       const std::string id(path.substr(kPayments.size() + 1));
       auto it = payments_.find(id);
       if (it == payments_.end()) {
-        return Reply(req, http::status::not_found, json::object{{"error", "no such payment"}, {"payment_id", id}});
+        return Reply(req, http::status::not_found,
+                     json::object{{"error", "no such payment"}, {"payment_id", id}});
       }
       return Reply(req, http::status::ok, it->second);
     }
-    return Reply(req, http::status::not_found, json::object{{"error", "not found"}, {"path", path}});
+    return Reply(req, http::status::not_found,
+                 json::object{{"error", "not found"}, {"path", path}});
   }
 
  private:
@@ -66,7 +67,8 @@ class Backend {
       boost::system::error_code ec;
       json::value body = json::parse(req.body(), ec);
       if (ec || !body.is_object()) {
-        return Reply(req, http::status::bad_request, json::object{{"error", "the body must be a JSON object"}});
+        return Reply(req, http::status::bad_request,
+                     json::object{{"error", "the body must be a JSON object"}});
       }
       request = std::move(body.as_object());
     }
@@ -180,7 +182,8 @@ int main(int argc, char** argv) {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    std::cerr << "demo_backend: cannot listen on " << host << ":" << port << ": " << ec.message() << "\n";
+    std::cerr << "demo_backend: cannot listen on " << host << ":" << port << ": " << ec.message()
+              << "\n";
     return 1;
   }
 
@@ -188,7 +191,8 @@ int main(int argc, char** argv) {
   asio::co_spawn(ioc, Accept(acceptor, backend), asio::detached);
   asio::signal_set signals(ioc, SIGINT, SIGTERM);
   signals.async_wait([&ioc](const beast::error_code&, int) { ioc.stop(); });
-  std::cout << "demo_backend: listening on " << host << ":" << acceptor.local_endpoint().port() << std::endl;
+  std::cout << "demo_backend: listening on " << host << ":" << acceptor.local_endpoint().port()
+            << std::endl;
   ioc.run();
   return 0;
 }

@@ -46,7 +46,8 @@ AdminResponse Json(int status, const json::value& value) {
 }
 
 // RFC 9457 problem with idemgate's fields (SPEC §4.5).
-AdminResponse Problem(int status, std::string_view code, std::string_view title, std::string_view detail) {
+AdminResponse Problem(int status, std::string_view code, std::string_view title,
+                      std::string_view detail) {
   json::object o;
   o["type"] = "urn:idemgate:problem:" + std::string(code);
   o["title"] = title;
@@ -58,12 +59,15 @@ AdminResponse Problem(int status, std::string_view code, std::string_view title,
   return Respond(status, kProblemJson, std::move(body));
 }
 
-AdminResponse NotFound(std::string_view detail) { return Problem(404, "not-found", "Not Found", detail); }
+AdminResponse NotFound(std::string_view detail) {
+  return Problem(404, "not-found", "Not Found", detail);
+}
 
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
       return false;
     }
   }
@@ -100,9 +104,9 @@ std::string Base64(std::string_view bytes) {
   constexpr std::size_t kChunk = 3 * (1 << 20);
   for (std::size_t pos = 0; pos < bytes.size(); pos += kChunk) {
     const std::size_t n = std::min(kChunk, bytes.size() - pos);
-    done += static_cast<std::size_t>(
-        EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + done),
-                        reinterpret_cast<const unsigned char*>(bytes.data() + pos), static_cast<int>(n)));
+    done += static_cast<std::size_t>(EVP_EncodeBlock(
+        reinterpret_cast<unsigned char*>(out.data() + done),
+        reinterpret_cast<const unsigned char*>(bytes.data() + pos), static_cast<int>(n)));
   }
   out.resize(done);
   return out;
@@ -162,7 +166,8 @@ std::optional<json::object> ParseScope(std::string_view key) {
   std::vector<std::string_view> parts;
   for (std::size_t start = 0;;) {
     const std::size_t colon = key.find(':', start);
-    parts.push_back(key.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start));
+    parts.push_back(key.substr(
+        start, colon == std::string_view::npos ? std::string_view::npos : colon - start));
     if (colon == std::string_view::npos) break;
     start = colon + 1;
   }
@@ -230,8 +235,8 @@ std::string FormatRfc3339(UnixMillis millis) {
   std::tm tm{};
   gmtime_r(&seconds, &tm);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
 }
 
@@ -320,7 +325,8 @@ AdminApi::Auth AdminApi::Authorize(const AdminRequest& request) const {
   if (found == nullptr) return Auth::kMissing;
   std::string_view value = Trim(found->value);
   const std::size_t space = value.find_first_of(" \t");
-  if (space == std::string_view::npos || !IEquals(value.substr(0, space), "bearer")) return Auth::kWrong;
+  if (space == std::string_view::npos || !IEquals(value.substr(0, space), "bearer"))
+    return Auth::kWrong;
   const std::string_view presented = Trim(value.substr(space));
   // Digests first: equal lengths for CRYPTO_memcmp, and no length leak.
   const auto want = Digest(options_.token);
@@ -343,7 +349,8 @@ core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
       (get || request.method == "DELETE") && options_.store != nullptr) {
     co_return co_await Key(request, path.substr(kKeysPrefix.size()));
   }
-  co_return NotFound("no admin resource at " + std::string(request.method) + " " + SanitizeUtf8(path));
+  co_return NotFound("no admin resource at " + SanitizeUtf8(request.method) + " " +
+                     SanitizeUtf8(path));
 }
 
 core::Task<AdminResponse> AdminApi::Ready() const {
@@ -372,13 +379,15 @@ AdminResponse AdminApi::Stats() const {
   return Json(200, body);
 }
 
-core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request, std::string_view encoded_key) const {
+core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
+                                        std::string_view encoded_key) const {
   switch (Authorize(request)) {
     case Auth::kOk:
       break;
     case Auth::kNoToken:
-      co_return Problem(403, "forbidden", "Forbidden",
-                        "no admin token configured: set the environment variable named by admin.token_env");
+      co_return Problem(
+          403, "forbidden", "Forbidden",
+          "no admin token configured: set the environment variable named by admin.token_env");
     case Auth::kMissing: {
       AdminResponse r = Problem(401, "unauthenticated", "Unauthenticated",
                                 "this call needs Authorization: Bearer <admin token>");
@@ -386,7 +395,8 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request, std::string
       co_return r;
     }
     case Auth::kWrong: {
-      AdminResponse r = Problem(401, "unauthenticated", "Unauthenticated", "the admin token is not valid");
+      AdminResponse r =
+          Problem(401, "unauthenticated", "Unauthenticated", "the admin token is not valid");
       r.headers.push_back({"WWW-Authenticate", std::string(kRealm) + ", error=\"invalid_token\""});
       co_return r;
     }
@@ -403,7 +413,8 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request, std::string
     co_return Json(200, body);
   }
 
-  StatusOr<std::optional<core::Record>> record = co_await options_.store->Get(*key, options_.clock->NowMillis());
+  StatusOr<std::optional<core::Record>> record =
+      co_await options_.store->Get(*key, options_.clock->NowMillis());
   if (!record.ok()) co_return StoreFailure(record.status());
   if (!record->has_value()) co_return NotFound("no record for this key");
   co_return Json(200, RecordToJson(*key, **record));

@@ -54,9 +54,9 @@ class AdminApi {
   struct Options {
     // Bearer token for key inspection and purge; empty refuses them (403).
     std::string token;
-    GatewayMetrics* metrics = nullptr;  // null: /metrics is a 404
-    RouteStats* stats = nullptr;        // null: /admin/stats is a 404
-    core::Store* store = nullptr;       // null: /readyz is 503, keys are 404
+    GatewayMetrics* metrics = nullptr;              // null: /metrics is a 404
+    RouteStats* stats = nullptr;                    // null: /admin/stats is a 404
+    core::Store* store = nullptr;                   // null: /readyz is 503, keys are 404
     const Clock* clock = &SystemClock::Instance();  // "now" for Store::Get
   };
 

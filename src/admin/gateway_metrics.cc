@@ -40,26 +40,6 @@ std::string_view ConflictReasonName(ConflictReason reason) {
   return "unknown";
 }
 
-std::string_view ReleaseReasonName(ReleaseReason reason) {
-  switch (reason) {
-    case ReleaseReason::kServerError:
-      return "server_error";
-    case ReleaseReason::kRetryableStatus:
-      return "retryable_status";
-    case ReleaseReason::kUpstreamUnavailable:
-      return "upstream_unavailable";
-    case ReleaseReason::kUpstreamTimeout:
-      return "upstream_timeout";
-    case ReleaseReason::kAdmission:
-      return "admission";
-    case ReleaseReason::kShutdown:
-      return "shutdown";
-    case ReleaseReason::kError:
-      return "error";
-  }
-  return "unknown";
-}
-
 std::string_view StoreOpName(StoreOp op) {
   switch (op) {
     case StoreOp::kReserve:
@@ -93,10 +73,12 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
       names::kKeyMissing, "Requests refused with 400 missing-key because a route requires a key.",
       ScopeLabels(t, "class"));
   key_invalid_ = &registry_.AddCounter(
-      names::kKeyInvalid, "Requests refused with 400 because the idempotency key was malformed or not allowed.",
+      names::kKeyInvalid,
+      "Requests refused with 400 because the idempotency key was malformed or not allowed.",
       ScopeLabels(t, "reason"));
   translation_failed_ = &registry_.AddCounter(
-      names::kTranslationFailed, "Webhooks refused with 400 translation-failed: no provider id to use as key.",
+      names::kTranslationFailed,
+      "Webhooks refused with 400 translation-failed: no provider id to use as key.",
       ScopeLabels(t, "provider"));
   cache_hit_ = &registry_.AddCounter(
       names::kCacheHit, "Requests answered by replaying a stored response, by replayed status.",
@@ -104,33 +86,40 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   cache_miss_ = &registry_.AddCounter(
       names::kCacheMiss, "Keyed requests that found no record, reserved the key and went upstream.",
       ScopeLabels(t));
-  wait_ = &registry_.AddCounter(
-      names::kWait, "Requests that waited for an in-flight original (in_flight: wait).", ScopeLabels(t));
+  wait_ = &registry_.AddCounter(names::kWait,
+                                "Requests that waited for an in-flight original (in_flight: wait).",
+                                ScopeLabels(t));
   conflict_ = &registry_.AddCounter(
       names::kConflict,
       "Keyed requests refused: in_flight and wait_timeout (409), fingerprint_mismatch (422), "
       "lease_lost (completion after a takeover).",
       ScopeLabels(t, "reason"));
   released_ = &registry_.AddCounter(
-      names::kReservationReleased, "Reservations deleted without a stored response, so that a retry runs again.",
+      names::kReservationReleased,
+      "Reservations deleted without a stored response, so that a retry runs again.",
       ScopeLabels(t, "reason"));
-  stored_ = &registry_.AddCounter(names::kStored, "Final responses written to the store.", ScopeLabels(t));
-  store_errors_ = &registry_.AddCounter(names::kStoreErrors, "Store operations that failed, by operation.",
-                                        ScopeLabels(t, "op"));
+  stored_ = &registry_.AddCounter(names::kStored, "Final responses written to the store.",
+                                  ScopeLabels(t));
+  store_errors_ = &registry_.AddCounter(
+      names::kStoreErrors, "Store operations that failed, by operation.", ScopeLabels(t, "op"));
   lease_expired_ = &registry_.AddCounter(
-      names::kLeaseExpired, "In-flight reservations taken over after their lease ended.", ScopeLabels(t));
+      names::kLeaseExpired, "In-flight reservations taken over after their lease ended.",
+      ScopeLabels(t));
   fail_open_ = &registry_.AddCounter(
-      names::kFailOpen, "Requests forwarded without deduplication because the store failed (on_error: fail_open).",
+      names::kFailOpen,
+      "Requests forwarded without deduplication because the store failed (on_error: fail_open).",
       ScopeLabels(t));
   request_duration_ = &registry_.AddHistogram(
-      names::kRequestDuration, "Time from the request's first byte to the end of its response, in seconds.",
-      ScopeLabels(t));
+      names::kRequestDuration,
+      "Time from the request's first byte to the end of its response, in seconds.", ScopeLabels(t));
   upstream_duration_ = &registry_.AddHistogram(
-      names::kUpstreamDuration, "Time of upstream exchanges, from connect to the end of the response, in seconds.",
+      names::kUpstreamDuration,
+      "Time of upstream exchanges, from connect to the end of the response, in seconds.",
       ScopeLabels(t));
   in_flight_ = &registry_.AddGauge(names::kRequestsInFlight, "Requests being handled right now.")
                     .WithLabelValues(std::span<const std::string_view>{});
-  const std::string version = options.version.empty() ? std::string(BuildVersion()) : options.version;
+  const std::string version =
+      options.version.empty() ? std::string(BuildVersion()) : options.version;
   registry_.AddGauge(names::kBuildInfo, "Build information; the value is always 1.", {"version"})
       .WithLabelValues({version})
       .Set(1);
@@ -139,7 +128,8 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
 GatewayMetrics::~GatewayMetrics() = default;
 
 template <typename T>
-T& GatewayMetrics::Series(Family<T>& family, const MetricScope& scope, std::string_view extra, bool has_extra) {
+T& GatewayMetrics::Series(Family<T>& family, const MetricScope& scope, std::string_view extra,
+                          bool has_extra) {
   std::array<std::string_view, 4> values;
   std::size_t n = 0;
   if (tenant_labels_) {
@@ -184,7 +174,8 @@ void GatewayMetrics::TranslationFailed(const MetricScope& scope, std::string_vie
 void GatewayMetrics::CacheHit(const MetricScope& scope, int status) {
   char buf[16];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, status);
-  Series(*cache_hit_, scope, std::string_view(buf, static_cast<std::size_t>(end - buf)), true).Inc();
+  Series(*cache_hit_, scope, std::string_view(buf, static_cast<std::size_t>(end - buf)), true)
+      .Inc();
   Route(scope).hits.Inc();
 }
 
@@ -204,8 +195,9 @@ void GatewayMetrics::Conflict(const MetricScope& scope, ConflictReason reason) {
   (reason == ConflictReason::kFingerprintMismatch ? route.mismatches : route.conflicts).Inc();
 }
 
-void GatewayMetrics::ReservationReleased(const MetricScope& scope, ReleaseReason reason) {
-  Series(*released_, scope, ReleaseReasonName(reason), true).Inc();
+void GatewayMetrics::ReservationReleased(const MetricScope& scope, core::ReleaseReason reason) {
+  if (reason == core::ReleaseReason::kNone) return;
+  Series(*released_, scope, core::ReleaseReasonName(reason), true).Inc();
 }
 
 void GatewayMetrics::Stored(const MetricScope& scope) {
@@ -218,7 +210,9 @@ void GatewayMetrics::StoreError(const MetricScope& scope, StoreOp op) {
   Route(scope).store_errors.Inc();
 }
 
-void GatewayMetrics::LeaseExpired(const MetricScope& scope) { Series(*lease_expired_, scope).Inc(); }
+void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
+  Series(*lease_expired_, scope).Inc();
+}
 
 void GatewayMetrics::FailOpen(const MetricScope& scope) { Series(*fail_open_, scope).Inc(); }
 
@@ -229,12 +223,15 @@ void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> sourc
     return;
   }
   auto shared = std::make_shared<std::function<core::StoreStats()>>(std::move(source));
-  registry_.SetCallbackGauge(names::kStoreKeys, "Live records in the store (approximate for persistent stores).",
+  registry_.SetCallbackGauge(names::kStoreKeys,
+                             "Live records in the store (approximate for persistent stores).",
                              [shared] { return static_cast<double>((*shared)().keys); });
   registry_.SetCallbackGauge(names::kStoreBytes, "Encoded bytes held by the store (approximate).",
                              [shared] { return static_cast<double>((*shared)().bytes); });
 }
 
-std::string GatewayMetrics::RenderPrometheus() const { return FormatPrometheus(registry_.Collect()); }
+std::string GatewayMetrics::RenderPrometheus() const {
+  return FormatPrometheus(registry_.Collect());
+}
 
 }  // namespace idemgate::admin

@@ -7,6 +7,7 @@
 
 #include "admin/metrics.h"
 #include "admin/stats.h"
+#include "core/decision.h"
 #include "core/store.h"
 
 // The gateway's metrics (SPEC §9) behind one method per event, so callers
@@ -54,22 +55,10 @@ enum class ConflictReason {
   kLeaseLost,            // "lease_lost": a completion refused because another owner took over
 };
 
-// `reason` of idempotency_reservation_released_total (SPEC §4.3, §2 step 6, §9).
-enum class ReleaseReason {
-  kServerError,          // "server_error": upstream 5xx (store_server_errors off)
-  kRetryableStatus,      // "retryable_status": upstream 408, 409, 425 or 429
-  kUpstreamUnavailable,  // "upstream_unavailable": connect failure (502)
-  kUpstreamTimeout,      // "upstream_timeout": upstream timed out (504)
-  kAdmission,            // "admission": refused by max_in_flight (429)
-  kShutdown,             // "shutdown": the gateway stopped before the request finished
-  kError,                // "error": any other failure before a final response
-};
-
 // `op` of idempotency_store_errors_total.
 enum class StoreOp { kReserve, kComplete, kRelease, kGet, kPurge, kWatch, kPing };
 
 std::string_view ConflictReasonName(ConflictReason reason);
-std::string_view ReleaseReasonName(ReleaseReason reason);
 std::string_view StoreOpName(StoreOp op);
 // The version compiled in (the CMake project version).
 std::string_view BuildVersion();
@@ -107,8 +96,9 @@ class GatewayMetrics {
   // No key on a route that needs one; `missing_class` says which kind of
   // route ("required", ...). Stats: invalid.
   void KeyMissing(const MetricScope& scope, std::string_view missing_class);
-  // A key refused as malformed or prohibited; `reason` as core's key parser
-  // names it. Stats: invalid.
+  // A key refused as malformed or prohibited; `reason` is
+  // core::KeyErrorReason(error), or "prohibited" on a `prohibited` route.
+  // Stats: invalid.
   void KeyInvalid(const MetricScope& scope, std::string_view reason);
   // A webhook whose provider id could not be lifted. Stats: invalid.
   void TranslationFailed(const MetricScope& scope, std::string_view provider);
@@ -120,8 +110,9 @@ class GatewayMetrics {
   void Waited(const MetricScope& scope);
   // Stats: mismatches for kFingerprintMismatch, else conflicts.
   void Conflict(const MetricScope& scope, ConflictReason reason);
-  // A reservation was deleted so that a retry runs again.
-  void ReservationReleased(const MetricScope& scope, ReleaseReason reason);
+  // A reservation was deleted so that a retry runs again; the label is
+  // core::ReleaseReasonName(reason). kNone (nothing released) is not counted.
+  void ReservationReleased(const MetricScope& scope, core::ReleaseReason reason);
   // A final response was written to the store. Stats: stored.
   void Stored(const MetricScope& scope);
   // A store operation failed. Stats: store_errors.
@@ -137,7 +128,9 @@ class GatewayMetrics {
   // Counts one request in idemgate_requests_in_flight for its lifetime.
   class InFlightGuard {
    public:
-    explicit InFlightGuard(GatewayMetrics& metrics) : gauge_(&metrics.requests_in_flight()) { gauge_->Inc(); }
+    explicit InFlightGuard(GatewayMetrics& metrics) : gauge_(&metrics.requests_in_flight()) {
+      gauge_->Inc();
+    }
     ~InFlightGuard() {
       if (gauge_ != nullptr) gauge_->Dec();
     }
@@ -165,7 +158,8 @@ class GatewayMetrics {
 
  private:
   template <typename T>
-  T& Series(Family<T>& family, const MetricScope& scope, std::string_view extra = {}, bool has_extra = false);
+  T& Series(Family<T>& family, const MetricScope& scope, std::string_view extra = {},
+            bool has_extra = false);
   RouteCounters& Route(const MetricScope& scope) { return stats_.ForRoute(scope.route); }
 
   const bool tenant_labels_;

@@ -26,7 +26,9 @@ std::atomic<std::uint32_t> g_next_thread{0};
 
 struct StringHash {
   using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
 };
 
 // Per-thread lookup cache: uid-prefixed key -> FamilyBase* or Metric*.
@@ -147,7 +149,8 @@ Counter::Counter() : cells_(new Cell[ShardCount()]) {}
 
 std::uint64_t Counter::Value() const noexcept {
   std::uint64_t total = 0;
-  for (std::size_t i = 0; i < ShardCount(); ++i) total += cells_[i].value.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < ShardCount(); ++i)
+    total += cells_[i].value.load(std::memory_order_relaxed);
   return total;
 }
 
@@ -170,7 +173,8 @@ Histogram::Histogram(std::vector<double> bounds)
     for (auto& cell : lines_[i].cells) cell.store(0, std::memory_order_relaxed);
   }
   const std::uint64_t zero_bits = std::bit_cast<std::uint64_t>(0.0);
-  for (std::size_t s = 0; s < ShardCount(); ++s) Cell(s, 0).store(zero_bits, std::memory_order_relaxed);
+  for (std::size_t s = 0; s < ShardCount(); ++s)
+    Cell(s, 0).store(zero_bits, std::memory_order_relaxed);
 }
 
 void Histogram::Observe(double value) noexcept {
@@ -181,9 +185,9 @@ void Histogram::Observe(double value) noexcept {
   Cell(shard, 1 + bucket).fetch_add(1, std::memory_order_relaxed);
   auto& sum = Cell(shard, 0);
   std::uint64_t old_bits = sum.load(std::memory_order_relaxed);
-  while (!sum.compare_exchange_weak(old_bits,
-                                    std::bit_cast<std::uint64_t>(std::bit_cast<double>(old_bits) + value),
-                                    std::memory_order_relaxed)) {
+  while (!sum.compare_exchange_weak(
+      old_bits, std::bit_cast<std::uint64_t>(std::bit_cast<double>(old_bits) + value),
+      std::memory_order_relaxed)) {
   }
 }
 
@@ -257,8 +261,8 @@ Metric& FamilyBase::Find(std::span<const std::string_view> values) {
   }
   if (metric == nullptr) {
     const bool is_overflow_tuple =
-        !values.empty() &&
-        std::all_of(values.begin(), values.end(), [](std::string_view v) { return v == kOverflowLabelValue; });
+        !values.empty() && std::all_of(values.begin(), values.end(),
+                                       [](std::string_view v) { return v == kOverflowLabelValue; });
     std::unique_lock lock(mu_);
     auto it = series_.find(std::string_view(key));
     if (it != series_.end()) {
@@ -308,8 +312,9 @@ FamilySnapshot FamilyBase::Collect() const {
       snapshot.samples.push_back(sample_of(series.label_values, *series.metric));
     }
     if (overflow_) {
-      snapshot.samples.push_back(sample_of(
-          std::vector<std::string>(label_names_.size(), std::string(kOverflowLabelValue)), *overflow_));
+      snapshot.samples.push_back(
+          sample_of(std::vector<std::string>(label_names_.size(), std::string(kOverflowLabelValue)),
+                    *overflow_));
     }
   }
   std::sort(snapshot.samples.begin(), snapshot.samples.end(),
@@ -351,19 +356,22 @@ FamilyBase& Registry::Define(MetricType type, std::string_view name, std::string
 }
 
 FamilyBase& Registry::CreateLocked(MetricType type, std::string_view name, std::string_view help,
-                                   std::vector<std::string> label_names, std::vector<double> bounds) {
+                                   std::vector<std::string> label_names,
+                                   std::vector<double> bounds) {
   std::unique_ptr<FamilyBase> family;
   const std::size_t cap = options_.max_series_per_family;
   switch (type) {
     case MetricType::kCounter:
-      family.reset(new Family<Counter>(type, std::string(name), std::string(help), std::move(label_names), {}, cap));
+      family.reset(new Family<Counter>(type, std::string(name), std::string(help),
+                                       std::move(label_names), {}, cap));
       break;
     case MetricType::kGauge:
-      family.reset(new Family<Gauge>(type, std::string(name), std::string(help), std::move(label_names), {}, cap));
+      family.reset(new Family<Gauge>(type, std::string(name), std::string(help),
+                                     std::move(label_names), {}, cap));
       break;
     case MetricType::kHistogram:
-      family.reset(new Family<Histogram>(type, std::string(name), std::string(help), std::move(label_names),
-                                         std::move(bounds), cap));
+      family.reset(new Family<Histogram>(type, std::string(name), std::string(help),
+                                         std::move(label_names), std::move(bounds), cap));
       break;
   }
   FamilyBase& ref = *family;
@@ -373,22 +381,27 @@ FamilyBase& Registry::CreateLocked(MetricType type, std::string_view name, std::
 
 CounterFamily& Registry::AddCounter(std::string_view name, std::string_view help,
                                     std::vector<std::string> label_names) {
-  return static_cast<CounterFamily&>(Define(MetricType::kCounter, name, help, std::move(label_names), {}));
+  return static_cast<CounterFamily&>(
+      Define(MetricType::kCounter, name, help, std::move(label_names), {}));
 }
 
 GaugeFamily& Registry::AddGauge(std::string_view name, std::string_view help,
                                 std::vector<std::string> label_names) {
-  return static_cast<GaugeFamily&>(Define(MetricType::kGauge, name, help, std::move(label_names), {}));
+  return static_cast<GaugeFamily&>(
+      Define(MetricType::kGauge, name, help, std::move(label_names), {}));
 }
 
 HistogramFamily& Registry::AddHistogram(std::string_view name, std::string_view help,
-                                        std::vector<std::string> label_names, std::vector<double> bounds) {
+                                        std::vector<std::string> label_names,
+                                        std::vector<double> bounds) {
   return static_cast<HistogramFamily&>(
       Define(MetricType::kHistogram, name, help, std::move(label_names), std::move(bounds)));
 }
 
-void Registry::SetCallbackGauge(std::string_view name, std::string_view help, std::function<double()> read) {
-  if (!ValidMetricName(name)) throw std::invalid_argument("invalid metric name '" + std::string(name) + "'");
+void Registry::SetCallbackGauge(std::string_view name, std::string_view help,
+                                std::function<double()> read) {
+  if (!ValidMetricName(name))
+    throw std::invalid_argument("invalid metric name '" + std::string(name) + "'");
   std::unique_lock lock(mu_);
   if (families_.find(name) != families_.end()) {
     throw std::invalid_argument("metric " + std::string(name) + " is already defined");
@@ -397,9 +410,9 @@ void Registry::SetCallbackGauge(std::string_view name, std::string_view help, st
     if (auto it = callbacks_.find(name); it != callbacks_.end()) callbacks_.erase(it);
     return;
   }
-  callbacks_.insert_or_assign(std::string(name),
-                              CallbackGauge{std::string(help),
-                                            std::make_shared<std::function<double()>>(std::move(read))});
+  callbacks_.insert_or_assign(
+      std::string(name),
+      CallbackGauge{std::string(help), std::make_shared<std::function<double()>>(std::move(read))});
 }
 
 FamilyBase* Registry::FindFamily(std::string_view name) {
@@ -433,15 +446,17 @@ Metric& Registry::Get(MetricType type, std::string_view name, std::span<const La
     std::unique_lock lock(mu_);
     if (callbacks_.find(name) != callbacks_.end()) return sink;
     auto it = families_.find(name);
-    family = it == families_.end() ? &CreateLocked(type, name, "", std::move(label_names), std::move(bounds))
-                                   : it->second.get();
+    family = it == families_.end()
+                 ? &CreateLocked(type, name, "", std::move(label_names), std::move(bounds))
+                 : it->second.get();
   }
   if (family->type() != type) return sink;
   const std::vector<std::string>& names = family->label_names();
   if (names.size() != labels.size()) return sink;
   std::array<std::string_view, kMaxLabels> values;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    auto it = std::find_if(labels.begin(), labels.end(), [&](const LabelPair& l) { return l.first == names[i]; });
+    auto it = std::find_if(labels.begin(), labels.end(),
+                           [&](const LabelPair& l) { return l.first == names[i]; });
     if (it == labels.end()) return sink;
     values[i] = it->second;
   }
@@ -489,7 +504,8 @@ std::vector<FamilySnapshot> Registry::Collect() const {
     snapshot.samples.push_back(std::move(sample));
     out.push_back(std::move(snapshot));
   }
-  std::sort(out.begin(), out.end(), [](const FamilySnapshot& a, const FamilySnapshot& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(),
+            [](const FamilySnapshot& a, const FamilySnapshot& b) { return a.name < b.name; });
   return out;
 }
 

@@ -215,8 +215,8 @@ class Family final : public FamilyBase {
   friend class Registry;
   Family(MetricType type, std::string name, std::string help, std::vector<std::string> label_names,
          std::vector<double> bounds, std::size_t max_series)
-      : FamilyBase(type, std::move(name), std::move(help), std::move(label_names), std::move(bounds),
-                   max_series) {}
+      : FamilyBase(type, std::move(name), std::move(help), std::move(label_names),
+                   std::move(bounds), max_series) {}
 };
 
 using CounterFamily = Family<Counter>;

@@ -32,8 +32,9 @@ void AppendLabels(std::string& out, const std::vector<std::string>& names,
 }
 
 void AppendLine(std::string& out, std::string_view name, std::string_view suffix,
-                const std::vector<std::string>& label_names, const std::vector<std::string>& label_values,
-                std::string_view value, std::string_view le = {}) {
+                const std::vector<std::string>& label_names,
+                const std::vector<std::string>& label_values, std::string_view value,
+                std::string_view le = {}) {
   out += name;
   out += suffix;
   AppendLabels(out, label_names, label_values, le);
@@ -112,9 +113,11 @@ std::string FormatValue(double value) {
 
 std::string FormatPrometheus(const std::vector<FamilySnapshot>& families) {
   std::vector<const FamilySnapshot*> ordered(families.size());
-  std::transform(families.begin(), families.end(), ordered.begin(), [](const FamilySnapshot& f) { return &f; });
-  std::stable_sort(ordered.begin(), ordered.end(),
-                   [](const FamilySnapshot* a, const FamilySnapshot* b) { return a->name < b->name; });
+  std::transform(families.begin(), families.end(), ordered.begin(),
+                 [](const FamilySnapshot& f) { return &f; });
+  std::stable_sort(
+      ordered.begin(), ordered.end(),
+      [](const FamilySnapshot* a, const FamilySnapshot* b) { return a->name < b->name; });
 
   std::string out;
   for (const FamilySnapshot* family : ordered) {
@@ -134,8 +137,9 @@ std::string FormatPrometheus(const std::vector<FamilySnapshot>& families) {
     std::vector<const Sample*> samples(family->samples.size());
     std::transform(family->samples.begin(), family->samples.end(), samples.begin(),
                    [](const Sample& s) { return &s; });
-    std::stable_sort(samples.begin(), samples.end(),
-                     [](const Sample* a, const Sample* b) { return a->label_values < b->label_values; });
+    std::stable_sort(samples.begin(), samples.end(), [](const Sample* a, const Sample* b) {
+      return a->label_values < b->label_values;
+    });
 
     const auto& names = family->label_names;
     for (const Sample* sample : samples) {

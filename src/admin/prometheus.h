@@ -10,7 +10,8 @@
 namespace idemgate::admin {
 
 // Content-Type of FormatPrometheus output.
-inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kPrometheusContentType =
+    "text/plain; version=0.0.4; charset=utf-8";
 
 // Renders `families` as one exposition: per family a `# HELP` line (omitted
 // when the help text is empty) and a `# TYPE` line, then its samples.

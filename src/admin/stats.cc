@@ -49,7 +49,8 @@ std::vector<RouteStatsRow> RouteStats::Snapshot() const {
       rows.push_back(std::move(row));
     }
   }
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.route < b.route; });
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.route < b.route; });
   return rows;
 }
 

@@ -105,8 +105,9 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
   }
   constexpr std::string_view kHttp = "http://";
   if (url.size() < kHttp.size() ||
-      !std::equal(kHttp.begin(), kHttp.end(), url.begin(),
-                  [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+      !std::equal(kHttp.begin(), kHttp.end(), url.begin(), [](char a, char b) {
+        return a == std::tolower(static_cast<unsigned char>(b));
+      })) {
     if (url.substr(0, 8) == "https://") {
       return InvalidArgumentError("invalid upstream url " + quoted +
                                   ": https upstreams are not supported" + expected);
@@ -121,10 +122,11 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
   }
   std::size_t slash = after.find('/');
   std::string_view authority = after.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : after.substr(slash);
+  std::string_view path =
+      slash == std::string_view::npos ? std::string_view() : after.substr(slash);
   if (authority.find('@') != std::string_view::npos) {
-    return InvalidArgumentError("invalid upstream url " + quoted +
-                                ": user info is not allowed" + expected);
+    return InvalidArgumentError("invalid upstream url " + quoted + ": user info is not allowed" +
+                                expected);
   }
   std::string host;
   std::string_view rest;

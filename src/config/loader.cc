@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,8 +14,6 @@
 #include <optional>
 #include <stdexcept>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "common/units.h"
 #include "config/address.h"
@@ -40,10 +39,14 @@ int LineOf(const YAML::Node& node) {
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "\"" + node.Scalar() + "\"";
-    default: return "nothing";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "\"" + node.Scalar() + "\"";
+    default:
+      return "nothing";
   }
 }
 
@@ -205,7 +208,8 @@ class Loader {
   }
 
   const std::string& Scalar(const Field& f, std::string_view expected) {
-    if (!f.node.IsScalar()) Fail(f, "expected " + std::string(expected) + ", got " + Describe(f.node));
+    if (!f.node.IsScalar())
+      Fail(f, "expected " + std::string(expected) + ", got " + Describe(f.node));
     return f.node.Scalar();
   }
 
@@ -221,9 +225,8 @@ class Loader {
   std::uint64_t Uint(const Field& f, std::uint64_t max) {
     const std::string& s = Scalar(f, "a whole number");
     std::uint64_t value = 0;
-    const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-      return c >= '0' && c <= '9';
-    });
+    const bool digits =
+        !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
     if (!digits || ec != std::errc() || ptr != s.data() + s.size() || value > max) {
       Fail(f, "expected a whole number in 0.." + std::to_string(max) + ", got \"" + s + "\"");

@@ -18,8 +18,8 @@ struct EnumNames;
 template <>
 struct EnumNames<Policy> {
   static constexpr std::pair<Policy, std::string_view> kNames[] = {
-      {Policy::kRequired, "required"},       {Policy::kOptional, "optional"},
-      {Policy::kWebhook, "webhook"},         {Policy::kPassthrough, "passthrough"},
+      {Policy::kRequired, "required"},     {Policy::kOptional, "optional"},
+      {Policy::kWebhook, "webhook"},       {Policy::kPassthrough, "passthrough"},
       {Policy::kProhibited, "prohibited"},
   };
 };

@@ -182,8 +182,8 @@ class Validator {
   void CheckIdentity() {
     const Identity& id = config_.identity;
     if (id.mode == IdentityMode::kJwt || id.mode == IdentityMode::kApiKey) {
-      Fail("identity.mode", std::string(Name(id.mode)) +
-                                " is not supported yet (supported: none, trusted_headers)");
+      Fail("identity.mode",
+           std::string(Name(id.mode)) + " is not supported yet (supported: none, trusted_headers)");
       return;
     }
     if (id.mode != IdentityMode::kTrustedHeaders) return;
@@ -204,15 +204,15 @@ class Validator {
   void CheckUpstreams() {
     for (const auto& [name, u] : config_.upstreams) {
       const std::string path = "upstreams." + name;
-      Check(IsId(name), path, "invalid upstream name " + Quote(name) +
-                                  " (letters, digits, '.', '_', '~', '-')");
+      Check(IsId(name), path,
+            "invalid upstream name " + Quote(name) + " (letters, digits, '.', '_', '~', '-')");
       Check(u.scheme == "http", path + ".url",
             "scheme must be http (got " + Quote(u.scheme) + " from url " + Quote(u.url) + ")");
       Check(!u.host.empty(), path + ".url", "missing host (url " + Quote(u.url) + ")");
       Check(u.port != 0, path + ".url", "port must be in 1..65535");
       Check(u.base_path.empty() || (u.base_path.front() == '/' && u.base_path.back() != '/'),
-            path + ".url", "base path " + Quote(u.base_path) +
-                               " must start with '/' and not end with '/'");
+            path + ".url",
+            "base path " + Quote(u.base_path) + " must start with '/' and not end with '/'");
       CheckPositive(u.timeout, path + ".timeout");
       CheckPositive(u.connect_timeout, path + ".connect_timeout");
       Check(u.max_connections > 0, path + ".max_connections", "must be greater than 0");
@@ -268,14 +268,14 @@ class Validator {
       const Route& r = config_.routes[i];
       const std::string path = Index("routes", i);
       Check(IsId(r.id), path + ".id",
-            r.id.empty() ? std::string("missing (every route needs an id)")
-                         : "invalid route id " + Quote(r.id) +
-                               " (letters, digits, '.', '_', '~', '-')");
+            r.id.empty()
+                ? std::string("missing (every route needs an id)")
+                : "invalid route id " + Quote(r.id) + " (letters, digits, '.', '_', '~', '-')");
       auto [it, inserted] = seen.emplace(r.id, i);
       if (!inserted && !r.id.empty()) {
         const Route& first = config_.routes[it->second];
-        std::string where = first.line > 0 ? "line " + std::to_string(first.line)
-                                           : Index("routes", it->second);
+        std::string where =
+            first.line > 0 ? "line " + std::to_string(first.line) : Index("routes", it->second);
         Fail(path + ".id", "duplicate route id " + Quote(r.id) + " (first used at " + where + ")");
       }
       CheckMatch(path + ".match", r.match);
@@ -284,8 +284,8 @@ class Validator {
       } else if (!config_.upstreams.contains(r.upstream)) {
         std::string known;
         for (const auto& [name, u] : config_.upstreams) known += (known.empty() ? "" : ", ") + name;
-        Fail(path + ".upstream", "unknown upstream " + Quote(r.upstream) + " (defined: " +
-                                     (known.empty() ? "none" : known) + ")");
+        Fail(path + ".upstream", "unknown upstream " + Quote(r.upstream) +
+                                     " (defined: " + (known.empty() ? "none" : known) + ")");
       }
       if (!r.recovery_upstream_path.empty()) {
         Check(r.recovery_upstream_path.front() == '/', path + ".recovery_upstream_path",
@@ -346,8 +346,7 @@ class Validator {
             "duplicate webhook endpoint id " + Quote(w.id));
       Check(!w.tenant.empty(), path + ".tenant", "missing");
       Check(!w.project.empty(), path + ".project", "missing");
-      Check(!w.provider.empty(), path + ".provider",
-            "missing (" + Join(kWebhookProviders) + ")");
+      Check(!w.provider.empty(), path + ".provider", "missing (" + Join(kWebhookProviders) + ")");
       CheckProvider(w.provider, path + ".provider");
       Check(w.secret_env.empty() != w.secret_file.empty(), path,
             "set exactly one of secret_env and secret_file");

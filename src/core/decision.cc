@@ -1,6 +1,5 @@
 #include "core/decision.h"
 
-#include <cstdio>
 #include <ctime>
 #include <vector>
 
@@ -186,11 +185,29 @@ std::string FormatHttpDate(UnixMillis t) {
   if (t < 0 && t % 1000 != 0) --seconds;
   std::tm tm{};
   gmtime_r(&seconds, &tm);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
-                tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-                tm.tm_sec);
-  return buf;
+  auto two = [](std::string* out, int v) {
+    out->push_back(static_cast<char>('0' + v / 10 % 10));
+    out->push_back(static_cast<char>('0' + v % 10));
+  };
+  std::string out;
+  out.reserve(29);
+  out.append(kDays[tm.tm_wday]);
+  out.append(", ");
+  two(&out, tm.tm_mday);
+  out.push_back(' ');
+  out.append(kMonths[tm.tm_mon]);
+  out.push_back(' ');
+  const int year = tm.tm_year + 1900;
+  two(&out, year / 100);
+  two(&out, year % 100);
+  out.push_back(' ');
+  two(&out, tm.tm_hour);
+  out.push_back(':');
+  two(&out, tm.tm_min);
+  out.push_back(':');
+  two(&out, tm.tm_sec);
+  out.append(" GMT");
+  return out;
 }
 
 }  // namespace idemgate::core

@@ -35,6 +35,30 @@ BeginResult StoreError(Status status) {
   return r;
 }
 
+// One step of waiting for the in-flight `*existing` to change. Without a
+// watch, registers one and re-reads at once (registering first means a
+// completion in between still wakes it); with one, sleeps until it fires,
+// the wait ends or the holder's lease does, then re-reads. Updates
+// `*existing` and `*now`; sets `*waited` once it slept.
+Task<Status> WaitAndReread(Store& store, const Clock& clock, const std::string& key,
+                           SteadyClock::time_point deadline, std::unique_ptr<Watch>* watch,
+                           std::optional<Record>* existing, UnixMillis* now, bool* waited) {
+  if (*watch != nullptr) {
+    *waited = true;
+    if (co_await (*watch)->Changed(NextWake(deadline, **existing, *now))) watch->reset();
+  }
+  if (*watch == nullptr) {
+    StatusOr<std::unique_ptr<Watch>> made = co_await store.WatchKey(key);
+    if (!made.ok()) co_return made.status();
+    *watch = std::move(made).value();
+  }
+  *now = clock.NowMillis();
+  StatusOr<std::optional<Record>> fresh = co_await store.Get(key, *now);
+  if (!fresh.ok()) co_return fresh.status();
+  *existing = std::move(fresh).value();
+  co_return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view BeginOutcomeName(BeginOutcome outcome) {
@@ -81,6 +105,13 @@ std::string Engine::NewOperationId(UnixMillis now) {
   return out;
 }
 
+// GCC 12 at -O2 misreports Asio's recycling frame allocator (aligned_alloc
+// paired with the frame's own operator delete, which frees it) in this
+// coroutine's ramp as a mismatched new/delete.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 Task<BeginResult> Engine::Begin(KeyedRequest request) {
   const auto deadline = SteadyClock::now() + request.wait_timeout;
   const std::string owner = NewOwnerToken();
@@ -147,32 +178,19 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
             r.waited = waited;
             co_return r;
           }
-          if (watch == nullptr) {
-            // Register first, then re-read: a completion in between still
-            // wakes the watch.
-            StatusOr<std::unique_ptr<Watch>> made = co_await store_.WatchKey(request.key);
-            if (!made.ok()) co_return StoreError(made.status());
-            watch = std::move(made).value();
-          } else {
-            const Duration timeout = NextWake(deadline, *existing, now);
-            waited = true;
-            if (co_await watch->Changed(timeout)) watch.reset();
-            if (watch == nullptr) {
-              StatusOr<std::unique_ptr<Watch>> made = co_await store_.WatchKey(request.key);
-              if (!made.ok()) co_return StoreError(made.status());
-              watch = std::move(made).value();
-            }
-          }
-          now = clock_.NowMillis();
-          StatusOr<std::optional<Record>> fresh = co_await store_.Get(request.key, now);
-          if (!fresh.ok()) co_return StoreError(fresh.status());
-          existing = std::move(fresh).value();
+          const Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch,
+                                                  &existing, &now, &waited);
+          if (!s.ok()) co_return StoreError(s);
           break;
         }
       }
     }
   }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response,
                               Duration retention) {

@@ -37,13 +37,17 @@ T RunTask(core::Task<T> task) {
   return std::move(*out);
 }
 
-AdminResponse Call(const AdminApi& api, AdminRequest request) { return RunTask(api.Handle(std::move(request))); }
+AdminResponse Call(const AdminApi& api, AdminRequest request) {
+  return RunTask(api.Handle(std::move(request)));
+}
 
 AdminRequest Req(std::string method, std::string target, std::vector<core::Header> headers = {}) {
   return AdminRequest{std::move(method), std::move(target), std::move(headers)};
 }
 
-std::vector<core::Header> Bearer(std::string token) { return {{"Authorization", "Bearer " + token}}; }
+std::vector<core::Header> Bearer(std::string token) {
+  return {{"Authorization", "Bearer " + token}};
+}
 
 std::optional<std::string> HeaderOf(const AdminResponse& r, std::string_view name) {
   for (const auto& h : r.headers) {
@@ -109,7 +113,8 @@ TEST_F(AdminApiTest, ReadyzFollowsTheStore) {
   EXPECT_EQ(problem["code"], "store-unavailable");
   EXPECT_EQ(problem["type"], "urn:idemgate:problem:store-unavailable");
   EXPECT_EQ(problem["status"], 503);
-  EXPECT_NE(std::string(problem["detail"].as_string()).find("connection refused"), std::string::npos);
+  EXPECT_NE(std::string(problem["detail"].as_string()).find("connection refused"),
+            std::string::npos);
 
   store_.Heal();
   api.SetDraining(true);
@@ -133,7 +138,8 @@ TEST_F(AdminApiTest, MetricsArePrometheusText) {
   const AdminResponse r = Call(api, Req("GET", "/metrics"));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(r.body.find("idempotency_cache_hit_total{route=\"payments\",status=\"200\"} 1\n"), std::string::npos);
+  EXPECT_NE(r.body.find("idempotency_cache_hit_total{route=\"payments\",status=\"200\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(r.body.find("\nidemgate_store_keys 1\n"), std::string::npos);
   metrics_.SetStoreStatsSource(nullptr);
 }
@@ -168,7 +174,8 @@ TEST_F(AdminApiTest, KeyInspectionNeedsTheToken) {
 
   r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("wrong")));
   EXPECT_EQ(r.status, 401);
-  EXPECT_EQ(HeaderOf(r, "WWW-Authenticate"), "Bearer realm=\"idemgate-admin\", error=\"invalid_token\"");
+  EXPECT_EQ(HeaderOf(r, "WWW-Authenticate"),
+            "Bearer realm=\"idemgate-admin\", error=\"invalid_token\"");
 
   // A prefix of the right token is wrong too.
   r = Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(std::string(kToken).substr(0, 5))));
@@ -176,14 +183,17 @@ TEST_F(AdminApiTest, KeyInspectionNeedsTheToken) {
 
   // Two Authorization headers are refused even if one is right.
   r = Call(api, Req("GET", "/admin/keys/" + kKey,
-                    {{"Authorization", std::string("Bearer ") + kToken}, {"authorization", "Bearer x"}}));
+                    {{"Authorization", std::string("Bearer ") + kToken},
+                     {"authorization", "Bearer x"}}));
   EXPECT_EQ(r.status, 401);
 
-  r = Call(api, Req("GET", "/admin/keys/" + kKey, {{"Authorization", std::string("Basic ") + kToken}}));
+  r = Call(api,
+           Req("GET", "/admin/keys/" + kKey, {{"Authorization", std::string("Basic ") + kToken}}));
   EXPECT_EQ(r.status, 401);
 
   // Header name and scheme are case-insensitive.
-  r = Call(api, Req("GET", "/admin/keys/" + kKey, {{"authorization", std::string("bearer  ") + kToken + " "}}));
+  r = Call(api, Req("GET", "/admin/keys/" + kKey,
+                    {{"authorization", std::string("bearer  ") + kToken + " "}}));
   EXPECT_EQ(r.status, 200);
 }
 
@@ -195,7 +205,8 @@ TEST_F(AdminApiTest, KeyCallsAreRefusedWithoutAConfiguredToken) {
     EXPECT_EQ(r.status, 403) << method;
     json::object problem = ProblemOf(r);
     EXPECT_EQ(problem["code"], "forbidden");
-    EXPECT_NE(std::string(problem["detail"].as_string()).find("no admin token configured"), std::string::npos);
+    EXPECT_NE(std::string(problem["detail"].as_string()).find("no admin token configured"),
+              std::string::npos);
   }
   EXPECT_EQ(store_.size(), 1u);
 }
@@ -238,7 +249,8 @@ TEST_F(AdminApiTest, KeyInThePathIsPercentDecoded) {
   const std::string key = "t-_:_:_:files:a%b/c d";
   store_.Put(key, CompletedRecord());
   const AdminApi api = MakeApi();
-  AdminResponse r = Call(api, Req("GET", "/admin/keys/t-_%3A_%3a_:files:a%25b%2Fc%20d?pretty=1", Bearer(kToken)));
+  AdminResponse r =
+      Call(api, Req("GET", "/admin/keys/t-_%3A_%3a_:files:a%25b%2Fc%20d?pretty=1", Bearer(kToken)));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body).at("key"), json::value(key));
 
@@ -380,13 +392,15 @@ TEST(IsValidUtf8, AcceptsWellFormedRejectsTheRest) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain ascii"));
   EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xc3"));                  // truncated
-  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));              // overlong
-  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));          // overlong
-  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));          // surrogate
-  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));      // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xc3"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // above U+10FFFF
   EXPECT_FALSE(IsValidUtf8("\xff"));
-  EXPECT_FALSE(IsValidUtf8("a\x80" "b"));             // stray continuation
+  EXPECT_FALSE(
+      IsValidUtf8("a\x80"
+                  "b"));  // stray continuation
 }
 
 TEST(RecordToJson, SanitizesBytesThatAreNotUtf8) {

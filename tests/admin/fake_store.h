@@ -72,7 +72,8 @@ class FakeStore final : public core::Store {
     std::lock_guard lock(mu_);
     core::StoreStats stats;
     stats.keys = records_.size();
-    for (const auto& [key, record] : records_) stats.bytes += key.size() + core::EncodedSize(record);
+    for (const auto& [key, record] : records_)
+      stats.bytes += key.size() + core::EncodedSize(record);
     return stats;
   }
 
@@ -82,7 +83,8 @@ class FakeStore final : public core::Store {
     return failure_.value_or(Status::Ok());
   }
 
-  StatusOr<core::ReserveResult> DoReserve(std::string key, core::Record reservation, UnixMillis now) {
+  StatusOr<core::ReserveResult> DoReserve(std::string key, core::Record reservation,
+                                          UnixMillis now) {
     std::lock_guard lock(mu_);
     if (failure_) return *failure_;
     reservation.state = core::RecordState::kInFlight;
@@ -107,7 +109,8 @@ class FakeStore final : public core::Store {
     std::lock_guard lock(mu_);
     if (failure_) return *failure_;
     auto it = records_.find(key);
-    if (it == records_.end() || it->second.state != core::RecordState::kInFlight || it->second.owner != owner) {
+    if (it == records_.end() || it->second.state != core::RecordState::kInFlight ||
+        it->second.owner != owner) {
       return FailedPreconditionError("key not held by this owner");
     }
     if (completed == nullptr) {

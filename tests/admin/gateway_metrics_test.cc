@@ -19,18 +19,21 @@ TEST(GatewayMetrics, DeclaresEverySpecFamilyBeforeAnyEvent) {
   GatewayMetrics metrics;
   const std::string text = metrics.RenderPrometheus();
   for (const char* counter :
-       {"idempotency_key_present_total", "idempotency_key_missing_total", "idempotency_key_invalid_total",
-        "transport_translation_failed_total", "idempotency_cache_hit_total", "idempotency_cache_miss_total",
-        "idempotency_wait_total", "idempotency_conflict_total", "idempotency_reservation_released_total",
-        "idempotency_stored_total", "idempotency_store_errors_total", "idempotency_lease_expired_total",
-        "idempotency_fail_open_total"}) {
+       {"idempotency_key_present_total", "idempotency_key_missing_total",
+        "idempotency_key_invalid_total", "transport_translation_failed_total",
+        "idempotency_cache_hit_total", "idempotency_cache_miss_total", "idempotency_wait_total",
+        "idempotency_conflict_total", "idempotency_reservation_released_total",
+        "idempotency_stored_total", "idempotency_store_errors_total",
+        "idempotency_lease_expired_total", "idempotency_fail_open_total"}) {
     EXPECT_TRUE(Contains(text, std::string("# TYPE ") + counter + " counter\n")) << counter;
     EXPECT_TRUE(Contains(text, std::string("# HELP ") + counter + " ")) << counter;
   }
   EXPECT_TRUE(Contains(text, "# TYPE idemgate_request_duration_seconds histogram\n"));
   EXPECT_TRUE(Contains(text, "# TYPE idemgate_upstream_duration_seconds histogram\n"));
-  EXPECT_TRUE(Contains(text, "# TYPE idemgate_requests_in_flight gauge\nidemgate_requests_in_flight 0\n"));
-  EXPECT_TRUE(Contains(text, "idemgate_build_info{version=\"" + std::string(BuildVersion()) + "\"} 1\n"));
+  EXPECT_TRUE(
+      Contains(text, "# TYPE idemgate_requests_in_flight gauge\nidemgate_requests_in_flight 0\n"));
+  EXPECT_TRUE(
+      Contains(text, "idemgate_build_info{version=\"" + std::string(BuildVersion()) + "\"} 1\n"));
   EXPECT_FALSE(BuildVersion().empty());
 }
 
@@ -41,10 +44,11 @@ TEST(GatewayMetrics, TenantLabelsOnGiveTenantProjectRoute) {
   metrics.LeaseExpired({.route = "payments"});  // no identity: "_"
   metrics.RequestCompleted(kPay, 0.003);
   const std::string text = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(text,
+                       "idempotency_cache_hit_total{tenant=\"acme\",project=\"shop\",route="
+                       "\"payments\",status=\"201\"} 2\n"));
   EXPECT_TRUE(Contains(
-      text, "idempotency_cache_hit_total{tenant=\"acme\",project=\"shop\",route=\"payments\",status=\"201\"} 2\n"));
-  EXPECT_TRUE(
-      Contains(text, "idempotency_lease_expired_total{tenant=\"_\",project=\"_\",route=\"payments\"} 1\n"));
+      text, "idempotency_lease_expired_total{tenant=\"_\",project=\"_\",route=\"payments\"} 1\n"));
   EXPECT_TRUE(Contains(text,
                        "idemgate_request_duration_seconds_bucket{tenant=\"acme\",project=\"shop\","
                        "route=\"payments\",le=\"0.0025\"} 0\n"
@@ -61,8 +65,10 @@ TEST(GatewayMetrics, TenantLabelsOffGiveRouteOnly) {
   metrics.UpstreamCompleted(kPay, 20);
   const std::string text = metrics.RenderPrometheus();
   EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total{route=\"payments\",status=\"200\"} 1\n"));
-  EXPECT_TRUE(Contains(text, "idempotency_key_invalid_total{route=\"payments\",reason=\"charset\"} 1\n"));
-  EXPECT_TRUE(Contains(text, "idemgate_upstream_duration_seconds_bucket{route=\"payments\",le=\"+Inf\"} 1\n"));
+  EXPECT_TRUE(
+      Contains(text, "idempotency_key_invalid_total{route=\"payments\",reason=\"charset\"} 1\n"));
+  EXPECT_TRUE(Contains(
+      text, "idemgate_upstream_duration_seconds_bucket{route=\"payments\",le=\"+Inf\"} 1\n"));
   EXPECT_TRUE(Contains(text, "idemgate_upstream_duration_seconds_sum{route=\"payments\"} 20\n"));
   EXPECT_FALSE(Contains(text, "tenant="));
 }
@@ -70,7 +76,7 @@ TEST(GatewayMetrics, TenantLabelsOffGiveRouteOnly) {
 struct EventCase {
   const char* name;
   void (*fire)(GatewayMetrics&);
-  const char* line;  // expected exposition line (route-only labels)
+  const char* line;                    // expected exposition line (route-only labels)
   std::uint64_t RouteStatsRow::*stat;  // the stats field it bumps, or null
 };
 
@@ -79,36 +85,47 @@ TEST(GatewayMetrics, EachEventFeedsItsMetricAndStat) {
       {"KeyPresent", [](GatewayMetrics& m) { m.KeyPresent(kPay, "REQUIRED_A"); },
        "idempotency_key_present_total{route=\"payments\",case=\"REQUIRED_A\"} 1", nullptr},
       {"KeyMissing", [](GatewayMetrics& m) { m.KeyMissing(kPay, "required"); },
-       "idempotency_key_missing_total{route=\"payments\",class=\"required\"} 1", &RouteStatsRow::invalid},
+       "idempotency_key_missing_total{route=\"payments\",class=\"required\"} 1",
+       &RouteStatsRow::invalid},
       {"KeyInvalid", [](GatewayMetrics& m) { m.KeyInvalid(kPay, "too_long"); },
-       "idempotency_key_invalid_total{route=\"payments\",reason=\"too_long\"} 1", &RouteStatsRow::invalid},
+       "idempotency_key_invalid_total{route=\"payments\",reason=\"too_long\"} 1",
+       &RouteStatsRow::invalid},
       {"TranslationFailed", [](GatewayMetrics& m) { m.TranslationFailed(kPay, "stripe"); },
-       "transport_translation_failed_total{route=\"payments\",provider=\"stripe\"} 1", &RouteStatsRow::invalid},
+       "transport_translation_failed_total{route=\"payments\",provider=\"stripe\"} 1",
+       &RouteStatsRow::invalid},
       {"CacheHit", [](GatewayMetrics& m) { m.CacheHit(kPay, 404); },
        "idempotency_cache_hit_total{route=\"payments\",status=\"404\"} 1", &RouteStatsRow::hits},
       {"CacheMiss", [](GatewayMetrics& m) { m.CacheMiss(kPay); },
        "idempotency_cache_miss_total{route=\"payments\"} 1", &RouteStatsRow::misses},
-      {"Waited", [](GatewayMetrics& m) { m.Waited(kPay); }, "idempotency_wait_total{route=\"payments\"} 1",
-       &RouteStatsRow::waits},
+      {"Waited", [](GatewayMetrics& m) { m.Waited(kPay); },
+       "idempotency_wait_total{route=\"payments\"} 1", &RouteStatsRow::waits},
       {"ConflictInFlight", [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kInFlight); },
-       "idempotency_conflict_total{route=\"payments\",reason=\"in_flight\"} 1", &RouteStatsRow::conflicts},
-      {"ConflictWaitTimeout", [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kWaitTimeout); },
-       "idempotency_conflict_total{route=\"payments\",reason=\"wait_timeout\"} 1", &RouteStatsRow::conflicts},
+       "idempotency_conflict_total{route=\"payments\",reason=\"in_flight\"} 1",
+       &RouteStatsRow::conflicts},
+      {"ConflictWaitTimeout",
+       [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kWaitTimeout); },
+       "idempotency_conflict_total{route=\"payments\",reason=\"wait_timeout\"} 1",
+       &RouteStatsRow::conflicts},
       {"ConflictLeaseLost", [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kLeaseLost); },
-       "idempotency_conflict_total{route=\"payments\",reason=\"lease_lost\"} 1", &RouteStatsRow::conflicts},
-      {"ConflictMismatch", [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kFingerprintMismatch); },
+       "idempotency_conflict_total{route=\"payments\",reason=\"lease_lost\"} 1",
+       &RouteStatsRow::conflicts},
+      {"ConflictMismatch",
+       [](GatewayMetrics& m) { m.Conflict(kPay, ConflictReason::kFingerprintMismatch); },
        "idempotency_conflict_total{route=\"payments\",reason=\"fingerprint_mismatch\"} 1",
        &RouteStatsRow::mismatches},
-      {"Released", [](GatewayMetrics& m) { m.ReservationReleased(kPay, ReleaseReason::kAdmission); },
-       "idempotency_reservation_released_total{route=\"payments\",reason=\"admission\"} 1", nullptr},
-      {"Stored", [](GatewayMetrics& m) { m.Stored(kPay); }, "idempotency_stored_total{route=\"payments\"} 1",
-       &RouteStatsRow::stored},
+      {"Released",
+       [](GatewayMetrics& m) { m.ReservationReleased(kPay, core::ReleaseReason::kAdmission); },
+       "idempotency_reservation_released_total{route=\"payments\",reason=\"admission\"} 1",
+       nullptr},
+      {"Stored", [](GatewayMetrics& m) { m.Stored(kPay); },
+       "idempotency_stored_total{route=\"payments\"} 1", &RouteStatsRow::stored},
       {"StoreError", [](GatewayMetrics& m) { m.StoreError(kPay, StoreOp::kReserve); },
-       "idempotency_store_errors_total{route=\"payments\",op=\"reserve\"} 1", &RouteStatsRow::store_errors},
+       "idempotency_store_errors_total{route=\"payments\",op=\"reserve\"} 1",
+       &RouteStatsRow::store_errors},
       {"LeaseExpired", [](GatewayMetrics& m) { m.LeaseExpired(kPay); },
        "idempotency_lease_expired_total{route=\"payments\"} 1", nullptr},
-      {"FailOpen", [](GatewayMetrics& m) { m.FailOpen(kPay); }, "idempotency_fail_open_total{route=\"payments\"} 1",
-       nullptr},
+      {"FailOpen", [](GatewayMetrics& m) { m.FailOpen(kPay); },
+       "idempotency_fail_open_total{route=\"payments\"} 1", nullptr},
       {"RequestCompleted", [](GatewayMetrics& m) { m.RequestCompleted(kPay, 0.5); },
        "idemgate_request_duration_seconds_count{route=\"payments\"} 1", &RouteStatsRow::requests},
   };
@@ -128,18 +145,29 @@ TEST(GatewayMetrics, EachEventFeedsItsMetricAndStat) {
 }
 
 TEST(GatewayMetrics, ReasonNamesAreStable) {
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kServerError), "server_error");
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kRetryableStatus), "retryable_status");
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kUpstreamUnavailable), "upstream_unavailable");
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kUpstreamTimeout), "upstream_timeout");
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kShutdown), "shutdown");
-  EXPECT_EQ(ReleaseReasonName(ReleaseReason::kError), "error");
+  EXPECT_EQ(ConflictReasonName(ConflictReason::kInFlight), "in_flight");
+  EXPECT_EQ(ConflictReasonName(ConflictReason::kWaitTimeout), "wait_timeout");
+  EXPECT_EQ(ConflictReasonName(ConflictReason::kFingerprintMismatch), "fingerprint_mismatch");
+  EXPECT_EQ(ConflictReasonName(ConflictReason::kLeaseLost), "lease_lost");
+  EXPECT_EQ(StoreOpName(StoreOp::kReserve), "reserve");
   EXPECT_EQ(StoreOpName(StoreOp::kComplete), "complete");
   EXPECT_EQ(StoreOpName(StoreOp::kRelease), "release");
   EXPECT_EQ(StoreOpName(StoreOp::kGet), "get");
   EXPECT_EQ(StoreOpName(StoreOp::kPurge), "purge");
   EXPECT_EQ(StoreOpName(StoreOp::kWatch), "watch");
   EXPECT_EQ(StoreOpName(StoreOp::kPing), "ping");
+}
+
+TEST(GatewayMetrics, ReleasedUsesCoreReasonNamesAndSkipsNone) {
+  GatewayMetrics metrics(GatewayMetricsOptions{.tenant_labels = false});
+  metrics.ReservationReleased(kPay, core::ReleaseReason::kNone);
+  metrics.ReservationReleased(kPay, core::ReleaseReason::kUpstreamConnect);
+  metrics.ReservationReleased(kPay, core::ReleaseReason::kUpstreamConnect);
+  const std::string text = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(text,
+                       "idempotency_reservation_released_total{route=\"payments\",reason="
+                       "\"upstream_connect\"} 2\n"));
+  EXPECT_FALSE(Contains(text, "reason=\"\""));
 }
 
 TEST(GatewayMetrics, RegisterRouteShowsZeros) {
@@ -195,12 +223,20 @@ TEST(GatewayMetrics, ConcurrentEventsFromFourThreadsAddUp) {
   for (auto& th : threads) th.join();
   const std::string text = metrics.RenderPrometheus();
   const std::string each = std::to_string(2 * kPerThread);
-  EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total{tenant=\"tenant0\",project=\"p\",route=\"payments\","
-                             "status=\"200\"} " + each + "\n"));
-  EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total{tenant=\"tenant1\",project=\"p\",route=\"payments\","
-                             "status=\"200\"} " + each + "\n"));
-  EXPECT_TRUE(Contains(text, "idemgate_request_duration_seconds_count{tenant=\"tenant1\",project=\"p\","
-                             "route=\"payments\"} " + each + "\n"));
+  EXPECT_TRUE(
+      Contains(text,
+               "idempotency_cache_hit_total{tenant=\"tenant0\",project=\"p\",route=\"payments\","
+               "status=\"200\"} " +
+                   each + "\n"));
+  EXPECT_TRUE(
+      Contains(text,
+               "idempotency_cache_hit_total{tenant=\"tenant1\",project=\"p\",route=\"payments\","
+               "status=\"200\"} " +
+                   each + "\n"));
+  EXPECT_TRUE(Contains(text,
+                       "idemgate_request_duration_seconds_count{tenant=\"tenant1\",project=\"p\","
+                       "route=\"payments\"} " +
+                           each + "\n"));
   const auto rows = metrics.stats().Snapshot();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].hits, 4u * kPerThread);

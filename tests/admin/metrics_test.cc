@@ -22,7 +22,8 @@ void RunThreads(F body) {
   for (auto& th : threads) th.join();
 }
 
-const FamilySnapshot* FindFamily(const std::vector<FamilySnapshot>& families, std::string_view name) {
+const FamilySnapshot* FindFamily(const std::vector<FamilySnapshot>& families,
+                                 std::string_view name) {
   for (const auto& f : families) {
     if (f.name == name) return &f;
   }
@@ -65,13 +66,13 @@ TEST(Gauge, AddsAndSubtractsUnderFourThreads) {
 
 TEST(Histogram, BucketsAreUpperInclusive) {
   Histogram h({0.1, 1, 10});
-  h.Observe(0.1);    // le=0.1
-  h.Observe(-5);     // below every bound: first bucket
-  h.Observe(0.5);    // le=1
-  h.Observe(1);      // le=1
-  h.Observe(10.5);   // +Inf
+  h.Observe(0.1);                                      // le=0.1
+  h.Observe(-5);                                       // below every bound: first bucket
+  h.Observe(0.5);                                      // le=1
+  h.Observe(1);                                        // le=1
+  h.Observe(10.5);                                     // +Inf
   h.Observe(std::numeric_limits<double>::infinity());  // +Inf
-  h.Observe(std::nan(""));                              // dropped
+  h.Observe(std::nan(""));                             // dropped
   const HistogramData d = h.Snapshot();
   EXPECT_EQ(d.buckets, (std::vector<std::uint64_t>{2, 4, 4, 6}));
   EXPECT_EQ(d.count, 6u);
@@ -186,7 +187,8 @@ TEST(Registry, ConflictingDefinitionsThrowAtStartUp) {
   EXPECT_THROW(registry.AddHistogram("h", "order", {}, {1, 0.5}), std::invalid_argument);
   EXPECT_THROW(registry.AddHistogram("h", "inf", {}, {1, std::numeric_limits<double>::infinity()}),
                std::invalid_argument);
-  EXPECT_THROW(registry.SetCallbackGauge("a_total", "clash", [] { return 1.0; }), std::invalid_argument);
+  EXPECT_THROW(registry.SetCallbackGauge("a_total", "clash", [] { return 1.0; }),
+               std::invalid_argument);
 }
 
 TEST(Registry, AddFillsInTheHelpOfAFamilyCreatedByGet) {
@@ -204,7 +206,8 @@ TEST(Registry, LabelSetsBeyondTheCapCountIntoOneOverflowSeries) {
   auto& family = registry.AddCounter("t_total", "", {"tenant", "route"});
   for (int i = 0; i < 10; ++i) family.WithLabelValues({"tenant" + std::to_string(i), "r"}).Inc();
   // A real label set spelled like the overflow series joins it, never duplicates it.
-  family.WithLabelValues({std::string(kOverflowLabelValue), std::string(kOverflowLabelValue)}).Inc();
+  family.WithLabelValues({std::string(kOverflowLabelValue), std::string(kOverflowLabelValue)})
+      .Inc();
   EXPECT_EQ(family.size(), 3u);
   const auto families = registry.Collect();
   ASSERT_EQ(families.size(), 1u);

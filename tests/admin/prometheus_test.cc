@@ -16,8 +16,11 @@ TEST(FormatPrometheus, SmallRegistryGolden) {
   auto& hits = registry.AddCounter("demo_hits_total", "Replays served.", {"route", "status"});
   hits.WithLabelValues({"payments", "201"}).Inc(3);
   hits.WithLabelValues({"orders", "200"}).Inc();
-  registry.AddGauge("demo_in_flight", "Requests in flight.").WithLabelValues(std::span<const std::string_view>{}).Set(2);
-  auto& latency = registry.AddHistogram("demo_latency_seconds", "Latency.", {"route"}, {0.005, 0.1, 1});
+  registry.AddGauge("demo_in_flight", "Requests in flight.")
+      .WithLabelValues(std::span<const std::string_view>{})
+      .Set(2);
+  auto& latency =
+      registry.AddHistogram("demo_latency_seconds", "Latency.", {"route"}, {0.005, 0.1, 1});
   Histogram& h = latency.WithLabelValues({"payments"});
   // Binary fractions, so the sum is exact.
   h.Observe(0.00390625);

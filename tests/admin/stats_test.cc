@@ -57,10 +57,13 @@ TEST(RouteStats, RendersJsonWithRoutesInOrderAndTotals) {
   pay.store_errors.Inc(1);
   pay.stored.Inc(1);
   stats.ForRoute("everything-else").requests.Inc(3);
-  const std::string zero_tail = R"("waits":0,"conflicts":0,"mismatches":0,"invalid":0,"store_errors":0,"stored":0})";
+  const std::string zero_tail =
+      R"("waits":0,"conflicts":0,"mismatches":0,"invalid":0,"store_errors":0,"stored":0})";
   const std::string expected =
       R"({"routes":{)"
-      R"("everything-else":{"requests":3,"hits":0,"misses":0,)" + zero_tail + ","
+      R"("everything-else":{"requests":3,"hits":0,"misses":0,)" +
+      zero_tail +
+      ","
       R"("payments":{"requests":5,"hits":2,"misses":1,"waits":1,"conflicts":1,"mismatches":1,"invalid":1,"store_errors":1,"stored":1}},)"
       R"("totals":{"requests":8,"hits":2,"misses":1,"waits":1,"conflicts":1,"mismatches":1,"invalid":1,"store_errors":1,"stored":1}})";
   EXPECT_EQ(boost::json::serialize(stats.ToJson()), expected);

@@ -27,9 +27,9 @@ TEST(ParseHostPortTest, AcceptsNamesIpv4AndBracketedIpv6) {
 }
 
 TEST(ParseHostPortTest, RejectsMalformedAddresses) {
-  for (const char* bad : {"8080", "localhost", ":8080", "host:", "host:65536", "host:80x",
-                          "host:-1", "[::1", "[]:80", "[zz]:80", "ho st:80", "http://h:80",
-                          "::1:80", ""}) {
+  for (const char* bad :
+       {"8080", "localhost", ":8080", "host:", "host:65536", "host:80x", "host:-1", "[::1", "[]:80",
+        "[zz]:80", "ho st:80", "http://h:80", "::1:80", ""}) {
     StatusOr<HostPort> hp = ParseHostPort(bad);
     EXPECT_FALSE(hp.ok()) << "accepted \"" << bad << "\"";
     if (!hp.ok()) {
@@ -61,9 +61,9 @@ TEST(ParseUpstreamUrlTest, SplitsSchemeHostPortAndBasePath) {
 
 TEST(ParseUpstreamUrlTest, RejectsAnythingButPlainHttp) {
   for (const char* bad :
-       {"https://h:443", "ftp://h", "127.0.0.1:9001", "http://", "http://:80", "http://h:",
-        "http://h:0", "http://h:99999", "http://user@h:80", "http://h:80/x?y=1", "http://h/#f",
-        "http://h:80//x", "http://h x:80", "http://h:80a"}) {
+       {"https://h:443", "ftp://h", "127.0.0.1:9001", "http://", "http://:80",
+        "http://h:", "http://h:0", "http://h:99999", "http://user@h:80", "http://h:80/x?y=1",
+        "http://h/#f", "http://h:80//x", "http://h x:80", "http://h:80a"}) {
     Upstream u;
     u.host = "untouched";
     Status s = ParseUpstreamUrl(bad, &u);

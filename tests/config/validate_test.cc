@@ -44,7 +44,8 @@ TEST(ValidateTest, UsesSourceAndRouteLineWhenKnown) {
   c.routes[0].line = 7;
   c.routes[0].upstream = "missing";
   Status s = Validate(c);
-  EXPECT_EQ(s.message(), "gen.yaml:7: routes[0].upstream: unknown upstream \"missing\" (defined: app)");
+  EXPECT_EQ(s.message(),
+            "gen.yaml:7: routes[0].upstream: unknown upstream \"missing\" (defined: app)");
 
   c.routes[0].line = 0;
   EXPECT_EQ(Validate(c).message(),

@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -21,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "contract/store_contract.h"
+#include "contract/store_helpers.h"
 #include "fakes/testing.h"
 #include "store/embedded/offload.h"
 
@@ -85,6 +87,20 @@ class EmbeddedStoreTest : public ::testing::Test {
     return got.ok() ? *got : std::nullopt;
   }
 
+  // A "threadsafe" death test re-runs the test in a fresh process, whose
+  // fixture has a directory of its own: the child uses the parent's instead
+  // (passed in the environment) and removes its own.
+  std::string DeathTestPath() {
+    setenv(kDeathTestPathEnv, path_.c_str(), /*overwrite=*/0);
+    return getenv(kDeathTestPathEnv);
+  }
+  void InDeathTestChild() {
+    std::error_code ec;
+    if (DeathTestPath() != path_) fs::remove_all(dir_.path(), ec);
+  }
+  void TearDown() override { unsetenv(kDeathTestPathEnv); }
+  static constexpr const char* kDeathTestPathEnv = "IDEMGATE_EMBEDDED_DEATH_TEST_PATH";
+
   Record MustGet(EmbeddedStore& store, const std::string& key) {
     auto got = Get(store, key);
     if (!got) ADD_FAILURE() << "no record under " << key;
@@ -146,8 +162,8 @@ TEST_P(EmbeddedRestartTest, RecordsSurviveARestart) {
     std::string binary;
     for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
     for (int i = 0; i < 20; ++i) {
-      completed.push_back(Put(*store, "done-" + std::to_string(i), i % 2 ? 24h : 0ms,
-                              binary + std::to_string(i)));
+      completed.push_back(
+          Put(*store, "done-" + std::to_string(i), i % 2 ? 24h : 0ms, binary + std::to_string(i)));
     }
     for (int i = 0; i < 5; ++i) {
       Record r = Reservation("owner-" + std::to_string(i), Fingerprint(i), Now(), 30s);
@@ -184,8 +200,9 @@ TEST_P(EmbeddedRestartTest, RecordsSurviveARestart) {
     EXPECT_EQ(res->outcome, ReserveOutcome::kTakenOver);
     ASSERT_TRUE(res->existing.has_value());
     EXPECT_EQ(*res->existing, in_flight[i]);
-    EXPECT_EQ(Run(store->Complete(key, in_flight[i].owner, Completion(in_flight[i], Now(), 24h))).code(),
-              StatusCode::kFailedPrecondition);
+    EXPECT_EQ(
+        Run(store->Complete(key, in_flight[i].owner, Completion(in_flight[i], Now(), 24h))).code(),
+        StatusCode::kFailedPrecondition);
     EXPECT_TRUE(Run(store->Complete(key, "new-owner", Completion(retry, Now(), 24h))).ok());
   }
 }
@@ -198,9 +215,13 @@ INSTANTIATE_TEST_SUITE_P(Sync, EmbeddedRestartTest, ::testing::Bool(),
 // process crash does not lose.
 TEST_F(EmbeddedStoreTest, CommitsSurviveAProcessCrash) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = DeathTestPath();
   EXPECT_EXIT(
       {
-        auto store = EmbeddedStore::Open(Opts(false));
+        InDeathTestChild();
+        auto o = Opts(false);
+        o.path = path;
+        auto store = EmbeddedStore::Open(o);
         if (!store.ok()) {
           std::cerr << store.status().ToString();
           std::_Exit(1);
@@ -210,9 +231,10 @@ TEST_F(EmbeddedStoreTest, CommitsSurviveAProcessCrash) {
           const std::string key = "k" + std::to_string(i);
           Record r = Reservation("owner", Fingerprint(i), Now());
           auto res = RunOn(io, (*store)->Reserve(key, r, Now()));
-          Status s = i < 40 ? RunOn(io, (*store)->Complete(key, "owner",
-                                                           Completion(r, Now(), 24h, 200, key)))
-                            : Status::Ok();
+          Status s =
+              i < 40
+                  ? RunOn(io, (*store)->Complete(key, "owner", Completion(r, Now(), 24h, 200, key)))
+                  : Status::Ok();
           if (!res.ok() || !s.ok()) std::_Exit(2);
         }
         std::_Exit(0);
@@ -259,6 +281,7 @@ TEST_F(EmbeddedStoreTest, OpenFailsWhileAnotherProcessHoldsTheLock) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     // Only async-signal-safe calls after fork.
+    close(release[1]);
     int fd = open(lock_path.c_str(), O_RDWR);
     struct flock fl = {};
     fl.l_type = F_WRLCK;
@@ -313,13 +336,17 @@ TEST_F(EmbeddedStoreTest, OpenFailsWithoutPermission) {
   fs::create_directories(path_);
   fs::permissions(dir_.path(), fs::perms::owner_all);
   fs::permissions(path_, fs::perms::none);
+  const std::string path = DeathTestPath();
   EXPECT_EXIT(
       {
+        InDeathTestChild();
         if (geteuid() == 0) {
           const passwd* nobody = getpwnam("nobody");
           if (!nobody || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) std::_Exit(3);
         }
-        auto store = EmbeddedStore::Open(Opts());
+        auto o = Opts();
+        o.path = path;
+        auto store = EmbeddedStore::Open(o);
         std::cerr << store.status().ToString();
         std::_Exit(!store.ok() && store.status().code() == StatusCode::kFailedPrecondition ? 0 : 1);
       },
@@ -509,20 +536,31 @@ TEST_F(EmbeddedStoreTest, ExpiredRecordsLeaveTheDisk) {
   constexpr int kRecords = 200'000;
   auto store = OpenOrDie(Opts());
   ASSERT_NE(store, nullptr);
-  std::mt19937_64 rng(1);
-  std::string body(200, '\0');
-  int failures = 0;
-  Run([&]() -> core::Task<void> {
-    for (int i = 0; i < kRecords; ++i) {
-      const std::string key = "t-a:b:c:route:" + std::to_string(i);
-      for (auto& c : body) c = static_cast<char>(rng());
-      Record r = Reservation("o", Fingerprint(1), Now());
-      auto res = co_await store->Reserve(key, r, Now());
-      Status s = co_await store->Complete(key, "o", Completion(r, Now(), 1s, 200, body));
-      if (!res.ok() || !s.ok()) ++failures;
-    }
-  }());
-  ASSERT_EQ(failures, 0);
+  // Written from two threads (each with its own io_context) to use both cores.
+  std::atomic<int> failures{0};
+  const Record reservation = Reservation("o", Fingerprint(1), Now());
+  auto writer = [&](int first) {
+    boost::asio::io_context io;
+    std::mt19937_64 rng(static_cast<std::uint64_t>(first) + 1);
+    std::string body(120, '\0');
+    RunOn(io, [&]() -> core::Task<void> {
+      for (int i = first; i < kRecords; i += 2) {
+        const std::string key = "t-a:b:c:route:" + std::to_string(i);
+        for (std::size_t at = 0; at + 8 <= body.size(); at += 8) {
+          const std::uint64_t word = rng();
+          std::memcpy(body.data() + at, &word, 8);
+        }
+        auto res = co_await store->Reserve(key, reservation, Now());
+        Status s =
+            co_await store->Complete(key, "o", Completion(reservation, Now(), 1s, 200, body));
+        if (!res.ok() || !s.ok()) failures.fetch_add(1);
+      }
+    }());
+  };
+  std::thread other(writer, 1);
+  writer(0);
+  other.join();
+  ASSERT_EQ(failures.load(), 0);
   ASSERT_TRUE(store->CompactAll().ok());
   const std::uint64_t keys_before = store->Stats().keys;
   const std::uint64_t bytes_before = DirBytes(path_);

@@ -1,12 +1,13 @@
 // The store contract suite (store_contract.h) run against every store built
 // into this binary. The redis store runs the same suite from its own binary
 // in tests/redis, which needs a redis-server.
+#include "contract/store_contract.h"
+
 #include <memory>
 #include <string>
 
 #include "fakes/testing.h"
 #include "store/embedded/embedded_store.h"
-#include "contract/store_contract.h"
 #if IDEMGATE_HAVE_MEMORY_STORE
 #include "store/memory/memory_store.h"
 #endif

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <random>
@@ -52,6 +53,12 @@ struct Model {
   }
 };
 
+// GCC 12 at -O2 misreports Asio's recycling frame allocator in this
+// coroutine's ramp as a mismatched new/delete (see core/engine.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 Task<void> Client(Engine& engine, Model& model, unsigned seed) {
   std::mt19937 rng(seed);
   auto ex = co_await asio::this_coro::executor;
@@ -142,6 +149,10 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 TEST(EngineConcurrencyTest, AtMostOneExecutionPerKeyAndReplaysMatchTheOriginal) {
   FakeClock clock;
   store::memory::MemoryStore store(64 << 20, clock, 4);
@@ -175,6 +186,9 @@ TEST(EngineConcurrencyTest, AtMostOneExecutionPerKeyAndReplaysMatchTheOriginal) 
     EXPECT_EQ((*rec)->state, RecordState::kCompleted);
     EXPECT_EQ((*rec)->response, response);
   }
+  std::printf("proceeds=%d replays=%d conflicts=%d in_flight=%d released=%d keys=%zu\n",
+              model.proceeds, model.replays, model.conflicts, model.in_flight, model.released,
+              model.stored.size());
   EXPECT_GT(model.replays, 0);
   EXPECT_GT(model.conflicts, 0);
   EXPECT_EQ(store.watchers(), 0u);

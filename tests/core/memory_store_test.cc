@@ -205,7 +205,8 @@ TEST(MemoryStoreBoundTest, FullCompleteLeavesTheReservation) {
   EXPECT_EQ(**store.GetNow("k", kT0), res);
   EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("k", res));
   // A completion that fits still goes through.
-  const Record small = Completion(res, 0, "");
+  Record small = Completion(res, 0, "");
+  small.response.headers.clear();
   ASSERT_LE(MemoryStore::ChargedBytes("k", small), MemoryStore::ChargedBytes("k", res) + 10);
   EXPECT_TRUE(store.CompleteNow("k", "o1", small).ok());
 }
@@ -221,11 +222,14 @@ TEST(MemoryStoreBoundTest, FullStoreSweepsExpiredRecordsFirst) {
     ASSERT_TRUE(store.ReserveNow(key, res, kT0).ok());
     ASSERT_TRUE(store.CompleteNow(key, "o1", done).ok());
   }
-  EXPECT_EQ(store.ReserveNow("new", res, kT0).status().code(), StatusCode::kResourceExhausted);
+  // Needs the room of most records: more than the incremental sweep frees.
+  const Record big = Reservation(std::string(6 * per_record, 'o'));
+  ASSERT_LT(MemoryStore::ChargedBytes("new", big), 10 * per_record);
+  EXPECT_EQ(store.ReserveNow("new", big, kT0).status().code(), StatusCode::kResourceExhausted);
   clock.Set(kT0 + 1000);
-  EXPECT_TRUE(store.ReserveNow("new", res, kT0 + 1000).ok());
+  EXPECT_TRUE(store.ReserveNow("new", big, kT0 + 1000).ok());
   EXPECT_EQ(store.Stats().keys, 1u);
-  EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("new", res));
+  EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("new", big));
 }
 
 TEST(MemoryStoreSweepTest, SweepRemovesOnlyExpiredCompletedRecords) {

@@ -4,7 +4,7 @@
 //   fake_upstream [--port N] [--ready-file PATH] [--threads N]
 //
 // Endpoints (any method):
-//   /echo                 200, JSON {method, target, version, headers: [[name, value]...] in
+//   /echo, /echo/...      200, JSON {method, target, version, headers: [[name, value]...] in
 //                         order, body (when UTF-8), body_base64, body_length, execution};
 //                         each request header X-Echo-Set-Cookie: V adds "Set-Cookie: V" and
 //                         each X-Echo-Header: "Name: V" adds "Name: V" to the response
@@ -24,9 +24,18 @@
 // Binds 127.0.0.1:N (0: ephemeral), then writes "listen=127.0.0.1:PORT\n" to
 // PATH atomically (write to PATH.tmp, rename), or to stdout without
 // --ready-file. SIGTERM or SIGINT: exit 0.
-#include <openssl/evp.h>
-
-#include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -45,18 +54,7 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/json.hpp>
+#include "fakes/testing.h"
 
 namespace idemgate::fakes {
 namespace {
@@ -121,8 +119,8 @@ std::string Base64(std::string_view in) {
   out.reserve((in.size() + 2) / 3 * 4);
   std::size_t i = 0;
   for (; i + 2 < in.size(); i += 3) {
-    const std::uint32_t v = (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8) |
-                            std::uint8_t(in[i + 2]);
+    const std::uint32_t v =
+        (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8) | std::uint8_t(in[i + 2]);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
     out += kAlphabet[(v >> 6) & 63];
@@ -179,32 +177,6 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-// Incremental SHA-256 over OpenSSL's EVP interface.
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-
-  void Update(const void* data, std::size_t n) { EVP_DigestUpdate(ctx_, data, n); }
-  std::string HexDigest() {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, digest, &len);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out += kHex[digest[i] >> 4];
-      out += kHex[digest[i] & 15];
-    }
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
-
 // Value of `name` in the query string `query` ("a=1&b=2"), undecoded.
 std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
   while (!query.empty()) {
@@ -225,6 +197,14 @@ std::optional<std::uint64_t> ParseUint(std::string_view s) {
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
   return v;
+}
+
+using testing::HeaderField;
+using testing::ParseHeaderBlock;
+using testing::Sha256;
+
+std::string_view BufferView(const beast::flat_buffer& buffer) {
+  return {static_cast<const char*>(buffer.data().data()), buffer.size()};
 }
 
 struct Reply {
@@ -257,6 +237,18 @@ class Server {
     beast::flat_buffer buffer;
     std::vector<char> chunk(kChunkBytes);
     for (;;) {
+      // Beast's field container groups lines of the same name, so the wire
+      // order /echo reports is taken from the raw header block first.
+      std::size_t header_end = std::string_view::npos;
+      while ((header_end = BufferView(buffer).find("\r\n\r\n")) == std::string_view::npos) {
+        if (buffer.size() > kHeaderLimit) co_return;
+        auto [rec, rn] = co_await socket.async_read_some(buffer.prepare(kChunkBytes), kTuple);
+        if (rec) co_return;
+        buffer.commit(rn);
+      }
+      const std::vector<HeaderField> wire_fields =
+          ParseHeaderBlock(BufferView(buffer).substr(0, header_end + 4));
+
       http::request_parser<http::buffer_body> parser;
       parser.header_limit(kHeaderLimit);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -288,7 +280,7 @@ class Server {
         const std::size_t got = chunk.size() - req.body().size;
         body_bytes += got;
         if (hash_only) {
-          sha.Update(chunk.data(), got);
+          sha.Update(std::string_view(chunk.data(), got));
         } else {
           body.append(chunk.data(), got);
         }
@@ -333,8 +325,8 @@ class Server {
       }
 
       Reply reply;
-      if (path == "/echo") {
-        reply = Echo(req, body, execution);
+      if (path == "/echo" || path.starts_with("/echo/")) {
+        reply = Echo(req, wire_fields, body, execution);
       } else if (path.starts_with("/status/")) {
         reply = StatusReply(req, path.substr(8), execution);
       } else if (path == "/slow") {
@@ -368,16 +360,17 @@ class Server {
     socket.close(ignored);
   }
 
-  static Reply Echo(const http::request<http::buffer_body>& req, const std::string& body,
+  static Reply Echo(const http::request<http::buffer_body>& req,
+                    const std::vector<HeaderField>& fields, const std::string& body,
                     std::uint64_t execution) {
     Reply reply;
     json::array headers;
-    for (const auto& field : req) {
-      headers.push_back(json::array{json::string(field.name_string()), json::string(field.value())});
-      if (beast::iequals(field.name_string(), "X-Echo-Set-Cookie")) {
-        reply.headers.emplace_back("Set-Cookie", std::string(field.value()));
-      } else if (beast::iequals(field.name_string(), "X-Echo-Header")) {
-        const std::string_view v = field.value();
+    for (const auto& [name, value] : fields) {
+      headers.push_back(json::array{json::string(name), json::string(value)});
+      if (beast::iequals(name, "X-Echo-Set-Cookie")) {
+        reply.headers.emplace_back("Set-Cookie", value);
+      } else if (beast::iequals(name, "X-Echo-Header")) {
+        const std::string_view v = value;
         const auto colon = v.find(':');
         if (colon != std::string_view::npos) {
           std::string_view value = v.substr(colon + 1);
@@ -445,18 +438,21 @@ class Server {
                                           std::uint64_t execution, bool keep_alive, bool head) {
     const std::uint64_t total = ParseUint(QueryParam(query, "bytes").value_or("")).value_or(0);
     const bool chunked = QueryParam(query, "chunked").value_or("") == "1";
-    std::string header = "HTTP/1.1 200 OK\r\nServer: fake_upstream\r\nContent-Type: application/octet-stream\r\n";
+    std::string header =
+        "HTTP/1.1 200 OK\r\nServer: fake_upstream\r\nContent-Type: application/octet-stream\r\n";
     header += "X-Execution: " + std::to_string(execution) + "\r\n";
     if (!keep_alive) header += "Connection: close\r\n";
     header += chunked ? std::string("Transfer-Encoding: chunked\r\n")
                       : "Content-Length: " + std::to_string(total) + "\r\n";
     header += "\r\n";
-    if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(header), kTuple); ec) co_return false;
+    if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(header), kTuple); ec)
+      co_return false;
     if (head) co_return true;
     std::string piece;
     std::uint64_t sent = 0;
     while (sent < total) {
-      const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, total - sent));
+      const std::size_t len =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, total - sent));
       piece.clear();
       if (chunked) {
         char size_line[32];
@@ -465,12 +461,14 @@ class Server {
       }
       for (std::size_t i = 0; i < len; ++i) piece += static_cast<char>('a' + (sent + i) % 26);
       if (chunked) piece += "\r\n";
-      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(piece), kTuple); ec) co_return false;
+      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(piece), kTuple); ec)
+        co_return false;
       sent += len;
     }
     if (chunked) {
       static constexpr std::string_view kLast = "0\r\n\r\n";
-      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(kLast), kTuple); ec) co_return false;
+      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(kLast), kTuple); ec)
+        co_return false;
     }
     co_return true;
   }
@@ -522,13 +520,15 @@ int Main(int argc, char** argv) {
   asio::io_context ioc;
   tcp::acceptor acceptor(ioc);
   beast::error_code ec;
-  const tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), static_cast<std::uint16_t>(port));
+  const tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"),
+                               static_cast<std::uint16_t>(port));
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    std::cerr << "fake_upstream: cannot listen on 127.0.0.1:" << port << ": " << ec.message() << "\n";
+    std::cerr << "fake_upstream: cannot listen on 127.0.0.1:" << port << ": " << ec.message()
+              << "\n";
     return 1;
   }
   const auto bound = acceptor.local_endpoint();

@@ -1,13 +1,12 @@
 // Tests of fake_upstream and of the idemgate_testing helpers it is driven by.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
+#include <boost/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/json.hpp>
-#include <gtest/gtest.h>
 
 #include "fakes/testing.h"
 
@@ -19,7 +18,8 @@ namespace json = boost::json;
 class FakeUpstreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = StartServer(IDEMGATE_FAKE_UPSTREAM_PATH, {"--port", "0"}, dir_.Join("fake.ready"));
+    auto server =
+        StartServer(IDEMGATE_FAKE_UPSTREAM_PATH, {"--port", "0"}, dir_.Join("fake.ready"));
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_.emplace(std::move(*server));
     auto endpoint = server_->Endpoint();
@@ -46,7 +46,8 @@ TEST_F(FakeUpstreamTest, ReadyFileNamesAnEphemeralLoopbackPort) {
 
 TEST_F(FakeUpstreamTest, EchoReturnsMethodTargetHeadersInOrderAndBody) {
   HttpRequest req{.method = "POST", .target = "/echo?x=1&y=2"};
-  req.headers = {{"X-B", "second"}, {"X-A", "first"}, {"X-A", "again"}, {"Content-Type", "text/plain"}};
+  req.headers = {
+      {"X-B", "second"}, {"X-A", "first"}, {"Content-Type", "text/plain"}, {"X-A", "again"}};
   req.body = "hello body";
   auto res = SendRequest(endpoint_, req);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
@@ -61,15 +62,17 @@ TEST_F(FakeUpstreamTest, EchoReturnsMethodTargetHeadersInOrderAndBody) {
   EXPECT_EQ(o["execution"], 1);
   std::vector<std::pair<std::string, std::string>> seen;
   for (const auto& h : o["headers"].as_array()) {
-    seen.emplace_back(json::value_to<std::string>(h.as_array()[0]), json::value_to<std::string>(h.as_array()[1]));
+    seen.emplace_back(json::value_to<std::string>(h.as_array()[0]),
+                      json::value_to<std::string>(h.as_array()[1]));
   }
-  // Host comes first (added by the client), then the headers in the order sent.
+  // Host comes first (added by the client), then the headers in wire order,
+  // lines of one name not grouped together.
   ASSERT_GE(seen.size(), 5u);
   EXPECT_EQ(seen[0].first, "Host");
   EXPECT_EQ(seen[1], (std::pair<std::string, std::string>{"X-B", "second"}));
   EXPECT_EQ(seen[2], (std::pair<std::string, std::string>{"X-A", "first"}));
-  EXPECT_EQ(seen[3], (std::pair<std::string, std::string>{"X-A", "again"}));
-  EXPECT_EQ(seen[4], (std::pair<std::string, std::string>{"Content-Type", "text/plain"}));
+  EXPECT_EQ(seen[3], (std::pair<std::string, std::string>{"Content-Type", "text/plain"}));
+  EXPECT_EQ(seen[4], (std::pair<std::string, std::string>{"X-A", "again"}));
 }
 
 TEST_F(FakeUpstreamTest, ClientSendsAChunkedBodyWhenAskedTo) {
@@ -147,7 +150,8 @@ TEST_F(FakeUpstreamTest, StatsCountExecutionsByRawKeyButNotThemselves) {
   stats = FetchFakeStats(endpoint_);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->executions, 5u);
-  EXPECT_EQ(stats->by_key, (std::map<std::string, std::uint64_t>{{"\"k1\"", 2}, {"k1", 1}, {"other", 1}}));
+  EXPECT_EQ(stats->by_key,
+            (std::map<std::string, std::uint64_t>{{"\"k1\"", 2}, {"k1", 1}, {"other", 1}}));
   // Five requests and two stats calls, each on its own connection.
   EXPECT_EQ(stats->connections, 7u);
 
@@ -162,7 +166,8 @@ TEST_F(FakeUpstreamTest, StatsCountExecutionsByRawKeyButNotThemselves) {
 TEST_F(FakeUpstreamTest, KeepAliveServesManyRequestsOnOneConnection) {
   HttpClient client(endpoint_);
   for (int i = 1; i <= 20; ++i) {
-    auto res = client.Send(HttpRequest{.method = "POST", .target = "/echo", .body = std::to_string(i)});
+    auto res =
+        client.Send(HttpRequest{.method = "POST", .target = "/echo", .body = std::to_string(i)});
     ASSERT_TRUE(res.ok()) << res.status().ToString();
     EXPECT_TRUE(res->keep_alive);
     EXPECT_EQ(Json(*res)["execution"], i);
@@ -236,7 +241,8 @@ std::string Pattern(std::size_t n) {
 
 TEST_F(FakeUpstreamTest, LargeBodyWithContentLengthAndChunked) {
   constexpr std::size_t kBytes = 300 * 1000 + 7;
-  auto res = SendRequest(endpoint_, HttpRequest{.target = "/large?bytes=" + std::to_string(kBytes)});
+  auto res =
+      SendRequest(endpoint_, HttpRequest{.target = "/large?bytes=" + std::to_string(kBytes)});
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->Header("Content-Length"), std::to_string(kBytes));
   EXPECT_EQ(res->body, Pattern(kBytes));
@@ -268,7 +274,8 @@ TEST_F(FakeUpstreamTest, DieMidResponseIsAnErrorForTheClient) {
 }
 
 TEST_F(FakeUpstreamTest, DieBeforeResponseClosesAndCounts) {
-  auto res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/die-before-response", .body = "x"});
+  auto res = SendRequest(
+      endpoint_, HttpRequest{.method = "POST", .target = "/die-before-response", .body = "x"});
   EXPECT_FALSE(res.ok());
   auto stats = FetchFakeStats(endpoint_);
   ASSERT_TRUE(stats.ok());
@@ -306,7 +313,10 @@ TEST_F(FakeUpstreamTest, MalformedRequestClosesTheConnection) {
 TEST_F(FakeUpstreamTest, ExpectContinueIsHonoured) {
   auto raw = RawConnection::Connect(endpoint_);
   ASSERT_TRUE(raw.ok());
-  ASSERT_TRUE(raw->Write("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n").ok());
+  ASSERT_TRUE(
+      raw->Write(
+             "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+          .ok());
   auto interim = raw->ReadSome(10s);
   ASSERT_TRUE(interim.ok());
   EXPECT_TRUE(interim->starts_with("HTTP/1.1 100 Continue")) << *interim;
@@ -383,7 +393,8 @@ TEST(TestingHelpersTest, ReadyFileWaitFailsEarlyWhenTheProcessExits) {
   TempDir dir;
   auto server = StartServer("/bin/false", {}, dir.Join("never.ready"), {}, 20s);
   ASSERT_FALSE(server.ok());
-  EXPECT_NE(server.status().message().find("exit 1"), std::string::npos) << server.status().ToString();
+  EXPECT_NE(server.status().message().find("exit 1"), std::string::npos)
+      << server.status().ToString();
 }
 
 TEST(TestingHelpersTest, ProcStatusReadsOwnMemory) {

@@ -2,18 +2,26 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
-#include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -24,14 +32,6 @@
 #include <limits>
 #include <sstream>
 #include <thread>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/json.hpp>
 
 extern char** environ;
 
@@ -63,7 +63,8 @@ bool IEquals(std::string_view a, std::string_view b) {
 
 int MillisLeft(SteadyClock::time_point deadline) {
   const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
-  return left < 0 ? 0 : static_cast<int>(std::min<long long>(left, std::numeric_limits<int>::max()));
+  return left < 0 ? 0
+                  : static_cast<int>(std::min<long long>(left, std::numeric_limits<int>::max()));
 }
 
 }  // namespace
@@ -109,7 +110,8 @@ std::string ReadFileOrEmpty(const std::string& path) {
   return text.ok() ? *text : std::string();
 }
 
-StatusOr<std::string> WriteConfig(const TempDir& dir, std::string_view yaml, std::string_view name) {
+StatusOr<std::string> WriteConfig(const TempDir& dir, std::string_view yaml,
+                                  std::string_view name) {
   std::string path = dir.Join(name);
   if (Status s = WriteFile(path, yaml); !s.ok()) return s;
   return path;
@@ -274,7 +276,8 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
   std::string_view port_text;
   if (!text.empty() && text.front() == '[') {
     const auto close = text.find("]:");
-    if (close == std::string_view::npos) return InvalidArgumentError("bad address: " + std::string(text));
+    if (close == std::string_view::npos)
+      return InvalidArgumentError("bad address: " + std::string(text));
     hp.host = std::string(text.substr(1, close - 1));
     port_text = text.substr(close + 2);
   } else {
@@ -286,8 +289,10 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
     port_text = text.substr(colon + 1);
   }
   unsigned port = 0;
-  const auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port_text.empty() || port > 65535) {
+  const auto [ptr, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port_text.empty() ||
+      port > 65535) {
     return InvalidArgumentError("bad port in " + std::string(text));
   }
   hp.port = static_cast<std::uint16_t>(port);
@@ -396,6 +401,27 @@ std::vector<std::string> HttpResponse::Headers(std::string_view name) const {
   return out;
 }
 
+std::vector<HeaderField> ParseHeaderBlock(std::string_view block) {
+  std::vector<HeaderField> fields;
+  bool start_line = true;
+  while (!block.empty()) {
+    const auto eol = block.find("\r\n");
+    const std::string_view line = block.substr(0, eol);
+    block.remove_prefix(eol == std::string_view::npos ? block.size() : eol + 2);
+    if (line.empty() && start_line) continue;  // CRLFs before a message are allowed
+    if (line.empty()) break;                   // end of the header block
+    if (std::exchange(start_line, false)) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    fields.push_back({std::string(line.substr(0, colon)), std::string(value)});
+  }
+  return fields;
+}
+
 namespace {
 
 bool HasField(const std::vector<HeaderField>& headers, std::string_view name) {
@@ -405,28 +431,65 @@ bool HasField(const std::vector<HeaderField>& headers, std::string_view name) {
   return false;
 }
 
-template <typename Fields>
-void AddRequestFields(Fields& fields, const HttpRequest& request, const HostPort& endpoint,
-                      std::uint64_t body_length) {
-  if (!HasField(request.headers, "Host")) fields.insert(http::field::host, endpoint.ToString());
-  for (const auto& h : request.headers) fields.insert(h.name, h.value);
-  const bool method_has_body =
-      request.method == "POST" || request.method == "PUT" || request.method == "PATCH";
-  if (!HasField(request.headers, "Content-Length") && !HasField(request.headers, "Transfer-Encoding") &&
-      (body_length > 0 || method_has_body)) {
-    fields.insert(http::field::content_length, std::to_string(body_length));
+// True when a Transfer-Encoding line asks for chunked coding.
+bool SendsChunked(const std::vector<HeaderField>& headers) {
+  for (const auto& h : headers) {
+    if (!IEquals(h.name, "Transfer-Encoding")) continue;
+    std::string lower;
+    for (char c : h.value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("chunked") != std::string::npos) return true;
   }
+  return false;
 }
 
-HttpResponse ToResponse(const http::response<http::string_body>& res) {
+// The request line and header block, exactly as given plus Host and
+// Content-Length when absent (HttpRequest's contract).
+std::string RequestHead(const HttpRequest& request, const HostPort& endpoint,
+                        std::uint64_t body_length) {
+  std::string head = request.method + " " + request.target + " HTTP/1.1\r\n";
+  if (!HasField(request.headers, "Host")) head += "Host: " + endpoint.ToString() + "\r\n";
+  for (const auto& h : request.headers) head += h.name + ": " + h.value + "\r\n";
+  const bool method_has_body =
+      request.method == "POST" || request.method == "PUT" || request.method == "PATCH";
+  if (!HasField(request.headers, "Content-Length") &&
+      !HasField(request.headers, "Transfer-Encoding") && (body_length > 0 || method_has_body)) {
+    head += "Content-Length: " + std::to_string(body_length) + "\r\n";
+  }
+  head += "\r\n";
+  return head;
+}
+
+// `data` framed as one chunk ("" for an empty piece, which would end the body).
+std::string Chunk(std::string_view data) {
+  if (data.empty()) return {};
+  char size_line[32];
+  const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  std::string out(size_line, static_cast<std::size_t>(n));
+  out += data;
+  out += "\r\n";
+  return out;
+}
+
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+std::string_view BufferView(const beast::flat_buffer& buffer) {
+  return {static_cast<const char*>(buffer.data().data()), buffer.size()};
+}
+
+// Status, reason, body and keep-alive from Beast's parse; header lines in
+// wire order from the raw block (Beast's container groups same-name lines).
+HttpResponse ToResponse(const http::response<http::string_body>& res,
+                        std::vector<HeaderField> wire_headers) {
   HttpResponse out;
   out.status = static_cast<int>(res.result_int());
   out.reason = std::string(res.reason());
-  for (const auto& f : res) out.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+  out.headers = std::move(wire_headers);
   out.body = res.body();
   out.keep_alive = res.keep_alive();
   return out;
 }
+
+constexpr std::size_t kMaxResponseHeader = 1024 * 1024;
 
 }  // namespace
 
@@ -485,8 +548,9 @@ struct HttpClient::Impl {
     socket = tcp::socket(ioc);
     buffer.clear();
     ec = Run([&](auto handler) {
-      asio::async_connect(socket, endpoints,
-                          [h = std::move(handler)](beast::error_code e, const tcp::endpoint&) mutable { h(e); });
+      asio::async_connect(
+          socket, endpoints,
+          [h = std::move(handler)](beast::error_code e, const tcp::endpoint&) mutable { h(e); });
     });
     if (ec) return Fail("connect " + endpoint.ToString(), ec);
     socket.set_option(tcp::no_delay(true), ec);
@@ -494,56 +558,97 @@ struct HttpClient::Impl {
     return Status::Ok();
   }
 
+  beast::error_code WriteAll(std::string_view bytes) {
+    return Run([&](auto handler) {
+      asio::async_write(socket, asio::buffer(bytes.data(), bytes.size()), std::move(handler));
+    });
+  }
+
+  Status WriteRequest(const HttpRequest& request) {
+    const bool chunked = SendsChunked(request.headers);
+    const std::uint64_t length = request.stream ? request.stream_length : request.body.size();
+    std::string head = RequestHead(request, endpoint, length);
+    if (!request.stream) {
+      // Head and body in one write, as most clients do.
+      if (chunked) {
+        for (std::size_t off = 0; off < request.body.size(); off += 64 * 1024) {
+          head += Chunk(std::string_view(request.body).substr(off, 64 * 1024));
+        }
+        head += kLastChunk;
+      } else {
+        head += request.body;
+      }
+      if (auto ec = WriteAll(head)) return Fail("write request", ec);
+      return Status::Ok();
+    }
+    if (auto ec = WriteAll(head)) return Fail("write header", ec);
+    std::vector<char> piece(256 * 1024);
+    std::uint64_t sent = 0;
+    for (;;) {
+      const std::size_t n = request.stream(piece.data(), piece.size());
+      if (n == 0) break;
+      const std::string_view data(piece.data(), n);
+      const auto ec = chunked ? WriteAll(Chunk(data)) : WriteAll(data);
+      if (ec) return Fail("write body", ec);
+      sent += n;
+    }
+    if (chunked) {
+      if (auto ec = WriteAll(kLastChunk)) return Fail("write body", ec);
+    } else if (sent != request.stream_length) {
+      Close();
+      return InvalidArgumentError("body source produced " + std::to_string(sent) +
+                                  " bytes, announced " + std::to_string(request.stream_length));
+    }
+    return Status::Ok();
+  }
+
+  // Reads until `buffer` holds a complete header block; returns its length.
+  StatusOr<std::size_t> ReadHeaderBlock() {
+    for (;;) {
+      std::string_view data = BufferView(buffer);
+      std::size_t skip = 0;
+      while (data.substr(skip).starts_with("\r\n")) skip += 2;
+      if (const auto end = data.find("\r\n\r\n", skip); end != std::string_view::npos)
+        return end + 4;
+      if (buffer.size() > kMaxResponseHeader) {
+        Close();
+        return InvalidArgumentError("response header block over 1 MiB");
+      }
+      std::size_t got = 0;
+      const auto ec = Run([&](auto handler) {
+        socket.async_read_some(
+            buffer.prepare(64 * 1024),
+            [&got, h = std::move(handler)](beast::error_code e, std::size_t n) mutable {
+              got = n;
+              h(e);
+            });
+      });
+      buffer.commit(got);
+      if (ec) return Fail("read response", ec);
+    }
+  }
+
   StatusOr<HttpResponse> Send(const HttpRequest& request) {
     if (!socket.is_open()) {
       if (Status s = Connect(); !s.ok()) return s;
     }
-    beast::error_code ec;
-    if (request.stream) {
-      http::request<http::empty_body> req;
-      req.method_string(request.method);
-      req.target(request.target);
-      req.version(11);
-      AddRequestFields(req, request, endpoint, request.stream_length);
-      http::request_serializer<http::empty_body> sr(req);
-      ec = Run([&](auto handler) { http::async_write_header(socket, sr, std::move(handler)); });
-      if (ec) return Fail("write header", ec);
-      std::vector<char> chunk(256 * 1024);
-      std::uint64_t sent = 0;
-      for (;;) {
-        const std::size_t n = request.stream(chunk.data(), chunk.size());
-        if (n == 0) break;
-        ec = Run([&](auto handler) { asio::async_write(socket, asio::buffer(chunk.data(), n), std::move(handler)); });
-        if (ec) return Fail("write body", ec);
-        sent += n;
-      }
-      if (sent != request.stream_length) {
-        Close();
-        return InvalidArgumentError("body source produced " + std::to_string(sent) + " bytes, announced " +
-                                    std::to_string(request.stream_length));
-      }
-    } else {
-      http::request<http::string_body> req;
-      req.method_string(request.method);
-      req.target(request.target);
-      req.version(11);
-      AddRequestFields(req, request, endpoint, request.body.size());
-      req.body() = request.body;
-      ec = Run([&](auto handler) { http::async_write(socket, req, std::move(handler)); });
-      if (ec) return Fail("write request", ec);
-    }
-
+    if (Status s = WriteRequest(request); !s.ok()) return s;
     for (;;) {
+      auto block = ReadHeaderBlock();
+      if (!block.ok()) return block.status();
+      std::vector<HeaderField> wire_headers =
+          ParseHeaderBlock(BufferView(buffer).substr(0, *block));
       http::response_parser<http::string_body> parser;
-      parser.header_limit(1024 * 1024);
+      parser.header_limit(kMaxResponseHeader);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       if (request.method == "HEAD") parser.skip(true);
-      ec = Run([&](auto handler) { http::async_read(socket, buffer, parser, std::move(handler)); });
+      const auto ec =
+          Run([&](auto handler) { http::async_read(socket, buffer, parser, std::move(handler)); });
       if (ec) return Fail("read response", ec);
       auto res = parser.release();
       const unsigned code = res.result_int();
       if (code >= 100 && code < 200 && code != 101) continue;  // interim response
-      HttpResponse out = ToResponse(res);
+      HttpResponse out = ToResponse(res, std::move(wire_headers));
       if (!out.keep_alive) Close();
       return out;
     }
@@ -563,7 +668,8 @@ bool HttpClient::connected() const { return impl_->socket.is_open(); }
 int HttpClient::connections_opened() const { return impl_->opened; }
 void HttpClient::Close() { impl_->Close(); }
 
-StatusOr<HttpResponse> SendRequest(const HostPort& endpoint, const HttpRequest& request, Millis timeout) {
+StatusOr<HttpResponse> SendRequest(const HostPort& endpoint, const HttpRequest& request,
+                                   Millis timeout) {
   HttpClient client(endpoint, timeout);
   auto res = client.Send(request);
   client.Close();
@@ -573,7 +679,7 @@ StatusOr<HttpResponse> SendRequest(const HostPort& endpoint, const HttpRequest& 
 StatusOr<HttpResponse> ParseResponse(std::string_view raw) {
   http::response_parser<http::string_body> parser;
   parser.eager(true);
-  parser.header_limit(1024 * 1024);
+  parser.header_limit(kMaxResponseHeader);
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   beast::error_code ec;
   std::size_t offset = 0;
@@ -593,7 +699,7 @@ StatusOr<HttpResponse> ParseResponse(std::string_view raw) {
       return InvalidArgumentError("incomplete response (" + std::to_string(raw.size()) + " bytes)");
     }
   }
-  return ToResponse(parser.get());
+  return ToResponse(parser.get(), ParseHeaderBlock(raw));
 }
 
 StatusOr<RawConnection> RawConnection::Connect(const HostPort& endpoint, Millis timeout) {
@@ -608,7 +714,8 @@ StatusOr<RawConnection> RawConnection::Connect(const HostPort& endpoint, Millis 
   std::string last_error = "no address";
   const auto deadline = SteadyClock::now() + timeout;
   for (addrinfo* ai = list; ai; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
@@ -687,7 +794,8 @@ StatusOr<std::string> RawConnection::ReadSome(Millis timeout) {
     }
     if (errno == EINTR) continue;
     const int left = MillisLeft(deadline);
-    if (left == 0) return DeadlineExceededError("no data within " + std::to_string(timeout.count()) + "ms");
+    if (left == 0)
+      return DeadlineExceededError("no data within " + std::to_string(timeout.count()) + "ms");
     pollfd p{fd_, POLLIN, 0};
     ::poll(&p, 1, left);
   }

@@ -156,6 +156,11 @@ struct HeaderField {
   std::string value;
 };
 
+// The field lines of a raw HTTP header block (start line first, CRLF line
+// ends, stops at the empty line), in wire order, values without surrounding
+// white space. Lines without a colon are skipped.
+std::vector<HeaderField> ParseHeaderBlock(std::string_view block);
+
 // Produces a request body piece by piece: writes up to `capacity` bytes into
 // `out` and returns how many; returns 0 only at the end.
 using BodySource = std::function<std::size_t(char* out, std::size_t capacity)>;
@@ -163,8 +168,10 @@ using BodySource = std::function<std::size_t(char* out, std::size_t capacity)>;
 struct HttpRequest {
   std::string method = "GET";
   std::string target = "/";
-  // Sent as given, in order. Host is added when absent; Content-Length is
-  // added when absent and there is a body (or method is POST/PUT/PATCH).
+  // Sent byte for byte as given, in order. Host is added first when absent;
+  // Content-Length is added last when neither it nor Transfer-Encoding is
+  // given and there is a body (or the method is POST/PUT/PATCH). With a
+  // Transfer-Encoding naming chunked, the body is sent in chunked coding.
   std::vector<HeaderField> headers;
   std::string body;
   // When set, the body is streamed from here instead; `stream_length` bytes
@@ -176,7 +183,7 @@ struct HttpRequest {
 struct HttpResponse {
   int status = 0;
   std::string reason;
-  std::vector<HeaderField> headers;  // in wire order, as received
+  std::vector<HeaderField> headers;  // in wire order, as received (same-name lines not grouped)
   std::string body;
   bool keep_alive = false;  // the response allows the connection to be reused
 

@@ -40,16 +40,44 @@ constexpr std::size_t kSweepChunk = 64;
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
+void PutBigEndian(std::string* out, UnixMillis ms) {
+  auto v = static_cast<std::uint64_t>(ms);
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>((v >> shift) & 0xff));
+}
+
+UnixMillis GetBigEndian(std::string_view in) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<std::uint8_t>(in[i]);
+  return static_cast<UnixMillis>(v);
+}
+
 // Big-endian so that the byte order of expiry keys is the time order.
 std::string ExpiryKey(UnixMillis expires_ms, std::string_view key) {
-  std::string out(8, '\0');
-  auto v = static_cast<std::uint64_t>(expires_ms);
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
+  std::string out;
+  out.reserve(8 + key.size());
+  PutBigEndian(&out, expires_ms);
   out.append(key);
   return out;
+}
+
+// A records value: 8 bytes big-endian "drop after" time (expires_ms of a
+// completed record with a retention, else 0), then core::EncodeRecord. The
+// prefix lets the compaction filter decide without decoding the record (and
+// copying its body) for every version it compacts.
+constexpr std::size_t kValuePrefix = 8;
+
+std::string EncodeValue(const Record& r) {
+  std::string out;
+  out.reserve(kValuePrefix + core::EncodedSize(r));
+  PutBigEndian(&out, r.state == RecordState::kCompleted ? r.expires_ms : 0);
+  out.append(core::EncodeRecord(r));
+  return out;
+}
+
+StatusOr<Record> DecodeValue(std::string_view value) {
+  if (value.size() < kValuePrefix) return InvalidArgumentError("record: missing prefix");
+  return core::DecodeRecord(value.substr(kValuePrefix));
 }
 
 bool ExpiredAt(const Record& r, UnixMillis now) {
@@ -67,9 +95,10 @@ Status FromRocks(const rocksdb::Status& s, std::string_view op) {
 Status OpenError(const std::string& path, const rocksdb::Status& s) {
   const std::string msg = s.ToString();
   if (s.IsIOError() && msg.find("LOCK") != std::string::npos) {
-    return FailedPreconditionError(
-        Where(path) + "already in use by another idemgate process or store instance "
-                      "(its RocksDB LOCK file is held): " + msg);
+    return FailedPreconditionError(Where(path) +
+                                   "already in use by another idemgate process or store instance "
+                                   "(its RocksDB LOCK file is held): " +
+                                   msg);
   }
   if (s.IsCorruption()) return InternalError(Where(path) + "data files are corrupt: " + msg);
   if (msg.find("Permission denied") != std::string::npos) {
@@ -115,16 +144,17 @@ Status PreparePath(const std::string& path) {
 // Drops completed records past their retention while RocksDB compacts, so
 // that records the sweeper missed (or whose expiry entry was lost) still
 // leave the disk. Dropping a record that is already past retention changes
-// nothing observable: every operation treats it as absent. Undecodable values
-// are kept. Stateless apart from the clock, so safe from any compaction thread.
+// nothing observable: every operation treats it as absent. Values without
+// the prefix are kept. Stateless apart from the clock, so safe from any compaction thread.
 class ExpiredRecordFilter final : public rocksdb::CompactionFilter {
  public:
   explicit ExpiredRecordFilter(const Clock& clock) : clock_(clock) {}
 
   bool Filter(int /*level*/, const rocksdb::Slice& /*key*/, const rocksdb::Slice& value,
               std::string* /*new_value*/, bool* /*value_changed*/) const override {
-    auto record = core::DecodeRecord(std::string_view(value.data(), value.size()));
-    return record.ok() && ExpiredAt(*record, clock_.NowMillis());
+    if (value.size() < kValuePrefix) return false;
+    const UnixMillis drop_after = GetBigEndian(std::string_view(value.data(), kValuePrefix));
+    return drop_after != 0 && drop_after <= clock_.NowMillis();
   }
   const char* Name() const override { return "idemgate.ExpiredRecordFilter"; }
 
@@ -158,10 +188,17 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
                                                bool bloom, std::uint64_t write_buffer) {
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;
+  // Index and filters live in the block cache, split into small partitions
+  // under a pinned top level: one big index block per file would be evicted
+  // by data blocks in its cache shard and re-read on every lookup.
   table.cache_index_and_filter_blocks = true;
+  table.cache_index_and_filter_blocks_with_high_priority = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.pin_top_level_index_and_filter = true;
+  table.index_type = rocksdb::BlockBasedTableOptions::IndexType::kTwoLevelIndexSearch;
   if (bloom) {
     table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+    table.partition_filters = true;
     table.optimize_filters_for_memory = true;
   }
   rocksdb::ColumnFamilyOptions cf;
@@ -180,15 +217,6 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
 
 }  // namespace
 
-// Atomicity: every read-modify-write (Reserve, Complete, Release, Purge, and
-// the sweeper's re-check) holds the mutex of the key's stripe from its read to
-// the end of its write. Every writer of the database lives in this process
-// (the LOCK file keeps other processes out), so this is all the isolation the
-// contract needs. RocksDB's TransactionDB would give the same guarantee with a
-// per-key lock manager, snapshot validation and a two-phase commit on every
-// write: more CPU and code for nothing here. The cost of stripes is that two
-// keys hashing to one stripe serialise, which is rare with 256 stripes and
-// short critical sections. Get takes no lock: a point read is atomic.
 template <typename F>
 auto EmbeddedStore::Exec(F fn) -> core::Task<decltype(fn())> {
   if (pool_) co_return co_await RunOnPool(*pool_, std::move(fn));
@@ -232,17 +260,27 @@ Status EmbeddedStore::OpenDb() {
     if (!s.ok()) return OpenError(path, s);
     for (const char* want : {kRecordsFamily, kExpiryFamily}) {
       if (std::find(names.begin(), names.end(), want) == names.end()) {
+        // Listing reads little of the MANIFEST; a read-only open reads all of
+        // it and tells a damaged store from a foreign database.
+        rocksdb::DB* raw = nullptr;
+        s = rocksdb::DB::OpenForReadOnly(rocksdb::Options(), path, &raw);
+        std::unique_ptr<rocksdb::DB> probe(raw);
+        if (!s.ok()) return OpenError(path, s);
         return FailedPreconditionError(Where(path) +
                                        "holds a RocksDB database that is not an idemgate store");
       }
     }
   }
 
-  auto cache = rocksdb::NewLRUCache(options_.block_cache_bytes);
-  rocksdb::ColumnFamilyOptions records = MakeFamilyOptions(cache, true, options_.write_buffer_bytes);
+  rocksdb::LRUCacheOptions cache_options;
+  cache_options.capacity = options_.block_cache_bytes;
+  cache_options.num_shard_bits = 4;  // 4 MiB shards at 64 MiB: fewer, larger LRUs
+  auto cache = rocksdb::NewLRUCache(cache_options);
+  rocksdb::ColumnFamilyOptions records =
+      MakeFamilyOptions(cache, true, options_.write_buffer_bytes);
   records.compaction_filter = filter_.get();
-  rocksdb::ColumnFamilyOptions expiry =
-      MakeFamilyOptions(cache, false, std::max<std::uint64_t>(1 << 20, options_.write_buffer_bytes / 4));
+  rocksdb::ColumnFamilyOptions expiry = MakeFamilyOptions(
+      cache, false, std::max<std::uint64_t>(1 << 20, options_.write_buffer_bytes / 4));
   rocksdb::ColumnFamilyOptions small = MakeFamilyOptions(cache, false, 1 << 20);
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
@@ -292,6 +330,15 @@ EmbeddedStore::~EmbeddedStore() {
   }
 }
 
+// Atomicity: every read-modify-write (Reserve, Complete, Release, Purge, and
+// the sweeper's re-check) holds the mutex of the key's stripe from its read to
+// the end of its write. Every writer of the database lives in this process
+// (the LOCK file keeps other processes out), so this is all the isolation the
+// contract needs. RocksDB's TransactionDB would give the same guarantee with a
+// per-key lock manager, snapshot validation and a two-phase commit on every
+// write: more CPU and code for nothing here. The cost of stripes is that two
+// keys hashing to one stripe serialise, which is rare with 256 stripes and
+// short critical sections. Get takes no lock: a point read is atomic.
 std::size_t EmbeddedStore::StripeOf(const std::string& key) const {
   return std::hash<std::string>{}(key) % kStripes;
 }
@@ -301,7 +348,7 @@ StatusOr<std::optional<Record>> EmbeddedStore::Read(const std::string& key) cons
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
   if (s.IsNotFound()) return std::optional<Record>();
   if (!s.ok()) return FromRocks(s, "read");
-  auto record = core::DecodeRecord(std::string_view(value.data(), value.size()));
+  auto record = DecodeValue(std::string_view(value.data(), value.size()));
   if (!record.ok()) {
     return InternalError("embedded store: undecodable record: " + record.status().message());
   }
@@ -327,7 +374,7 @@ StatusOr<core::ReserveResult> EmbeddedStore::ReserveNow(const std::string& key, 
   }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  rocksdb::Status s = db_->Put(wo, records_, key, core::EncodeRecord(reservation));
+  rocksdb::Status s = db_->Put(wo, records_, key, EncodeValue(reservation));
   if (!s.ok()) return FromRocks(s, "reserve");
   return result;
 }
@@ -349,7 +396,7 @@ Status EmbeddedStore::CompleteNow(const std::string& key, const std::string& own
       return FailedPreconditionError("complete: the key is held by another owner (lease lost)");
     }
     rocksdb::WriteBatch batch;
-    batch.Put(records_, key, core::EncodeRecord(completed));
+    batch.Put(records_, key, EncodeValue(completed));
     if (completed.expires_ms != 0) batch.Put(expiry_, ExpiryKey(completed.expires_ms, key), "");
     rocksdb::WriteOptions wo;
     wo.sync = options_.sync;
@@ -410,8 +457,8 @@ Status EmbeddedStore::PingNow() {
 }
 
 core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key,
-                                                                Record reservation,
-                                                                UnixMillis now) {
+                                                                 Record reservation,
+                                                                 UnixMillis now) {
   co_return co_await Exec([&] { return ReserveNow(key, std::move(reservation), now); });
 }
 
@@ -447,8 +494,7 @@ core::StoreStats EmbeddedStore::Stats() const {
   return {keys, sst + mem};
 }
 
-StatusOr<EmbeddedStore::SweepResult> EmbeddedStore::SweepExpired(UnixMillis now,
-                                                                 std::size_t max) {
+StatusOr<EmbeddedStore::SweepResult> EmbeddedStore::SweepExpired(UnixMillis now, std::size_t max) {
   SweepResult result;
   if (max == 0) return result;
   const UnixMillis bound = now == std::numeric_limits<UnixMillis>::max() ? now : now + 1;

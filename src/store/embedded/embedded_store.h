@@ -30,7 +30,8 @@ namespace idemgate::store::embedded {
 // (SPEC §5 `embedded`). Survives restarts and kill -9; with `sync` every
 // commit is fsynced and survives power loss as well. See docs/store-embedded.md.
 //
-// Layout: column family "records" maps the scoped key to EncodeRecord(record);
+// Layout: column family "records" maps the scoped key to an 8-byte expiry
+// prefix followed by core::EncodeRecord(record);
 // column family "expiry" holds one empty entry per completed record with a
 // retention, keyed big-endian(expires_ms) + scoped key, so that expired records
 // are found in time order without scanning the records.
@@ -85,7 +86,7 @@ class EmbeddedStore final : public core::Store {
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;
 
   core::Task<StatusOr<core::ReserveResult>> Reserve(std::string key, core::Record reservation,
-                                              UnixMillis now) override;
+                                                    UnixMillis now) override;
   core::Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
   core::Task<Status> Release(std::string key, std::string owner) override;
   core::Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;

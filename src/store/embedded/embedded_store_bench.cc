@@ -6,9 +6,9 @@
 //     Writes `records` completed records, reads a sample back, and prints the
 //     process's resident memory and the size on disk.
 // Each run uses a fresh directory under $TMPDIR (or /tmp), removed at the end.
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -54,7 +54,8 @@ std::uint64_t StatusKiB(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10);
+    if (line.rfind(field + ":", 0) == 0)
+      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10);
   }
   return 0;
 }
@@ -104,7 +105,7 @@ double Drive(EmbeddedStore& store, std::uint64_t pairs, int threads, int corouti
       if (i >= pairs) co_return;
       const std::string key = "t-bench:p:s:route:key-" + std::to_string(i);
       const std::string owner = "owner-" + std::to_string(i);
-      const std::int64_t now = 1'700'000'000'000;
+      const std::int64_t now = idemgate::SystemClock::Instance().NowMillis();
       Record r = Reservation(owner, now);
       auto reserved = co_await store.Reserve(key, r, now);
       if (!reserved.ok()) {
@@ -129,9 +130,11 @@ double Drive(EmbeddedStore& store, std::uint64_t pairs, int threads, int corouti
     });
   }
   for (auto& t : pool) t.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (failures.load() != 0) {
-    std::fprintf(stderr, "%llu operations failed\n", static_cast<unsigned long long>(failures.load()));
+    std::fprintf(stderr, "%llu operations failed\n",
+                 static_cast<unsigned long long>(failures.load()));
     std::exit(1);
   }
   return seconds;
@@ -154,9 +157,10 @@ int Throughput(std::uint64_t pairs, int threads, int coroutines) {
       fs::remove_all(dir);
       const double rate = static_cast<double>(n) / seconds;
       if (!sync && !offload) base = rate;
-      std::printf("  sync=%-5s offload=%-5s %10.0f pairs/s  (%llu pairs, %.2fs, %.2fx of inline/no-sync)\n",
-                  sync ? "true" : "false", offload ? "true" : "false", rate,
-                  static_cast<unsigned long long>(n), seconds, rate / base);
+      std::printf(
+          "  sync=%-5s offload=%-5s %10.0f pairs/s  (%llu pairs, %.2fs, %.2fx of inline/no-sync)\n",
+          sync ? "true" : "false", offload ? "true" : "false", rate,
+          static_cast<unsigned long long>(n), seconds, rate / base);
     }
   }
   return 0;
@@ -173,6 +177,7 @@ int Rss(std::uint64_t records, std::size_t body_bytes) {
     std::printf("wrote %llu records (%zu-byte bodies) in %.1fs\n",
                 static_cast<unsigned long long>(records), body_bytes, seconds);
     // Random point reads over the whole key range (cold and warm blocks).
+    const auto read_start = std::chrono::steady_clock::now();
     asio::io_context io;
     std::uint64_t found = 0;
     asio::co_spawn(
@@ -180,7 +185,7 @@ int Rss(std::uint64_t records, std::size_t body_bytes) {
         [&]() -> idemgate::core::Task<void> {
           for (int i = 0; i < 200'000; ++i) {
             const std::string key = "t-bench:p:s:route:key-" + std::to_string(rng() % records);
-            auto got = co_await store->Get(key, 1'700'000'000'000);
+            auto got = co_await store->Get(key, idemgate::SystemClock::Instance().NowMillis());
             if (got.ok() && got->has_value()) ++found;
           }
         },
@@ -189,7 +194,10 @@ int Rss(std::uint64_t records, std::size_t body_bytes) {
         });
     io.run();
     const auto stats = store->Stats();
-    std::printf("read 200000 random keys, %llu found\n", static_cast<unsigned long long>(found));
+    const double read_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
+    std::printf("read 200000 random keys in %.1fs, %llu found\n", read_seconds,
+                static_cast<unsigned long long>(found));
     std::printf("Stats(): keys~%llu bytes~%llu\n", static_cast<unsigned long long>(stats.keys),
                 static_cast<unsigned long long>(stats.bytes));
     std::printf("VmRSS %llu MiB, VmHWM (peak) %llu MiB, on disk %llu MiB\n",
@@ -212,7 +220,9 @@ int main(int argc, char** argv) {
     return Throughput(arg(2, 200'000), static_cast<int>(arg(3, 2)), static_cast<int>(arg(4, 16)));
   }
   if (mode == "rss") return Rss(arg(2, 1'000'000), static_cast<std::size_t>(arg(3, 256)));
-  std::fprintf(stderr, "usage: %s throughput [pairs] [io_threads] [coroutines] | rss [records] [body_bytes]\n",
-               argv[0]);
+  std::fprintf(
+      stderr,
+      "usage: %s throughput [pairs] [io_threads] [coroutines] | rss [records] [body_bytes]\n",
+      argv[0]);
   return 2;
 }

@@ -25,7 +25,8 @@ Status NotBuilt(const char* kind) {
 StatusOr<std::unique_ptr<core::Store>> MakeMemory(const config::Store& config, const Clock& clock) {
 #if IDEMGATE_HAVE_MEMORY_STORE
   if (config.max_bytes == 0) return InvalidArgumentError("store.max_bytes must be positive");
-  return std::unique_ptr<core::Store>(std::make_unique<memory::MemoryStore>(config.max_bytes, clock));
+  return std::unique_ptr<core::Store>(
+      std::make_unique<memory::MemoryStore>(config.max_bytes, clock));
 #else
   (void)config;
   (void)clock;
@@ -33,7 +34,8 @@ StatusOr<std::unique_ptr<core::Store>> MakeMemory(const config::Store& config, c
 #endif
 }
 
-StatusOr<std::unique_ptr<core::Store>> MakeEmbedded(const config::Store& config, const Clock& clock) {
+StatusOr<std::unique_ptr<core::Store>> MakeEmbedded(const config::Store& config,
+                                                    const Clock& clock) {
   embedded::EmbeddedStore::Options options;
   options.path = config.path;
   options.sync = config.sync;

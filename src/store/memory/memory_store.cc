@@ -267,7 +267,7 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
   core::ReserveResult result;
   std::lock_guard lock(shard.mu);
   std::size_t swept = 0;
-  Uncharge(shard.SweepSome(kSweepSlotsPerOp, clock_.NowMillis(), &swept));
+  Uncharge(shard.SweepSome(kSweepSlotsPerOp, now, &swept));
   keys_.fetch_sub(swept, std::memory_order_relaxed);
 
   std::ptrdiff_t index = shard.Find(hash, key);
@@ -376,7 +376,7 @@ StatusOr<std::optional<core::Record>> MemoryStore::GetNow(std::string_view key, 
   Shard& shard = ShardFor(key, &hash);
   std::lock_guard lock(shard.mu);
   std::size_t swept = 0;
-  Uncharge(shard.SweepSome(kSweepSlotsPerOp, clock_.NowMillis(), &swept));
+  Uncharge(shard.SweepSome(kSweepSlotsPerOp, now, &swept));
   keys_.fetch_sub(swept, std::memory_order_relaxed);
 
   const std::ptrdiff_t index = shard.Find(hash, key);

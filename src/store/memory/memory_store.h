@@ -39,7 +39,9 @@ namespace idemgate::store::memory {
 class MemoryStore final : public core::Store {
  public:
   // `clock` times the incremental sweep of operations that carry no `now`
-  // and must outlive the store. `shards` 0 picks a default (64).
+  // (Complete, Release; Reserve and Get sweep by their `now`), so callers
+  // should pass times from the same clock. It must outlive the store.
+  // `shards` 0 picks a default (64).
   MemoryStore(std::uint64_t max_bytes, const Clock& clock, std::size_t shards = 0);
   ~MemoryStore() override;
   MemoryStore(const MemoryStore&) = delete;

@@ -47,12 +47,16 @@ Client::Client(ClientOptions options)
       options_.subscriber_ping);
   asio::post(io_, [this] {
     for (const Address& seed : options_.seeds) Node(seed);
+    if (!options_.cluster) standalone_ = Node(options_.seeds.front());
     RequestRefresh();
   });
   thread_ = std::thread([this] { io_.run(); });
 }
 
-Client::~Client() {
+Client::~Client() { Shutdown(); }
+
+void Client::Shutdown() {
+  if (!thread_.joinable()) return;
   asio::post(io_, [this] {
     closed_ = true;
     refresh_timer_.cancel();
@@ -119,7 +123,7 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
   if (closed_) co_return UnavailableError("redis: client closed");
   std::shared_ptr<Connection> conn;
   if (!options_.cluster) {
-    conn = Node(options_.seeds.front());
+    conn = standalone_;
   } else if (command.slot >= 0 && slots_[static_cast<std::size_t>(command.slot)] != nullptr) {
     conn = slots_[static_cast<std::size_t>(command.slot)]->shared_from_this();
   } else {
@@ -182,7 +186,7 @@ Task<std::vector<StatusOr<Reply>>> Client::OnMasters(std::vector<std::string> ar
       }
     }
   } else {
-    targets.push_back(Node(options_.seeds.front()));
+    targets.push_back(standalone_);
   }
   auto encoded = std::make_shared<const std::string>(EncodeCommand(args));
   for (auto& conn : targets) {

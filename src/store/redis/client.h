@@ -58,6 +58,7 @@ Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 class Client {
  public:
   explicit Client(ClientOptions options);
+  // Shutdown().
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -72,6 +73,13 @@ class Client {
   Task<std::vector<StatusOr<Reply>>> ExecuteOnMasters(std::vector<std::string> args);
   // Reloads the slot map now (cluster only; Ok when standalone).
   Task<Status> RefreshSlots();
+
+  // Closes every connection (queued and outstanding commands fail with
+  // Unavailable), lets the I/O thread finish what is running and joins it.
+  // Idempotent; not on the I/O thread; no call may be made afterwards. The
+  // object stays valid, for owners whose background work still reads it
+  // while the thread winds down.
+  void Shutdown();
 
   // The I/O thread's executor; Subscriber calls must run on it.
   boost::asio::any_io_executor executor() { return io_.get_executor(); }
@@ -100,6 +108,7 @@ class Client {
   // I/O thread only:
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by Address::ToString()
   std::vector<Connection*> slots_;                             // cluster: slot -> master
+  std::shared_ptr<Connection> standalone_;                     // standalone: the node
   bool closed_ = false;
   bool refreshing_ = false;
   bool refresh_again_ = false;

@@ -277,7 +277,8 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
   if (options.timeout <= Duration::zero()) return InvalidArgumentError("store.redis.timeout: must be positive");
   if (options.connect_timeout <= Duration::zero() || options.reconnect_min <= Duration::zero() ||
       options.reconnect_max < options.reconnect_min || options.watch_poll_min <= Duration::zero() ||
-      options.watch_poll_max < options.watch_poll_min || options.reservation_grace < Duration::zero()) {
+      options.watch_poll_max < options.watch_poll_min || options.reservation_grace < Duration::zero() ||
+      options.expiry_grace < Duration::zero()) {
     return InvalidArgumentError("redis store: bad timing options");
   }
   if (options.clock == nullptr) return InvalidArgumentError("redis store: no clock");
@@ -303,8 +304,8 @@ RedisStore::RedisStore(Options options, std::unique_ptr<Client> client)
     : options_(std::move(options)), client_(std::move(client)) {}
 
 RedisStore::~RedisStore() {
-  // Joins the I/O thread first: background work may still touch members.
-  client_.reset();
+  // Joins the I/O thread first: background work (stats) still uses members.
+  client_->Shutdown();
 }
 
 std::string RedisStore::RecordKey(std::string_view key) const {
@@ -384,7 +385,10 @@ Task<Status> RedisStore::Complete(std::string key, std::string owner, Record com
     co_return InvalidArgumentError("redis store: Complete needs a completed record");
   }
   std::int64_t ttl = 0;
-  if (completed.expires_ms != 0) ttl = std::max<std::int64_t>(1, completed.expires_ms - options_.clock->NowMillis());
+  if (completed.expires_ms != 0) {
+    ttl = std::max<std::int64_t>(1, completed.expires_ms - options_.clock->NowMillis()) +
+          options_.expiry_grace.count();
+  }
   std::vector<std::string> argv;
   argv.push_back(std::move(owner));
   argv.push_back(core::EncodeRecord(completed));

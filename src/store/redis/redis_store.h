@@ -49,6 +49,10 @@ class RedisStore final : public core::Store {
     // Until then a retry with the same fingerprint takes it over (and one
     // with another fingerprint is refused); afterwards the key is new again.
     Duration reservation_grace = std::chrono::hours(1);
+    // Extra Redis TTL on completed records past their retention end. Expiry
+    // itself is decided with the gateways' `now`; this only keeps Redis from
+    // dropping a record early for a gateway whose clock runs a little behind.
+    Duration expiry_grace = std::chrono::seconds(1);
     Duration watch_poll_min = std::chrono::milliseconds(50);
     Duration watch_poll_max = std::chrono::seconds(1);
     std::string key_prefix = "idemgate:";

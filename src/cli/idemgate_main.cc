@@ -1,0 +1,308 @@
+// idemgate: the gateway server. Thin: parses the command line, loads the
+// config, wires the libraries together, runs until SIGTERM/SIGINT (SIGHUP
+// reloads the config).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "admin/admin_api.h"
+#include "admin/gateway_metrics.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "config/address.h"
+#include "config/loader.h"
+#include "gateway/admin_handler.h"
+#include "gateway/gateway.h"
+#include "http/server.h"
+#include "store/factory/store_factory.h"
+
+namespace idemgate::cli {
+namespace {
+
+constexpr std::string_view kVersion = IDEMGATE_VERSION_STRING;
+
+constexpr std::string_view kUsage =
+    "idemgate: an HTTP idempotency gateway. Clients may retry a write with the\n"
+    "same Idempotency-Key; the backend runs it at most once and every retry\n"
+    "gets the first outcome back.\n"
+    "\n"
+    "Usage:\n"
+    "  idemgate --config FILE [--ready-file PATH]   run the gateway\n"
+    "  idemgate check-config FILE                    validate FILE and exit\n"
+    "  idemgate --version                            print the version\n"
+    "  idemgate --help                               this text\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE      YAML config (see docs/configuration.md and\n"
+    "                         examples/quickstart.yaml)\n"
+    "  --ready-file PATH      once listening, write \"listen=HOST:PORT\" and\n"
+    "                         \"admin=HOST:PORT\" lines to PATH (atomically), so a\n"
+    "                         supervisor or test can learn ports chosen with :0\n"
+    "\n"
+    "Signals:\n"
+    "  SIGTERM, SIGINT        stop accepting, finish in-flight requests within\n"
+    "                         shutdown_grace, exit 0\n"
+    "  SIGHUP                 reload routes, upstreams and limits from the same\n"
+    "                         file without dropping connections (listen, workers\n"
+    "                         and store need a restart)\n"
+    "\n"
+    "Exit status: 0 on a clean stop or a valid config, 1 on a config or\n"
+    "start-up error, 2 on a usage error.\n";
+
+struct Args {
+  enum class Mode { kRun, kCheck, kVersion, kHelp } mode = Mode::kRun;
+  std::string config;
+  std::string ready_file;
+};
+
+void Print(FILE* f, std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fflush(f);
+}
+
+std::optional<Args> ParseArgs(int argc, char** argv, std::string* error) {
+  Args args;
+  std::vector<std::string_view> a(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string_view arg = a[i];
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+      if (i + 1 >= a.size()) {
+        *error = std::string(name) + " needs a value";
+        return std::nullopt;
+      }
+      return std::string(a[++i]);
+    };
+    if (arg == "--help" || arg == "-h" || arg == "help") {
+      args.mode = Args::Mode::kHelp;
+      return args;
+    } else if (arg == "--version" || arg == "-V" || arg == "version") {
+      args.mode = Args::Mode::kVersion;
+      return args;
+    } else if (arg == "check-config") {
+      args.mode = Args::Mode::kCheck;
+      auto v = value("check-config");
+      if (!v) return std::nullopt;
+      args.config = *v;
+    } else if (arg == "--config" || arg == "-c") {
+      auto v = value(arg);
+      if (!v) return std::nullopt;
+      args.config = *v;
+    } else if (arg.starts_with("--config=")) {
+      args.config = std::string(arg.substr(9));
+    } else if (arg == "--ready-file") {
+      auto v = value(arg);
+      if (!v) return std::nullopt;
+      args.ready_file = *v;
+    } else if (arg.starts_with("--ready-file=")) {
+      args.ready_file = std::string(arg.substr(13));
+    } else {
+      *error = "unknown argument: " + std::string(arg);
+      return std::nullopt;
+    }
+  }
+  if (args.config.empty()) {
+    *error = "no config file given (--config FILE)";
+    return std::nullopt;
+  }
+  return args;
+}
+
+// Writes `contents` to `path` atomically (PATH.tmp, then rename).
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return UnavailableError("cannot write " + tmp + ": " + std::strerror(errno));
+  const bool written = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) return UnavailableError("cannot write " + tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return UnavailableError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+void ApplyLogSettings(const config::Config& config) {
+  if (auto level = ParseLogLevel(config.log.level)) SetLogLevel(*level);
+  SetLogFormat(config.log.format == "text" ? LogFormat::kText : LogFormat::kJson);
+}
+
+int CheckConfig(const std::string& path) {
+  auto config = config::LoadFile(path);
+  if (!config.ok()) {
+    Print(stderr, config.status().message() + "\n");
+    return 1;
+  }
+  Print(stdout, path + ": ok\n");
+  return 0;
+}
+
+int Run(const Args& args) {
+  // Signals are taken by sigwait below; every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto loaded = config::LoadFile(args.config);
+  if (!loaded.ok()) {
+    Print(stderr, "idemgate: " + loaded.status().message() + "\n");
+    return 1;
+  }
+  const config::Config& config = *loaded;
+  ApplyLogSettings(config);
+
+  auto listen = config::ParseHostPort(config.listen);
+  if (!listen.ok()) {
+    Print(stderr, "idemgate: listen: " + listen.status().message() + "\n");
+    return 1;
+  }
+  std::optional<config::HostPort> admin_listen;
+  if (!config.admin.listen.empty()) {
+    auto a = config::ParseHostPort(config.admin.listen);
+    if (!a.ok()) {
+      Print(stderr, "idemgate: admin.listen: " + a.status().message() + "\n");
+      return 1;
+    }
+    admin_listen = *a;
+  }
+
+  admin::GatewayMetrics metrics(admin::GatewayMetricsOptions{.tenant_labels = config.metrics.tenant_labels});
+  auto store = store::MakeStore(config.store, SystemClock::Instance());
+  if (!store.ok()) {
+    Print(stderr, "idemgate: store: " + store.status().message() + "\n");
+    return 1;
+  }
+  core::Store* store_ptr = store->get();
+  metrics.SetStoreStatsSource([store_ptr] { return store_ptr->Stats(); });
+
+  http::ServerOptions server_options;
+  server_options.workers = config.workers;
+  server_options.limits = gateway::LimitsFromConfig(config);
+  http::Server server(server_options);
+
+  gateway::GatewayOptions gateway_options;
+  gateway_options.workers = server.worker_count();
+  gateway_options.metrics = &metrics;
+  auto created = gateway::Gateway::Create(config, gateway_options);
+  if (!created.ok()) {
+    Print(stderr, "idemgate: " + created.status().message() + "\n");
+    return 1;
+  }
+  std::unique_ptr<gateway::Gateway> gateway = std::move(*created);
+
+  admin::AdminApi::Options api_options;
+  if (!config.admin.token_env.empty()) {
+    if (const char* token = std::getenv(config.admin.token_env.c_str())) api_options.token = token;
+  }
+  api_options.metrics = &metrics;
+  api_options.stats = &metrics.stats();
+  api_options.store = store_ptr;
+  admin::AdminApi api(api_options);
+  gateway::AdminHandler admin_handler(api);
+
+  auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true);
+  if (!bound.ok()) {
+    Print(stderr, "idemgate: " + bound.status().message() + "\n");
+    return 1;
+  }
+  std::optional<http::BoundAddress> admin_bound;
+  if (admin_listen) {
+    auto a = server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false);
+    if (!a.ok()) {
+      Print(stderr, "idemgate: admin: " + a.status().message() + "\n");
+      return 1;
+    }
+    admin_bound = *a;
+  }
+
+  server.Start();
+  LogInfo("listening", {{"listen", bound->ToString()},
+                        {"admin", admin_bound ? std::optional<std::string_view>(admin_bound->ToString())
+                                              : std::nullopt},
+                        {"workers", static_cast<std::uint64_t>(server.worker_count())},
+                        {"version", kVersion},
+                        {"config", config.source}});
+  if (!args.ready_file.empty()) {
+    std::string ready = "listen=" + bound->ToString() + "\n";
+    if (admin_bound) ready += "admin=" + admin_bound->ToString() + "\n";
+    Status written = WriteFileAtomically(args.ready_file, ready);
+    if (!written.ok()) LogError("cannot write the ready file", {{"error", written.message()}});
+  }
+
+  Duration grace = config.shutdown_grace;
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      auto reloaded = config::LoadFile(args.config);
+      if (!reloaded.ok()) {
+        LogError("config reload failed; keeping the running config", {{"error", reloaded.status().message()}});
+        continue;
+      }
+      Status applied = gateway->Reload(*reloaded);
+      if (!applied.ok()) {
+        LogError("config reload failed; keeping the running config", {{"error", applied.message()}});
+        continue;
+      }
+      server.SetLimits(gateway::LimitsFromConfig(*reloaded));
+      ApplyLogSettings(*reloaded);
+      grace = reloaded->shutdown_grace;
+      if (reloaded->listen != config.listen || reloaded->workers != config.workers ||
+          reloaded->admin.listen != config.admin.listen) {
+        LogWarn("listen, admin.listen and workers changes need a restart");
+      }
+      LogInfo("config reloaded", {{"config", args.config}});
+      continue;
+    }
+    LogInfo("stopping", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"},
+                         {"shutdown_grace_ms", static_cast<std::int64_t>(grace.count())}});
+    break;
+  }
+
+  api.SetDraining(true);
+  const bool clean = server.Stop(grace);
+  gateway->ClosePools();
+  LogInfo("stopped", {{"clean", clean}});
+  return 0;
+}
+
+}  // namespace
+}  // namespace idemgate::cli
+
+int main(int argc, char** argv) {
+  using idemgate::cli::Args;
+  std::string error;
+  auto args = idemgate::cli::ParseArgs(argc, argv, &error);
+  if (!args) {
+    idemgate::cli::Print(stderr, "idemgate: " + error + "\n\n");
+    idemgate::cli::Print(stderr, idemgate::cli::kUsage);
+    return 2;
+  }
+  switch (args->mode) {
+    case Args::Mode::kHelp: idemgate::cli::Print(stdout, idemgate::cli::kUsage); return 0;
+    case Args::Mode::kVersion:
+      idemgate::cli::Print(stdout, "idemgate " + std::string(idemgate::cli::kVersion) + "\n");
+      return 0;
+    case Args::Mode::kCheck: return idemgate::cli::CheckConfig(args->config);
+    case Args::Mode::kRun: break;
+  }
+  try {
+    return idemgate::cli::Run(*args);
+  } catch (const std::exception& e) {
+    idemgate::cli::Print(stderr, std::string("idemgate: ") + e.what() + "\n");
+    return 1;
+  }
+}

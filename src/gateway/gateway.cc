@@ -1,0 +1,362 @@
+#include "gateway/gateway.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+
+#include "admin/gateway_metrics.h"
+#include "common/log.h"
+#include "config/names.h"
+#include "http/headers.h"
+#include "http/problem.h"
+
+namespace idemgate::gateway {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string PoolKey(const http::UpstreamTarget& t) {
+  std::string key = t.name;
+  key += '|';
+  key += t.host;
+  key += '|';
+  key += std::to_string(t.port);
+  key += '|';
+  key += t.base_path;
+  key += '|';
+  key += std::to_string(t.connect_timeout.count());
+  key += '|';
+  key += std::to_string(t.timeout.count());
+  key += '|';
+  key += std::to_string(t.max_connections);
+  return key;
+}
+
+double Millis(SteadyClock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// What the pipeline reports for the log line and metrics.
+struct PipelineResult {
+  std::string_view outcome;
+  int status = 0;
+  std::optional<int> upstream_status;
+  std::optional<double> upstream_ms;
+};
+
+}  // namespace
+
+http::Limits LimitsFromConfig(const config::Config& config) {
+  http::Limits limits;
+  limits.max_header_bytes = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(config.limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max()));
+  limits.max_request_bytes = config.limits.max_request_bytes;
+  limits.header_timeout = config.limits.header_timeout;
+  limits.idle_timeout = config.limits.idle_timeout;
+  return limits;
+}
+
+http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, std::size_t workers) {
+  http::UpstreamTarget t;
+  t.name = upstream.name;
+  t.host = upstream.host;
+  t.port = upstream.port;
+  t.base_path = upstream.base_path;
+  t.connect_timeout = upstream.connect_timeout;
+  t.timeout = upstream.timeout;
+  const std::size_t w = std::max<std::size_t>(workers, 1);
+  t.max_connections = static_cast<std::uint32_t>(std::max<std::size_t>(1, (upstream.max_connections + w - 1) / w));
+  return t;
+}
+
+struct Gateway::WorkerView {
+  std::shared_ptr<const Snapshot> snapshot;
+  std::vector<std::shared_ptr<http::UpstreamPool>> pools;  // by upstream index
+};
+
+// Padded so that two workers' slots never share a cache line.
+struct alignas(64) Gateway::WorkerSlot {
+  std::uint64_t version = 0;
+  std::shared_ptr<WorkerView> view;
+  std::map<std::string, std::shared_ptr<http::UpstreamPool>> pools;  // by PoolKey
+};
+
+Gateway::Gateway(GatewayOptions options) : options_(options) {
+  const std::size_t n = std::max<std::size_t>(options_.workers, 1);
+  slots_.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) slots_.push_back(std::make_unique<WorkerSlot>());
+}
+
+Gateway::~Gateway() = default;
+
+StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const config::Config& config, GatewayOptions options) {
+  std::unique_ptr<Gateway> gateway(new Gateway(options));
+  Status status = gateway->Reload(config);
+  if (!status.ok()) return status;
+  return gateway;
+}
+
+StatusOr<std::shared_ptr<const Snapshot>> Gateway::BuildSnapshot(const config::Config& config) {
+  auto snapshot = std::make_shared<Snapshot>();
+  auto owned = std::make_shared<const config::Config>(config);
+  auto routes = RouteTable::Build(*owned, admission_);
+  if (!routes.ok()) return routes.status();
+  snapshot->config = std::move(owned);
+  snapshot->routes = std::move(*routes);
+  for (const std::string& name : snapshot->routes.upstreams()) {
+    const config::Upstream& u = snapshot->config->upstreams.at(name);
+    http::UpstreamTarget target = UpstreamTargetFromConfig(u, slots_.size());
+    if (target.name.empty()) target.name = name;
+    snapshot->upstreams.push_back(std::move(target));
+  }
+  return std::shared_ptr<const Snapshot>(std::move(snapshot));
+}
+
+Status Gateway::Reload(const config::Config& config) {
+  auto built = BuildSnapshot(config);
+  if (!built.ok()) return built.status();
+  std::lock_guard lock(mu_);
+  auto snapshot = std::const_pointer_cast<Snapshot>(*built);
+  snapshot->version = version_.load(std::memory_order_relaxed) + 1;
+  if (options_.metrics != nullptr) {
+    for (const auto& r : snapshot->routes.routes()) options_.metrics->RegisterRoute(r.id);
+  }
+  current_ = std::move(snapshot);
+  version_.store(current_->version, std::memory_order_release);
+  return Status::Ok();
+}
+
+std::shared_ptr<const Snapshot> Gateway::snapshot() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+std::shared_ptr<Gateway::WorkerView> Gateway::ViewFor(http::Worker& worker) {
+  WorkerSlot& slot = *slots_[worker.index() % slots_.size()];
+  const std::uint64_t version = version_.load(std::memory_order_acquire);
+  if (slot.version == version && slot.view) return slot.view;
+  auto view = std::make_shared<WorkerView>();
+  view->snapshot = snapshot();
+  std::map<std::string, std::shared_ptr<http::UpstreamPool>> pools;
+  for (const http::UpstreamTarget& target : view->snapshot->upstreams) {
+    const std::string key = PoolKey(target);
+    auto it = slot.pools.find(key);
+    std::shared_ptr<http::UpstreamPool> pool =
+        it != slot.pools.end() ? it->second : std::make_shared<http::UpstreamPool>(worker, target);
+    view->pools.push_back(pool);
+    pools.emplace(key, std::move(pool));
+  }
+  // Pools no longer configured live on while a request of an older view
+  // still holds them.
+  slot.pools = std::move(pools);
+  slot.view = std::move(view);
+  slot.version = slot.view->snapshot->version;
+  return slot.view;
+}
+
+void Gateway::ClosePools() {
+  for (auto& slot : slots_) {
+    slot->view.reset();
+    slot->pools.clear();
+    slot->version = 0;
+  }
+}
+
+namespace {
+
+// Why the pipeline answered by itself. The problem details are built in
+// Refuse (a frame of its own, made only on these paths) to keep the
+// pipeline's coroutine frame small.
+enum class Refusal { kNoRoute, kTooLarge, kMalformedBody, kBodyGone, kAdmission };
+
+Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* route) {
+  http::ProblemCode code = http::ProblemCode::kBadRequest;
+  std::string detail;
+  std::string_view outcome;
+  std::optional<std::chrono::seconds> retry_after;
+  switch (why) {
+    case Refusal::kNoRoute:
+      code = http::ProblemCode::kNoRoute;
+      detail = "no route matches " + std::string(ex.head().method) + " " + std::string(ex.head().path);
+      outcome = "no_route";
+      break;
+    case Refusal::kTooLarge:
+      code = http::ProblemCode::kRequestTooLarge;
+      detail = "the request body exceeds " + std::to_string(route->max_request_bytes) + " bytes";
+      outcome = "request_too_large";
+      break;
+    case Refusal::kMalformedBody:
+      detail = "malformed request body";
+      outcome = "bad_request";
+      break;
+    case Refusal::kBodyGone:
+      detail = "the request body did not arrive";
+      outcome = "client_gone";
+      break;
+    case Refusal::kAdmission:
+      code = http::ProblemCode::kTooManyRequests;
+      detail = "route " + route->id + " has " + std::to_string(route->admission->limit()) + " requests in flight";
+      outcome = "admission";
+      retry_after = kAdmissionRetryAfter;
+      break;
+  }
+  http::Response r = http::MakeProblem(code, detail, 0, retry_after);
+  const int status = r.status;
+  co_await ex.Respond(std::move(r));
+  co_return PipelineResult{outcome, status, std::nullopt, std::nullopt};
+}
+
+// Sends a hook's own answer.
+Task<PipelineResult> Answer(http::Exchange& ex, http::Response response, std::string_view outcome) {
+  const int status = response.status;
+  co_await ex.Respond(std::move(response));
+  co_return PipelineResult{outcome, status, std::nullopt, std::nullopt};
+}
+
+PipelineResult Summarize(const http::ForwardResult& result, const RouteEntry& route, const RequestContext& ctx,
+                         const GatewayOptions& options) {
+  PipelineResult out;
+  out.outcome = http::ForwardOutcomeName(result.outcome);
+  out.status = result.status;
+  if (result.upstream_status != 0) out.upstream_status = result.upstream_status;
+  if (result.outcome != http::ForwardOutcome::kConnectFailed) {
+    out.upstream_ms = std::chrono::duration<double, std::milli>(result.upstream_duration).count();
+  }
+  if (options.metrics != nullptr && result.upstream_status != 0) {
+    options.metrics->UpstreamCompleted({.route = route.id, .tenant = ctx.tenant, .project = ctx.project},
+                                       std::chrono::duration<double>(result.upstream_duration).count());
+  }
+  return out;
+}
+
+void MergeHeaderChanges(RequestContext& ctx, http::ForwardRequest& fr) {
+  for (auto& h : ctx.set_headers) fr.set_headers.push_back(std::move(h));
+  for (auto& n : ctx.remove_headers) fr.remove_headers.push_back(std::move(n));
+}
+
+Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const Snapshot& snap,
+                                 const std::vector<std::shared_ptr<http::UpstreamPool>>& pools,
+                                 const GatewayOptions& options, std::string_view generated_request_id) {
+  const RouteEntry* route = snap.routes.Match(ctx.head->method, ctx.head->path);
+  if (route == nullptr) co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
+  ctx.route = route;
+  if (!ex.SetBodyLimit(route->max_request_bytes)) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
+
+  if (options.identity != nullptr) {
+    std::optional<http::Response> answer = co_await options.identity->Identify(ctx);
+    if (answer) co_return co_await Answer(ex, std::move(*answer), "identity_refused");
+  }
+
+  if ((options.webhook != nullptr && options.webhook->WantsBody(ctx)) ||
+      (options.idempotency != nullptr && options.idempotency->WantsBody(ctx))) {
+    const http::BodyStatus status = co_await ex.ReadBody();
+    if (status == http::BodyStatus::kTooLarge) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
+    if (status == http::BodyStatus::kMalformed) co_return co_await Refuse(ex, Refusal::kMalformedBody, route);
+    if (status != http::BodyStatus::kOk) co_return co_await Refuse(ex, Refusal::kBodyGone, route);
+    ctx.body = ex.body();
+    ctx.body_buffered = true;
+  }
+
+  if (options.webhook != nullptr) {
+    std::optional<http::Response> answer = co_await options.webhook->Translate(ctx);
+    if (answer) co_return co_await Answer(ex, std::move(*answer), "webhook_refused");
+  }
+
+  IdempotencyDecision decision;
+  if (options.idempotency != nullptr) decision = co_await options.idempotency->Decide(ctx);
+  if (decision.kind == IdempotencyDecision::Kind::kRespond) {
+    co_return co_await Answer(ex, std::move(decision.response), "answered");
+  }
+
+  AdmissionSlot slot;
+  if (route->admission) {
+    if (!route->admission->TryAcquire()) {
+      if (decision.observer) {
+        http::ForwardResult refused;
+        refused.outcome = http::ForwardOutcome::kNotForwarded;
+        refused.status = http::ProblemDefaultStatus(http::ProblemCode::kTooManyRequests);
+        co_await decision.observer->OnFinished(refused);
+      }
+      co_return co_await Refuse(ex, Refusal::kAdmission, route);
+    }
+    slot = AdmissionSlot(route->admission.get());
+  }
+
+  MergeHeaderChanges(ctx, decision.forward);
+  decision.forward.request_id = generated_request_id;
+  decision.forward.observer = decision.observer.get();
+  const http::ForwardResult result = co_await ex.Forward(*pools[route->upstream_index], decision.forward);
+  slot.Reset();
+  if (decision.observer) co_await decision.observer->OnFinished(result);
+  co_return Summarize(result, *route, ctx, options);
+}
+
+// The request's log line (SPEC §9) and request metrics.
+void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const PipelineResult& result,
+                   double duration_ms, admin::GatewayMetrics* metrics) {
+  if (metrics != nullptr && ctx.route != nullptr) {
+    metrics->RequestCompleted({.route = ctx.route->id, .tenant = ctx.tenant, .project = ctx.project},
+                              duration_ms / 1000.0);
+  }
+  if (!LogEnabled(LogLevel::kInfo)) return;
+  const http::RequestHead& head = *ctx.head;
+  auto opt = [](const std::optional<std::string>& s) -> std::optional<std::string_view> {
+    if (s) return std::string_view(*s);
+    return std::nullopt;
+  };
+  RequestLogLine line;
+  if (ctx.route != nullptr) line.route = ctx.route->id;
+  line.method = head.method;
+  line.path = head.path;
+  line.status = ex.status_sent() != 0 ? ex.status_sent() : result.status;
+  line.duration_ms = duration_ms;
+  if (!ctx.tenant.empty()) line.tenant = ctx.tenant;
+  if (!ctx.project.empty()) line.project = ctx.project;
+  if (!ctx.subject.empty()) line.subject = ctx.subject;
+  line.idempotency_case = opt(ctx.log.idempotency_case);
+  if (ctx.log.idempotency_policy) {
+    line.idempotency_policy = *ctx.log.idempotency_policy;
+  } else if (ctx.route != nullptr && ctx.route->config != nullptr) {
+    line.idempotency_policy = config::Name(ctx.route->config->idempotency.policy);
+  }
+  line.idempotency_source = opt(ctx.log.idempotency_source);
+  line.idempotency_key_namespaced = opt(ctx.log.idempotency_key_namespaced);
+  line.operation_id = opt(ctx.log.operation_id);
+  line.cache_hit = ctx.log.cache_hit;
+  line.outcome = ctx.log.outcome ? std::string_view(*ctx.log.outcome) : result.outcome;
+  line.upstream_status = result.upstream_status;
+  line.upstream_ms = result.upstream_ms;
+  line.request_id = ctx.request_id;
+  WriteRequestLog(line);
+}
+
+}  // namespace
+
+Task<void> Gateway::Handle(http::Exchange& ex) {
+  const auto started = SteadyClock::now();
+  std::shared_ptr<WorkerView> view = ViewFor(ex.worker());
+  const Snapshot& snap = *view->snapshot;
+  const http::RequestHead& head = ex.head();
+  std::optional<admin::GatewayMetrics::InFlightGuard> in_flight;
+  if (options_.metrics != nullptr) in_flight.emplace(*options_.metrics);
+
+  RequestContext ctx;
+  ctx.exchange = &ex;
+  ctx.head = &head;
+  ctx.config = snap.config.get();
+  std::string generated_id;
+  const auto client_id = head.Find("x-request-id");
+  if (client_id && http::IsAcceptableRequestId(*client_id) && head.Count("x-request-id") == 1) {
+    ctx.request_id = *client_id;
+  } else {
+    generated_id = http::NewRequestId();
+    ctx.request_id = generated_id;
+  }
+
+  const PipelineResult result = co_await RunPipeline(ex, ctx, snap, view->pools, options_, generated_id);
+  FinishRequest(ctx, ex, result, Millis(SteadyClock::now() - started), options_.metrics);
+}
+
+}  // namespace idemgate::gateway

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "gateway/admission.h"
+#include "gateway/hooks.h"
+#include "gateway/route_table.h"
+#include "http/server.h"
+#include "http/upstream_pool.h"
+
+namespace idemgate::admin {
+class GatewayMetrics;
+}
+
+// The gateway's request handler: route table + per-request pipeline
+// (hooks.h) + proxy, behind an immutable snapshot of the config that a
+// reload swaps atomically.
+namespace idemgate::gateway {
+
+// One immutable view of the config: the routes and what the upstream pools
+// are made from. Shared read-only by every worker.
+struct Snapshot {
+  std::shared_ptr<const config::Config> config;
+  RouteTable routes;
+  // Per upstream (RouteTable::upstreams() order): the pool settings of one
+  // worker, with max_connections already divided among the workers.
+  std::vector<http::UpstreamTarget> upstreams;
+  std::uint64_t version = 0;
+};
+
+struct GatewayOptions {
+  // Worker threads of the server this gateway serves (Server::worker_count()).
+  std::size_t workers = 1;
+  // Optional; must outlive the gateway.
+  admin::GatewayMetrics* metrics = nullptr;
+  IdentityHook* identity = nullptr;
+  WebhookHook* webhook = nullptr;
+  IdempotencyHook* idempotency = nullptr;
+};
+
+// The limits the server applies, from config `limits`.
+http::Limits LimitsFromConfig(const config::Config& config);
+// The pool settings of one worker for `upstream` (max_connections divided
+// among `workers`, rounded up, at least 1).
+http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, std::size_t workers);
+
+class Gateway final : public http::Handler {
+ public:
+  // Builds the first snapshot; fails on a config the route table refuses.
+  static StatusOr<std::unique_ptr<Gateway>> Create(const config::Config& config, GatewayOptions options);
+  ~Gateway() override;
+
+  // Swaps in a new snapshot built from `config`. Requests already running
+  // finish under the old one; each worker picks the new one up at its next
+  // request. Upstream pools whose settings did not change are kept (with
+  // their idle connections). Listen address, workers and store settings are
+  // not reloadable (they need a restart). Thread-safe.
+  Status Reload(const config::Config& config);
+
+  // The pipeline. Runs on the exchange's worker.
+  Task<void> Handle(http::Exchange& exchange) override;
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+
+  // Destroys every upstream pool. Call after the server's workers stopped
+  // and before they are destroyed (the pools' sockets belong to them).
+  void ClosePools();
+
+ private:
+  struct WorkerView;
+  struct WorkerSlot;
+
+  explicit Gateway(GatewayOptions options);
+  StatusOr<std::shared_ptr<const Snapshot>> BuildSnapshot(const config::Config& config);
+  std::shared_ptr<WorkerView> ViewFor(http::Worker& worker);
+
+  GatewayOptions options_;
+  AdmissionRegistry admission_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Snapshot> current_;  // guarded by mu_
+  std::atomic<std::uint64_t> version_{0};
+  std::vector<std::unique_ptr<WorkerSlot>> slots_;  // one per worker; touched by that worker only
+};
+
+}  // namespace idemgate::gateway

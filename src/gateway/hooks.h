@@ -1,0 +1,129 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "http/exchange.h"
+#include "http/message.h"
+
+// The seams of the per-request pipeline (SPEC §2):
+//   parse -> route -> identity -> [buffer body] -> webhook -> idempotency
+//   -> admission -> proxy (+ capture) -> log line
+// Identity, webhook translation and the idempotency decision are hooks that
+// later work implements; without them the gateway is a plain reverse proxy.
+// Every hook method runs on the request's worker thread and may await; a
+// hook object is shared by all workers, so it must be safe to call
+// concurrently (keep per-request state in the RequestContext or in the
+// ForwardObserver it returns).
+namespace idemgate::gateway {
+
+template <typename T>
+using Task = http::Task<T>;
+
+struct RouteEntry;
+
+// Fields of the request's log line (SPEC §9) that hooks fill; unset ones are
+// logged as null.
+struct LogFields {
+  std::optional<std::string> idempotency_case;        // e.g. "REQUIRED_A"
+  std::optional<std::string> idempotency_policy;      // "required", ...
+  std::optional<std::string> idempotency_source;      // "header", "webhook", ...
+  std::optional<std::string> idempotency_key_namespaced;
+  std::optional<std::string> operation_id;
+  std::optional<bool> cache_hit;
+  std::optional<std::string> outcome;  // overrides the pipeline's own outcome word
+};
+
+// Everything the pipeline knows about one request, handed to every hook.
+// Lives for the request; views stay valid until the pipeline returns.
+struct RequestContext {
+  http::Exchange* exchange = nullptr;
+  const http::RequestHead* head = nullptr;
+  const RouteEntry* route = nullptr;
+  const config::Config* config = nullptr;  // the snapshot this request runs under
+  std::string_view request_id;             // X-Request-Id passed on or generated
+  // The request body, once buffered (only when a hook asked for it).
+  std::string_view body;
+  bool body_buffered = false;
+
+  // Set by the identity hook (SPEC §6); empty: unknown ("_" in keys and metrics).
+  std::string tenant;
+  std::string project;
+  std::string subject;
+  // Set by the webhook hook (SPEC §7): the key lifted from the provider's id.
+  std::optional<std::string> webhook_key;
+
+  // Upstream request header changes gathered by identity/webhook hooks
+  // (e.g. verified identity headers); merged into the ForwardRequest.
+  std::vector<http::Header> set_headers;
+  std::vector<std::string> remove_headers;
+
+  LogFields log;
+};
+
+// SPEC §2 step 3. nullopt: continue (identity fields set); a response: send
+// it instead (401 problem).
+class IdentityHook {
+ public:
+  virtual ~IdentityHook() = default;
+  virtual Task<std::optional<http::Response>> Identify(RequestContext& ctx) = 0;
+};
+
+// SPEC §2 step 4 on `policy: webhook` routes.
+class WebhookHook {
+ public:
+  virtual ~WebhookHook() = default;
+  // Whether Translate needs ctx.body (the signature covers the body).
+  virtual bool WantsBody(const RequestContext& ctx) const = 0;
+  // nullopt: continue (ctx.webhook_key set when the id was lifted); a
+  // response: send it instead (401 signature-invalid, 400 translation-failed).
+  virtual Task<std::optional<http::Response>> Translate(RequestContext& ctx) = 0;
+};
+
+// What the idempotency step decided for one request.
+struct IdempotencyDecision {
+  enum class Kind {
+    kForward,  // proxy the request (with `forward`'s changes)
+    kRespond,  // answer with `response` (a replay or a problem); upstream not called
+  };
+  Kind kind = Kind::kForward;
+
+  // kForward: header changes both ways and the capture cap. The pipeline
+  // sets forward.observer from `observer` and forward.request_id itself.
+  http::ForwardRequest forward;
+  // kForward: when set, the response is captured and observer->OnResponse
+  // gets it before the client has it all; observer->OnFinished is called
+  // exactly once at the end in every case, including a 429 from admission
+  // (outcome kNotForwarded, status 429) so a reservation is released in the
+  // same request (SPEC §2 step 6).
+  std::unique_ptr<http::ForwardObserver> observer;
+
+  // kRespond: the answer.
+  http::Response response;
+
+  static IdempotencyDecision Forward() { return {}; }
+  static IdempotencyDecision Respond(http::Response response) {
+    IdempotencyDecision d;
+    d.kind = Kind::kRespond;
+    d.response = std::move(response);
+    return d;
+  }
+};
+
+// SPEC §2 step 5 (implemented by the engine integration over core::Engine).
+class IdempotencyHook {
+ public:
+  virtual ~IdempotencyHook() = default;
+  // Whether Decide needs the whole request body in ctx.body (to fingerprint
+  // it). The pipeline then reads it, up to the route's max_request_bytes
+  // (413 beyond), and forwards the buffered copy.
+  virtual bool WantsBody(const RequestContext& ctx) const = 0;
+  virtual Task<IdempotencyDecision> Decide(RequestContext& ctx) = 0;
+};
+
+}  // namespace idemgate::gateway

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "gateway/admission.h"
+
+// The route table (SPEC §2 step 2): the first route whose match fits wins.
+//
+// Matching (docs/architecture.md):
+//  - `match.path`: the request path equals it exactly.
+//  - `match.path_prefix`: the request path equals the prefix or continues it
+//    at a segment boundary: "/api/v1/payments" matches "/api/v1/payments"
+//    and "/api/v1/payments/42", never "/api/v1/paymentsX". A trailing '/'
+//    on the prefix is ignored ("/api/" behaves as "/api"); "/" matches
+//    every path.
+//  - `match.methods`: when set, the method must be one of them (exact,
+//    case-sensitive, as HTTP methods are); a path that fits with another
+//    method goes on to the next route.
+//  - The path is compared as sent (no percent-decoding); the query string
+//    never takes part. Paths with "." or ".." segments are refused before
+//    routing (400), so a prefix cannot be sidestepped.
+// Immutable after construction; safe to share between threads.
+namespace idemgate::gateway {
+
+struct RouteEntry {
+  enum class Kind { kExact, kPrefix };
+
+  std::string id;
+  Kind kind = Kind::kPrefix;
+  std::string path;                  // exact path, or prefix without trailing '/' ("" for "/")
+  std::vector<std::string> methods;  // empty: every method
+  std::size_t upstream_index = 0;    // index into RouteTable::upstreams()
+  std::uint64_t max_request_bytes = 0;
+  std::shared_ptr<AdmissionCounter> admission;  // null: unlimited
+  const config::Route* config = nullptr;        // the route's config (owned by the snapshot)
+
+  // True when `path` fits this route's path rule (methods not considered).
+  bool MatchesPath(std::string_view request_path) const;
+  bool AllowsMethod(std::string_view method) const;
+};
+
+class RouteTable {
+ public:
+  // Builds the table from `config` (which must outlive the table): routes in
+  // order, upstream references resolved. `admission` supplies the counter
+  // of each route with max_in_flight (shared across reloads by route id).
+  static StatusOr<RouteTable> Build(const config::Config& config, AdmissionRegistry& admission);
+
+  // The first route that fits, or null (404 no-route).
+  const RouteEntry* Match(std::string_view method, std::string_view path) const;
+
+  const std::vector<RouteEntry>& routes() const { return routes_; }
+  // Upstream names in index order (RouteEntry::upstream_index).
+  const std::vector<std::string>& upstreams() const { return upstreams_; }
+
+ private:
+  std::vector<RouteEntry> routes_;
+  std::vector<std::string> upstreams_;
+};
+
+}  // namespace idemgate::gateway

@@ -1,0 +1,156 @@
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/record.h"
+#include "http/message.h"
+
+// One request/response exchange on a client connection, as the request
+// handler sees it (no Beast types). The server makes one Exchange per
+// request and keeps it alive until the handler's coroutine returns.
+namespace idemgate::http {
+
+template <typename T>
+using Task = boost::asio::awaitable<T>;
+
+class Worker;
+class UpstreamPool;
+
+// What a ForwardObserver receives once the upstream response was read to the
+// end: the response as the client sees it (status, every header line in
+// order incl. repeated Set-Cookie, body up to the capture cap, else
+// body_omitted with an empty body) and the lines removed by
+// ForwardRequest::strip_response_headers.
+struct CapturedResponse {
+  core::StoredResponse response;
+  std::vector<Header> stripped;
+};
+
+enum class ForwardOutcome {
+  kCompleted,        // the upstream response was relayed in full
+  kClientGone,       // the client left (or stopped reading); with an observer the
+                     // upstream response was still read to the end and captured
+  kConnectFailed,    // no upstream connection: 502 upstream-unavailable sent
+  kTimedOut,         // the upstream timeout passed: 504 upstream-timeout sent, or
+                     // the client connection closed when the response had started
+  kUpstreamFailed,   // the upstream broke the exchange or sent malformed HTTP: 502
+                     // sent, or the client connection closed when the response had started
+  kRequestTooLarge,  // the streamed request body passed the limit: 413 sent
+  kBadRequest,       // the request body was malformed (bad chunking): 400 sent
+  kShutdown,         // the server stopped the exchange after shutdown_grace
+  kNotForwarded,     // refused before forwarding (e.g. admission): reported to an
+                     // observer by the refuser; `status` is what the client got
+};
+
+// "completed", "client_gone", "connect_failed", "timed_out", "upstream_failed",
+// "request_too_large", "bad_request", "shutdown", "not_forwarded".
+std::string_view ForwardOutcomeName(ForwardOutcome outcome);
+
+struct ForwardResult {
+  ForwardOutcome outcome = ForwardOutcome::kCompleted;
+  int status = 0;           // the status the client was sent (0: none)
+  int upstream_status = 0;  // the upstream's final status (0: none was read)
+  bool response_started = false;  // response bytes reached the client socket
+  bool captured = false;    // ForwardObserver::OnResponse was called
+  std::chrono::microseconds upstream_duration{0};  // from acquiring a connection to the end
+  std::uint64_t request_body_bytes = 0;
+  std::uint64_t response_body_bytes = 0;
+  bool retried = false;     // a stale pooled connection failed and the request was re-sent once
+};
+
+// Receives the outcome of one forwarded request (the hook for the
+// idempotency engine). Methods run on the exchange's executor.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // The upstream response was read to the end. Called before the last bytes
+  // of the response are written to the client, so that a client that
+  // retries as soon as it has the response finds the outcome recorded. The
+  // response keeps streaming to the client after this returns; for a small
+  // response nothing has been written yet. Not called when the upstream
+  // failed, timed out, or could not be reached.
+  virtual Task<void> OnResponse(CapturedResponse& captured) = 0;
+  // Called exactly once, last, whatever happened (also when the request was
+  // refused before forwarding, with outcome and status set by the refuser).
+  virtual Task<void> OnFinished(const ForwardResult& result) = 0;
+};
+
+// How to forward one request. Header names are matched case-insensitively.
+struct ForwardRequest {
+  // Added to the upstream request; client lines with the same names are dropped.
+  std::vector<Header> set_headers;
+  // Client request lines dropped before forwarding.
+  std::vector<std::string> remove_headers;
+  // Upstream response lines dropped before the client sees them; reported in
+  // CapturedResponse::stripped.
+  std::vector<std::string> strip_response_headers;
+  // Added to the response the client sees (after stripping).
+  std::vector<Header> add_response_headers;
+  // X-Request-Id sent upstream (replacing the client's lines); empty: the
+  // client's lines pass unchanged.
+  std::string_view request_id;
+  // When set, the response is captured for it (see ForwardObserver) and, if
+  // the client goes away, the upstream response is still read to the end.
+  // OnFinished is NOT called by Forward: the caller owns that call, so it can
+  // also report refusals that never reached Forward.
+  ForwardObserver* observer = nullptr;
+  // Capture at most this many body bytes; beyond it body_omitted is set.
+  std::uint64_t capture_max_body_bytes = 1024 * 1024;
+};
+
+// Why reading the request body stopped.
+enum class BodyStatus {
+  kOk,          // the whole body is in body()
+  kTooLarge,    // it passed the body limit (nothing sent yet: answer 413)
+  kMalformed,   // bad chunked coding (answer 400)
+  kClientGone,  // the client closed, reset or stalled past the idle timeout
+};
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+
+  virtual const RequestHead& head() const = 0;
+  // The worker (I/O thread) this exchange runs on; every await resumes there.
+  virtual Worker& worker() = 0;
+
+  // The body limit for this request (default: the server's max_request_bytes).
+  // Returns false when the declared Content-Length already exceeds it.
+  // Only before the body is read or forwarded.
+  virtual bool SetBodyLimit(std::uint64_t limit) = 0;
+  virtual std::uint64_t body_limit() const = 0;
+
+  // Reads the whole request body into memory (at most body_limit() bytes).
+  // Sends "100 Continue" first when the client asked for it. After kOk the
+  // body is body() and Forward sends it with Content-Length.
+  virtual Task<BodyStatus> ReadBody() = 0;
+  // The buffered body; empty until ReadBody returned kOk. Valid until the
+  // exchange ends.
+  virtual std::string_view body() const = 0;
+
+  // Sends a response made by the gateway. Adds Date when absent, frames the
+  // body, and closes the connection afterwards when the request body was not
+  // read, the client asked for it, or the server is draining.
+  // `close` forces Connection: close. At most one response per exchange.
+  virtual Task<void> Respond(Response response, bool close = false) = 0;
+
+  // Forwards the request to `pool`'s upstream and relays the response
+  // (SPEC §2 steps 7-8): hop-by-hop fields removed both ways, forwarding
+  // headers set, bodies streamed through a bounded buffer (or the buffered
+  // body after ReadBody). Sends its own problem (502/504/413/400) when no
+  // upstream response could be relayed. `pool` must belong to worker() and
+  // outlive the call. At most once per exchange, and not after Respond.
+  virtual Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) = 0;
+
+  // True once a response (or its first bytes) was sent.
+  virtual bool responded() const = 0;
+  // The status sent (0: none yet).
+  virtual int status_sent() const = 0;
+};
+
+}  // namespace idemgate::http

@@ -1,0 +1,303 @@
+#include "http/headers.h"
+
+#include <sys/random.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+namespace idemgate::http {
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c; }
+
+bool IsLowerHex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool AllZeros(std::string_view s) {
+  for (char c : s) {
+    if (c != '0') return false;
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// xoshiro256** seeded from getrandom(2): fast, per thread, not for secrets.
+class FastRandom {
+ public:
+  FastRandom() {
+    if (getrandom(s_, sizeof(s_), 0) != static_cast<ssize_t>(sizeof(s_))) {
+      std::random_device rd;
+      for (auto& w : s_) w = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    }
+    if ((s_[0] | s_[1] | s_[2] | s_[3]) == 0) s_[0] = 0x9E3779B97F4A7C15ull;
+  }
+  std::uint64_t Next() {
+    const std::uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+
+ private:
+  static std::uint64_t Rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+};
+
+FastRandom& ThreadRandom() {
+  thread_local FastRandom random;
+  return random;
+}
+
+bool IsDotSegment(std::string_view seg) {
+  // ".", "..", "%2e", "%2E", ".%2e", "%2e%2e", ...
+  std::size_t dots = 0;
+  std::size_t i = 0;
+  while (i < seg.size()) {
+    if (seg[i] == '.') {
+      ++dots;
+      ++i;
+    } else if (i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == '2' && Lower(seg[i + 2]) == 'e') {
+      ++dots;
+      i += 3;
+    } else {
+      return false;
+    }
+  }
+  return dots == 1 || dots == 2;
+}
+
+}  // namespace
+
+bool NameEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (Lower(a[i]) != Lower(b[i])) return false;
+  }
+  return true;
+}
+
+bool IsHopByHop(std::string_view name) {
+  // Dispatch on length first: most names are end-to-end and fail fast.
+  switch (name.size()) {
+    case 2: return NameEquals(name, "te");
+    case 7: return NameEquals(name, "trailer") || NameEquals(name, "upgrade");
+    case 10: return NameEquals(name, "connection") || NameEquals(name, "keep-alive");
+    case 16: return NameEquals(name, "proxy-connection");
+    case 17: return NameEquals(name, "transfer-encoding");
+    case 18: return NameEquals(name, "proxy-authenticate");
+    case 19: return NameEquals(name, "proxy-authorization");
+    default: return false;
+  }
+}
+
+void HopByHopFilter::AddConnectionValue(std::string_view value) {
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    std::size_t comma = value.find(',', start);
+    if (comma == std::string_view::npos) comma = value.size();
+    const std::string_view token = Trim(value.substr(start, comma - start));
+    if (!token.empty()) {
+      if (inline_count_ < kInlineTokens) {
+        inline_[inline_count_++] = token;
+      } else {
+        overflow_.push_back(token);
+      }
+    }
+    start = comma + 1;
+  }
+}
+
+bool HopByHopFilter::ShouldDrop(std::string_view name) const {
+  if (IsHopByHop(name)) return true;
+  for (std::size_t i = 0; i < inline_count_; ++i) {
+    if (NameEquals(inline_[i], name)) return true;
+  }
+  for (std::string_view t : overflow_) {
+    if (NameEquals(t, name)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string_view> HopByHopFilter::tokens() const {
+  std::vector<std::string_view> out(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(inline_count_));
+  out.insert(out.end(), overflow_.begin(), overflow_.end());
+  return out;
+}
+
+std::vector<std::string_view> SplitList(std::string_view value) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    std::size_t comma = value.find(',', start);
+    if (comma == std::string_view::npos) comma = value.size();
+    const std::string_view item = Trim(value.substr(start, comma - start));
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string AppendForwardedFor(const std::vector<std::string_view>& existing, std::string_view client_ip) {
+  std::string out;
+  std::size_t size = client_ip.size();
+  for (std::string_view v : existing) size += v.size() + 2;
+  out.reserve(size);
+  for (std::string_view v : existing) {
+    const std::string_view t = Trim(v);
+    if (t.empty()) continue;
+    out += t;
+    out += ", ";
+  }
+  out += client_ip;
+  return out;
+}
+
+bool IsAcceptableRequestId(std::string_view value) {
+  if (value.empty() || value.size() > 200) return false;
+  for (char c : value) {
+    if (c < 0x21 || c > 0x7E) return false;
+  }
+  return true;
+}
+
+void AppendRandomHex(std::size_t n, std::string& out) {
+  FastRandom& random = ThreadRandom();
+  while (n > 0) {
+    std::uint64_t v = random.Next();
+    for (int i = 0; i < 16 && n > 0; ++i, --n) {
+      out += kHexDigits[v & 15];
+      v >>= 4;
+    }
+  }
+}
+
+std::string NewRequestId() {
+  std::string id;
+  id.reserve(32);
+  AppendRandomHex(32, id);
+  return id;
+}
+
+bool IsValidTraceparent(std::string_view value) {
+  // version(2) '-' trace-id(32) '-' parent-id(16) '-' flags(2) = 55
+  if (value.size() < 55) return false;
+  const std::string_view version = value.substr(0, 2);
+  if (!IsLowerHex(version) || version == "ff") return false;
+  if (value[2] != '-' || value[35] != '-' || value[52] != '-') return false;
+  const std::string_view trace_id = value.substr(3, 32);
+  const std::string_view parent_id = value.substr(36, 16);
+  const std::string_view flags = value.substr(53, 2);
+  if (!IsLowerHex(trace_id) || !IsLowerHex(parent_id) || !IsLowerHex(flags)) return false;
+  if (AllZeros(trace_id) || AllZeros(parent_id)) return false;
+  if (version == "00") return value.size() == 55;
+  // Future versions: the version-00 prefix followed by the end or '-'.
+  return value.size() == 55 || value[55] == '-';
+}
+
+std::string NewTraceparent() {
+  std::string out;
+  out.reserve(55);
+  out += "00-";
+  do {
+    out.resize(3);
+    AppendRandomHex(32, out);
+  } while (AllZeros(std::string_view(out).substr(3, 32)));
+  out += '-';
+  do {
+    out.resize(36);
+    AppendRandomHex(16, out);
+  } while (AllZeros(std::string_view(out).substr(36, 16)));
+  out += "-00";
+  return out;
+}
+
+std::string_view TraceId(std::string_view traceparent) {
+  if (traceparent.size() < 35) return {};
+  return traceparent.substr(3, 32);
+}
+
+std::string_view CurrentHttpDate() {
+  thread_local std::time_t cached_second = -1;
+  thread_local char cached[32];
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  if (now != cached_second) {
+    static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                              "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    std::snprintf(cached, sizeof(cached), "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday], tm.tm_mday,
+                  kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_second = now;
+  }
+  return std::string_view(cached, 29);
+}
+
+std::optional<TargetParts> SplitTarget(std::string_view target) {
+  TargetParts parts;
+  std::string_view rest = target;
+  if (rest.empty()) return std::nullopt;
+  if (rest.front() != '/') {
+    // absolute-form: scheme "://" authority [path-abempty] ["?" query]
+    const std::size_t scheme_end = rest.find("://");
+    if (scheme_end == std::string_view::npos) return std::nullopt;
+    const std::string_view scheme = rest.substr(0, scheme_end);
+    if (!NameEquals(scheme, "http") && !NameEquals(scheme, "https")) return std::nullopt;
+    rest.remove_prefix(scheme_end + 3);
+    const std::size_t authority_end = rest.find_first_of("/?");
+    parts.authority = rest.substr(0, authority_end);
+    if (parts.authority.empty()) return std::nullopt;
+    if (authority_end == std::string_view::npos) {
+      parts.path = "/";
+      parts.path_and_query = "/";
+      return parts;
+    }
+    rest.remove_prefix(authority_end);
+    if (rest.front() == '?') return std::nullopt;  // "http://h?q" has no path to forward as a view
+  }
+  if (rest.find('#') != std::string_view::npos) return std::nullopt;
+  parts.path_and_query = rest;
+  const std::size_t q = rest.find('?');
+  if (q == std::string_view::npos) {
+    parts.path = rest;
+  } else {
+    parts.path = rest.substr(0, q);
+    parts.query = rest.substr(q + 1);
+  }
+  return parts;
+}
+
+bool HasDotSegment(std::string_view path) {
+  std::size_t start = 0;
+  while (start < path.size()) {
+    if (path[start] == '/') {
+      ++start;
+      continue;
+    }
+    std::size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    if (IsDotSegment(path.substr(start, end - start))) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+}  // namespace idemgate::http

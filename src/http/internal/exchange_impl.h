@@ -1,0 +1,126 @@
+#pragma once
+
+// The client connection and the Exchange behind it. Internal to src/http:
+// include only from .cc files of src/http.
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "http/exchange.h"
+#include "http/internal/io.h"
+#include "http/internal/watchdog.h"
+#include "http/internal/worker_impl.h"
+#include "http/problem.h"
+#include "http/server.h"
+
+namespace idemgate::http::internal {
+
+using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
+using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
+
+inline constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+// Upstream response header block limit.
+inline constexpr std::uint32_t kUpstreamHeaderLimit = 64 * 1024;
+// Bytes asked of the kernel per receive: header blocks, then bodies.
+inline constexpr std::size_t kHeaderReadSize = 4096;
+inline constexpr std::size_t kBodyReadSize = 64 * 1024;
+
+// Deadline::CancelFn for a tcp::socket: cancels its pending operations.
+void CancelSocket(void* socket);
+
+// One client connection: its socket, read buffer and deadline, and the loop
+// that reads requests and hands them to the handler.
+class ClientConnection final : public SessionNode {
+ public:
+  ClientConnection(Worker& worker, tcp::socket socket, Handler& handler);
+  ~ClientConnection() override;
+
+  // Serves requests until the connection closes.
+  Task<void> Run();
+  void OnDrain() override;
+
+  // Writes a response the gateway made. Returns false when the write failed
+  // (the connection is then marked to close).
+  Task<bool> WriteResponse(Response response, int version, bool head_only, bool close);
+  // Sends a problem and marks the connection to close.
+  Task<void> RespondAndClose(ProblemCode code, std::string_view detail, int version);
+  // Half-closes, then reads and discards for a short while, so that a client
+  // still sending does not get a reset that destroys our last response.
+  Task<void> LingeringClose();
+
+  Worker& worker;
+  Worker::Impl& w;
+  tcp::socket socket;
+  beast::flat_buffer buffer;
+  Deadline deadline;
+  Handler& handler;
+  std::string peer_ip;
+  RequestHead head;        // reused per request
+  std::string head_out;    // response head being written, reused
+  bool idle = false;        // waiting for the first byte of a request
+  bool must_close = false;  // close after the current response
+  bool linger = false;      // unread request bytes may be in flight
+};
+
+enum class BodyState {
+  kNone,      // the request has no body
+  kUnread,    // not read yet
+  kBuffered,  // read into body_ by ReadBody
+  kStreamed,  // read (and forwarded) by Forward
+  kFailed,    // reading failed part way: the connection must close
+};
+
+class ExchangeImpl final : public Exchange {
+ public:
+  ExchangeImpl(ClientConnection& connection, RequestParser& parser, const Limits& limits);
+
+  const RequestHead& head() const override { return c_.head; }
+  Worker& worker() override { return c_.worker; }
+  bool SetBodyLimit(std::uint64_t limit) override;
+  std::uint64_t body_limit() const override { return body_limit_; }
+  Task<BodyStatus> ReadBody() override;
+  std::string_view body() const override { return body_; }
+  Task<void> Respond(Response response, bool close) override;
+  Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) override;  // proxy.cc
+  bool responded() const override { return responded_; }
+  int status_sent() const override { return status_sent_; }
+
+ private:
+  struct PieceResult {
+    std::size_t bytes = 0;
+    BodyStatus status = BodyStatus::kOk;
+  };
+  // Reads request body bytes into [data, data + capacity): until it is full
+  // or the body ends when `fill`, else whatever has arrived (at least one
+  // byte, or the end).
+  Task<PieceResult> ReadBodyPiece(char* data, std::size_t capacity, bool fill);
+  Task<bool> SendContinueIfNeeded();
+  // Reads and drops a small unread body so the connection can be reused.
+  Task<bool> DiscardSmallBody();
+  // Sends a problem with detail_ from inside Forward (nothing of a
+  // response sent yet).
+  Task<void> ForwardProblem(ForwardResult& result, ForwardOutcome outcome, ProblemCode code);
+  void Fail(ForwardResult& result, ForwardOutcome outcome);
+
+  ClientConnection& c_;
+  RequestParser& parser_;
+  Limits limits_;
+  BodyState body_state_;
+  std::uint64_t body_limit_;
+  std::string body_;
+  std::string detail_;  // of the problem Forward is about to send
+  bool responded_ = false;
+  bool continue_sent_ = false;
+  bool forwarded_ = false;
+  int status_sent_ = 0;
+};
+
+// The status of a failed body read.
+BodyStatus BodyStatusFor(const error_code& ec, bool deadline_fired);
+
+}  // namespace idemgate::http::internal

@@ -1,0 +1,68 @@
+#pragma once
+
+// The pool's internals, shared by upstream_pool.cc and proxy.cc. Internal
+// to src/http: include only from .cc files of src/http.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "http/internal/exchange_impl.h"
+#include "http/upstream_pool.h"
+
+namespace idemgate::http {
+namespace internal {
+
+// One TCP connection to the upstream with its read buffer and deadline.
+struct UpstreamConnection {
+  explicit UpstreamConnection(Worker::Impl& w)
+      : socket(w.io), deadline(w.watchdog, &CancelSocket, &socket) {}
+
+  tcp::socket socket;
+  beast::flat_buffer buffer;
+  Deadline deadline;
+  SteadyTime idle_since{};
+  bool reused = false;  // taken from the idle list (it served a request before)
+};
+
+struct Acquired {
+  std::unique_ptr<UpstreamConnection> connection;  // null on failure
+  bool timed_out = false;  // connect (or waiting for a free connection) took too long
+  std::string error;       // why, on failure
+};
+
+}  // namespace internal
+
+struct UpstreamPool::Impl {
+  Impl(Worker& worker, UpstreamTarget target);
+
+  // A connection for one exchange: an idle one that still looks alive (most
+  // recently used first) unless `fresh_only`, else a new one if the pool is
+  // below max_connections, else waits up to connect_timeout for one to be
+  // returned.
+  Task<internal::Acquired> Acquire(bool fresh_only);
+  // Gives a connection back: kept idle when `reusable`, else closed. Wakes
+  // one waiter.
+  void Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable);
+
+  Worker& worker;
+  Worker::Impl& w;
+  UpstreamTarget target;
+  std::optional<boost::asio::ip::address> address;  // set when target.host is an IP literal
+  std::vector<std::unique_ptr<internal::UpstreamConnection>> idle;
+  std::list<boost::asio::steady_timer*> waiters;
+  std::size_t open = 0;
+  std::uint64_t connects = 0;
+
+ private:
+  Task<internal::Acquired> Connect();
+  void WakeOne();
+};
+
+}  // namespace idemgate::http

@@ -1,0 +1,88 @@
+#include "http/internal/watchdog.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace idemgate::http::internal {
+
+namespace asio = boost::asio;
+
+Deadline::Deadline(Watchdog& watchdog, CancelFn cancel, void* target)
+    : watchdog_(&watchdog), cancel_(cancel), target_(target) {
+  watchdog_->Link(this);
+}
+
+Deadline::~Deadline() { watchdog_->Unlink(this); }
+
+Watchdog::Watchdog(asio::io_context& io, Duration tick) : io_(io), timer_(io), tick_(tick) {}
+
+Watchdog::~Watchdog() {
+  // Deadlines outliving the watchdog would be a lifetime bug; detach them so
+  // their destructors stay harmless.
+  for (Deadline* d = head_; d != nullptr;) {
+    Deadline* next = d->next_;
+    d->prev_ = d->next_ = nullptr;
+    d = next;
+  }
+}
+
+void Watchdog::Link(Deadline* d) {
+  d->next_ = head_;
+  if (head_ != nullptr) head_->prev_ = d;
+  head_ = d;
+  ++size_;
+}
+
+void Watchdog::Unlink(Deadline* d) {
+  if (d->prev_ != nullptr) {
+    d->prev_->next_ = d->next_;
+  } else if (head_ == d) {
+    head_ = d->next_;
+  } else {
+    return;  // detached
+  }
+  if (d->next_ != nullptr) d->next_->prev_ = d->prev_;
+  d->prev_ = d->next_ = nullptr;
+  --size_;
+}
+
+void Watchdog::Sweep(SteadyTime now) {
+  for (Deadline* d = head_; d != nullptr; d = d->next_) {
+    if (kill_all_ || d->at_ <= now) {
+      d->fired_ = true;
+      d->at_ = SteadyTime::max();
+      d->cancel_(d->target_);
+    }
+  }
+}
+
+void Watchdog::Start() {
+  if (running_) return;
+  running_ = true;
+  stopping_ = false;
+  asio::co_spawn(io_, Run(), asio::detached);
+}
+
+void Watchdog::Stop() {
+  stopping_ = true;
+  timer_.cancel();
+}
+
+void Watchdog::KillAll() {
+  kill_all_ = true;
+  Sweep(SteadyClock::now());
+}
+
+asio::awaitable<void> Watchdog::Run() {
+  while (!stopping_) {
+    timer_.expires_after(tick_);
+    co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (stopping_) break;
+    Sweep(SteadyClock::now());
+  }
+  running_ = false;
+}
+
+}  // namespace idemgate::http::internal

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/record.h"
+
+// Beast-free request and response types shared by the server, the proxy and
+// the gateway pipeline.
+namespace idemgate::http {
+
+// One header line; repeated names (Set-Cookie) are separate entries.
+using Header = core::Header;
+
+// A response the gateway makes itself (a problem, a replay, an admin answer).
+// Framing fields (Content-Length, Transfer-Encoding) and hop-by-hop fields in
+// `headers` are ignored: the writer frames the body and manages Connection.
+struct Response {
+  int status = 200;
+  std::vector<Header> headers;
+  std::string body;
+};
+
+struct HeaderView {
+  std::string_view name;
+  std::string_view value;
+};
+
+// The head of one client request, as parsed. Views point into the parser's
+// storage and stay valid until the exchange ends. The server reuses one
+// RequestHead per connection, so building it costs no allocation after the
+// first request.
+struct RequestHead {
+  std::string_view method;  // as sent, case-sensitive ("GET")
+  std::string_view target;  // as sent: origin-form or absolute-form
+  std::string_view path;    // the path of the target (absolute-form: without scheme and authority)
+  std::string_view query;   // after '?', without it; empty when absent
+  std::string_view path_and_query;  // origin-form of the target (what is forwarded)
+  int version = 11;         // 10 or 11
+  std::vector<HeaderView> headers;  // wire order
+  std::optional<std::uint64_t> content_length;
+  bool chunked = false;          // Transfer-Encoding: chunked
+  bool keep_alive = true;        // the client allows another request on the connection
+  bool expect_continue = false;  // Expect: 100-continue
+  std::string_view peer_ip;      // the client's address ("127.0.0.1", "::1")
+
+  // True when the request has a body to read (chunked or Content-Length > 0).
+  bool has_body() const { return chunked || (content_length && *content_length > 0); }
+  // The first value of `name` (case-insensitive), if any.
+  std::optional<std::string_view> Find(std::string_view name) const;
+  // How many lines named `name` (case-insensitive) the request has.
+  std::size_t Count(std::string_view name) const;
+};
+
+}  // namespace idemgate::http

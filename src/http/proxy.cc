@@ -1,0 +1,628 @@
+// Exchange::Forward: the reverse proxy (SPEC §2 steps 7-8). The request is
+// relayed through one bounded block: head plus the first block of body in
+// one send, then block by block; the response likewise, captured on the way
+// when an observer asks for it. Heads are written by hand from the parsed
+// fields; sockets are driven directly (internal/io.h).
+#include <boost/beast/http/error.hpp>
+#include <charconv>
+
+#include "http/headers.h"
+#include "http/internal/exchange_impl.h"
+#include "http/internal/io.h"
+#include "http/internal/upstream_impl.h"
+
+namespace idemgate::http {
+
+std::string_view ForwardOutcomeName(ForwardOutcome outcome) {
+  switch (outcome) {
+    case ForwardOutcome::kCompleted: return "completed";
+    case ForwardOutcome::kClientGone: return "client_gone";
+    case ForwardOutcome::kConnectFailed: return "connect_failed";
+    case ForwardOutcome::kTimedOut: return "timed_out";
+    case ForwardOutcome::kUpstreamFailed: return "upstream_failed";
+    case ForwardOutcome::kRequestTooLarge: return "request_too_large";
+    case ForwardOutcome::kBadRequest: return "bad_request";
+    case ForwardOutcome::kShutdown: return "shutdown";
+    case ForwardOutcome::kNotForwarded: return "not_forwarded";
+  }
+  return "unknown";
+}
+
+namespace internal {
+namespace {
+
+using RequestMessage = bhttp::request<bhttp::buffer_body>;
+using ResponseMessage = bhttp::response<bhttp::buffer_body>;
+
+std::string_view View(beast::string_view s) { return std::string_view(s.data(), s.size()); }
+
+bool InList(const std::vector<std::string>& names, std::string_view name) {
+  for (const auto& n : names) {
+    if (NameEquals(n, name)) return true;
+  }
+  return false;
+}
+
+bool InHeaders(const std::vector<Header>& headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (NameEquals(h.name, name)) return true;
+  }
+  return false;
+}
+
+void AppendNumberField(std::string& out, std::string_view name, std::uint64_t value) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), value);
+  (void)ec;
+  AppendField(out, name, std::string_view(digits, static_cast<std::size_t>(end - digits)));
+}
+
+// How the upstream request body is framed.
+enum class Framing { kNone, kLength, kChunked };
+
+// Writes the upstream request head from the parsed client request, which
+// stays untouched (RequestHead views into it remain valid for the whole
+// exchange): hop-by-hop fields and those Connection names dropped,
+// forwarding headers set, the ForwardRequest's changes applied, the body
+// re-framed.
+Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& head, const ForwardRequest& fr,
+                                 const UpstreamTarget& target, std::optional<std::size_t> buffered_size,
+                                 std::string& out) {
+  HopByHopFilter filter;
+  std::vector<std::string_view> xff;
+  std::string_view forwarded_host;
+  std::size_t traceparents = 0;
+  std::string_view traceparent;
+  for (const auto& f : in) {
+    switch (f.name()) {
+      case bhttp::field::connection: filter.AddConnectionValue(View(f.value())); break;
+      case bhttp::field::host: forwarded_host = View(f.value()); break;
+      default: {
+        const std::string_view name = View(f.name_string());
+        if (NameEquals(name, "x-forwarded-for")) {
+          xff.push_back(View(f.value()));
+        } else if (NameEquals(name, "traceparent")) {
+          ++traceparents;
+          traceparent = View(f.value());
+        }
+      }
+    }
+  }
+  const bool new_trace = !(traceparents == 1 && IsValidTraceparent(traceparent));
+  const bool replace_request_id = !fr.request_id.empty();
+  Framing framing = Framing::kNone;
+  if (buffered_size) {
+    if (*buffered_size > 0 || head.has_body()) framing = Framing::kLength;
+  } else if (head.chunked) {
+    framing = Framing::kChunked;
+  } else if (head.content_length) {
+    framing = Framing::kLength;
+  }
+
+  out.clear();
+  out.append(head.method);
+  out += ' ';
+  out.append(target.base_path);
+  out.append(head.path_and_query);
+  out.append(" HTTP/1.1\r\n");
+  const bool host_dropped = filter.ShouldDrop("host");
+  for (const auto& f : in) {
+    const bhttp::field id = f.name();
+    const std::string_view name = View(f.name_string());
+    if (id == bhttp::field::connection || id == bhttp::field::expect || id == bhttp::field::content_length ||
+        filter.ShouldDrop(name)) {
+      continue;
+    }
+    if (NameEquals(name, "x-forwarded-for") || NameEquals(name, "x-forwarded-proto") ||
+        NameEquals(name, "x-forwarded-host")) {
+      continue;
+    }
+    if (replace_request_id && NameEquals(name, "x-request-id")) continue;
+    if (new_trace && (NameEquals(name, "traceparent") || NameEquals(name, "tracestate"))) continue;
+    if (!fr.remove_headers.empty() && InList(fr.remove_headers, name)) continue;
+    if (!fr.set_headers.empty() && InHeaders(fr.set_headers, name)) continue;
+    AppendField(out, name, View(f.value()));
+  }
+  if (forwarded_host.empty() || host_dropped) {
+    if (target.port == 80) {
+      AppendField(out, "Host", target.host);
+    } else {
+      out.append("Host: ");
+      out.append(target.host);
+      out += ':';
+      char digits[8];
+      auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), target.port);
+      (void)ec;
+      out.append(digits, end);
+      out.append(kCrlf);
+    }
+  }
+  out.append("X-Forwarded-For: ");
+  for (std::string_view v : xff) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    if (v.empty()) continue;
+    out.append(v);
+    out.append(", ");
+  }
+  out.append(head.peer_ip);
+  out.append(kCrlf);
+  AppendField(out, "X-Forwarded-Proto", "http");
+  if (!forwarded_host.empty()) AppendField(out, "X-Forwarded-Host", forwarded_host);
+  if (replace_request_id) AppendField(out, "X-Request-Id", fr.request_id);
+  if (new_trace) {
+    out.append("traceparent: 00-");
+    AppendRandomHex(32, out);
+    out += '-';
+    AppendRandomHex(16, out);
+    out.append("-00\r\n");
+  }
+  for (const Header& h : fr.set_headers) AppendField(out, h.name, h.value);
+  if (framing == Framing::kLength) {
+    AppendNumberField(out, "Content-Length", buffered_size ? *buffered_size : *head.content_length);
+  } else if (framing == Framing::kChunked) {
+    AppendField(out, "Transfer-Encoding", "chunked");
+  }
+  out.append(kCrlf);
+  return framing;
+}
+
+// Writes the head the client gets from the upstream response: hop-by-hop
+// fields and those the upstream's Connection names dropped,
+// strip_response_headers removed (into `captured->stripped`),
+// add_response_headers added, framing and Connection of our own. With
+// `captured`, the fields the client sees are copied into it.
+void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& fr, int version, bool chunked,
+                             bool keep_alive, std::string& out, CapturedResponse& captured, bool capture) {
+  HopByHopFilter filter;
+  for (const auto& f : res) {
+    if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
+  }
+  out.clear();
+  AppendStatusLine(out, version, res.result_int(), View(res.reason()));
+  if (capture) captured.response.status = static_cast<int>(res.result_int());
+  for (const auto& f : res) {
+    const std::string_view name = View(f.name_string());
+    if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
+    const bool length = f.name() == bhttp::field::content_length;
+    if (length && chunked) continue;
+    if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) {
+      captured.stripped.push_back({std::string(name), std::string(View(f.value()))});
+      continue;
+    }
+    AppendField(out, name, View(f.value()));
+    if (capture && !length) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
+  }
+  for (const Header& h : fr.add_response_headers) {
+    AppendField(out, h.name, h.value);
+    if (capture) captured.response.headers.push_back(h);
+  }
+  if (chunked) AppendField(out, "Transfer-Encoding", "chunked");
+  if (!keep_alive && version != 10) AppendField(out, "Connection", "close");
+  if (keep_alive && version == 10) AppendField(out, "Connection", "keep-alive");
+  out.append(kCrlf);
+}
+
+void CaptureBody(const char* data, std::size_t n, std::uint64_t cap, core::StoredResponse& out) {
+  if (out.body_omitted || n == 0) return;
+  if (out.body.size() + n > cap) {
+    out.body_omitted = true;
+    out.body.clear();
+    out.body.shrink_to_fit();
+    return;
+  }
+  out.body.append(data, n);
+}
+
+bool IsStaleConnectionError(const error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
+}
+
+// One piece of a body for the wire: `data` framed as a chunk when
+// `chunked`, the last chunk added when `last`.
+struct PieceFrame {
+  char chunk_header[24];
+};
+
+void AddPiece(IoVec& iov, PieceFrame& frame, const char* data, std::size_t n, bool chunked, bool last) {
+  if (!chunked) {
+    iov.Add(data, n);
+    return;
+  }
+  if (n > 0) {
+    iov.Add(ChunkHeader(n, frame.chunk_header));
+    iov.Add(data, n);
+    iov.Add(kCrlf);
+  }
+  if (last) iov.Add(kLastChunk);
+}
+
+// The per-exchange state of Forward that is not needed across requests,
+// kept out of its coroutine frame (so the frame stays small enough for the
+// allocators' fast paths) and recycled per worker thread.
+struct ProxyScratch {
+  std::string request_head;
+  std::string response_head;
+  std::optional<ResponseParser> response;
+  CapturedResponse captured;
+
+  void Reset() {
+    response.reset();
+    captured = {};
+    if (request_head.capacity() > kKeepBytes) std::string().swap(request_head);
+    if (response_head.capacity() > kKeepBytes) std::string().swap(response_head);
+  }
+  static constexpr std::size_t kKeepBytes = 16 * 1024;
+};
+
+// Lends a ProxyScratch from the calling thread's free list.
+class ScratchLease {
+ public:
+  ScratchLease() {
+    auto& list = FreeList();
+    if (list.empty()) {
+      scratch_ = std::make_unique<ProxyScratch>();
+    } else {
+      scratch_ = std::move(list.back());
+      list.pop_back();
+    }
+  }
+  ~ScratchLease() {
+    scratch_->Reset();
+    auto& list = FreeList();
+    if (list.size() < kMaxFree) list.push_back(std::move(scratch_));
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  ProxyScratch& operator*() { return *scratch_; }
+
+ private:
+  static constexpr std::size_t kMaxFree = 64;
+  static std::vector<std::unique_ptr<ProxyScratch>>& FreeList() {
+    thread_local std::vector<std::unique_ptr<ProxyScratch>> list;
+    return list;
+  }
+  std::unique_ptr<ProxyScratch> scratch_;
+};
+
+}  // namespace
+
+void ExchangeImpl::Fail(ForwardResult& result, ForwardOutcome outcome) {
+  result.outcome = outcome;
+  c_.must_close = true;
+}
+
+Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardRequest& fr) {
+  ForwardResult result;
+  if (forwarded_ || responded_) {
+    result.outcome = ForwardOutcome::kBadRequest;
+    co_return result;
+  }
+  forwarded_ = true;
+  UpstreamPool::Impl& p = pool.impl();
+  const UpstreamTarget& target = p.target;
+  ScratchLease lease;
+  ProxyScratch& s = *lease;
+  Block block(c_.w.blocks);
+  const auto started = SteadyClock::now();
+
+  // Every failure that still owes the client an answer records its problem
+  // here and leaves the do-while; the one co_await after it sends it.
+  std::optional<ProblemCode> problem;
+  auto fail = [&](ForwardOutcome outcome, ProblemCode code) {
+    result.outcome = outcome;
+    problem = code;
+  };
+  auto body_failure = [&](BodyStatus status) {
+    if (status == BodyStatus::kTooLarge) {
+      detail_ = "the request body exceeds " + std::to_string(body_limit_) + " bytes";
+      fail(ForwardOutcome::kRequestTooLarge, ProblemCode::kRequestTooLarge);
+    } else if (status == BodyStatus::kMalformed) {
+      detail_ = "malformed request body";
+      fail(ForwardOutcome::kBadRequest, ProblemCode::kBadRequest);
+    } else {
+      Fail(result, ForwardOutcome::kClientGone);
+    }
+  };
+  std::unique_ptr<UpstreamConnection> conn;
+
+  do {
+    // The request body: buffered by ReadBody, or its first block read now, so
+    // that a small body goes out in the same send as the head and a body
+    // over a small limit is refused before the upstream is contacted.
+    const char* first_data = nullptr;
+    std::size_t first_size = 0;
+    bool body_complete = true;
+    std::optional<std::size_t> buffered_size;
+    if (body_state_ == BodyState::kBuffered) {
+      first_data = body_.data();
+      first_size = body_.size();
+      buffered_size = body_.size();
+    } else if (body_state_ == BodyState::kUnread) {
+      if (c_.head.content_length && *c_.head.content_length > body_limit_) {
+        body_state_ = BodyState::kFailed;
+        c_.must_close = true;
+        c_.linger = true;
+        body_failure(BodyStatus::kTooLarge);
+        break;
+      }
+      if (c_.head.expect_continue && !continue_sent_ && !co_await SendContinueIfNeeded()) {
+        Fail(result, ForwardOutcome::kClientGone);
+        break;
+      }
+      parser_.body_limit(body_limit_);
+      const PieceResult piece = co_await ReadBodyPiece(block.data(), block.size(), true);
+      if (piece.status != BodyStatus::kOk) {
+        body_failure(piece.status);
+        break;
+      }
+      first_data = block.data();
+      first_size = piece.bytes;
+      body_complete = parser_.is_done();
+      body_state_ = BodyState::kStreamed;
+    } else if (body_state_ != BodyState::kNone) {
+      Fail(result, ForwardOutcome::kClientGone);
+      break;
+    }
+    result.request_body_bytes = first_size;
+    const Framing framing =
+        WriteUpstreamRequestHead(parser_.get(), c_.head, fr, target, buffered_size, s.request_head);
+    const bool chunked_out = framing == Framing::kChunked;
+
+    bool fresh_only = false;
+    bool failed = false;
+    error_code ec;
+    for (int attempt = 0;; ++attempt) {
+      Acquired acquired = co_await p.Acquire(fresh_only);
+      if (!acquired.connection) {
+        detail_ = std::move(acquired.error);
+        fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);
+        if (!body_complete) {
+          c_.must_close = true;  // the rest of the client's body is unread
+          c_.linger = true;
+        }
+        failed = true;
+        break;
+      }
+      conn = std::move(acquired.connection);
+      // A reused connection that fails before any response byte was probably
+      // closed by the upstream while idle: the request is sent again, once,
+      // on a fresh connection, if it is still whole in memory.
+      const bool replayable = conn->reused && attempt == 0 && body_complete;
+      conn->deadline.ExpireAfter(target.timeout);
+
+      {
+        IoVec iov;
+        PieceFrame frame;
+        iov.Add(s.request_head);
+        if (framing != Framing::kNone) AddPiece(iov, frame, first_data, first_size, chunked_out, body_complete);
+        if (!TrySend(conn->socket, iov, ec)) ec = co_await SendAll(conn->socket, conn->deadline, iov);
+      }
+      if (ec || conn->deadline.fired()) {
+        const bool fired = conn->deadline.fired();
+        p.Release(std::move(conn), false);
+        if (replayable && !fired && IsStaleConnectionError(ec)) {
+          fresh_only = true;
+          result.retried = true;
+          continue;
+        }
+        if (!body_complete) {
+          c_.must_close = true;
+          c_.linger = true;
+        }
+        if (fired) {
+          detail_ = "the upstream did not accept the request in time";
+          fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
+        } else {
+          detail_ = "sending the request to the upstream failed: " + ec.message();
+          fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
+        }
+        failed = true;
+        break;
+      }
+
+      // The rest of a streamed body, block by block.
+      while (!body_complete) {
+        const PieceResult piece = co_await ReadBodyPiece(block.data(), block.size(), false);
+        if (piece.status != BodyStatus::kOk) {
+          p.Release(std::move(conn), false);
+          body_failure(piece.status);
+          failed = true;
+          break;
+        }
+        body_complete = parser_.is_done();
+        result.request_body_bytes += piece.bytes;
+        IoVec iov;
+        PieceFrame frame;
+        AddPiece(iov, frame, block.data(), piece.bytes, chunked_out, body_complete);
+        if (!TrySend(conn->socket, iov, ec)) ec = co_await SendAll(conn->socket, conn->deadline, iov);
+        if (ec || conn->deadline.fired()) {
+          const bool fired = conn->deadline.fired();
+          p.Release(std::move(conn), false);
+          c_.must_close = true;
+          c_.linger = !body_complete;
+          if (fired) {
+            detail_ = "the upstream did not accept the request body in time";
+            fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
+          } else {
+            detail_ = "sending the request body to the upstream failed: " + ec.message();
+            fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
+          }
+          failed = true;
+          break;
+        }
+      }
+      if (failed) break;
+
+      // The response head; interim 1xx responses are skipped.
+      bool retry = false;
+      for (;;) {
+        s.response.reset();
+        ResponseParser& up = s.response.emplace();
+        up.header_limit(kUpstreamHeaderLimit);
+        up.body_limit(boost::none);
+        if (c_.head.method == "HEAD") up.skip(true);
+        const bool nothing_yet = conn->buffer.size() == 0;
+        Pump pump;
+        for (;;) {
+          ParseHeader(up, conn->buffer, pump);
+          if (!pump.need_more) break;
+          auto [read_ec, n] = co_await conn->socket.async_read_some(conn->buffer.prepare(kHeaderReadSize), kTuple);
+          if (conn->deadline.fired()) break;
+          if (!OnReceive(up, conn->buffer, read_ec, n, pump)) break;
+        }
+        ec = pump.ec;
+        if (ec || conn->deadline.fired()) {
+          retry = replayable && !conn->deadline.fired() && nothing_yet && IsStaleConnectionError(ec);
+          if (!ec) ec = asio::error::timed_out;
+          break;
+        }
+        const unsigned status = up.get().result_int();
+        if (status == 101) {
+          ec = bhttp::error::bad_status;  // upgrades are not proxied
+          break;
+        }
+        if (status < 100 || status >= 200) break;
+      }
+      if (retry) {
+        p.Release(std::move(conn), false);
+        fresh_only = true;
+        result.retried = true;
+        continue;
+      }
+      if (ec) {
+        const bool fired = conn->deadline.fired();
+        p.Release(std::move(conn), false);
+        if (fired) {
+          detail_ = "the upstream did not answer within " + std::to_string(target.timeout.count()) + "ms";
+          fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
+        } else {
+          detail_ = "the upstream closed the connection or answered with malformed HTTP: " + ec.message();
+          fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
+        }
+        failed = true;
+      }
+      break;
+    }
+    if (failed) break;
+
+    // Relay the response.
+    ResponseParser& up = *s.response;
+    ResponseMessage& res = up.get();
+    result.upstream_status = static_cast<int>(res.result_int());
+    const bool upstream_keep_alive = up.keep_alive();
+    const bool upstream_to_eof = up.need_eof();
+    ForwardObserver* observer = fr.observer;
+    const int version = c_.head.version == 10 ? 10 : 11;
+    bool client_close = !c_.head.keep_alive || c_.must_close || c_.w.draining;
+    bool chunked_back = false;
+    const bool bodiless = c_.head.method == "HEAD" || result.upstream_status == 204 || result.upstream_status == 304;
+    if (!bodiless && (up.chunked() || upstream_to_eof)) {
+      if (version == 10) {
+        client_close = true;  // HTTP/1.0: the body ends when the connection does
+      } else {
+        chunked_back = true;
+      }
+    }
+    WriteClientResponseHead(res, fr, version, chunked_back, !client_close, s.response_head, s.captured,
+                            observer != nullptr);
+
+    bool head_sent = false;
+    bool client_gone = false;
+    bool upstream_failed = false;
+    bool upstream_timed_out = false;
+    for (;;) {
+      std::size_t n = 0;
+      if (!up.is_done()) {
+        res.body().data = block.data();
+        res.body().size = block.size();
+        Pump pump;
+        for (;;) {
+          ParseBody(up, conn->buffer, block.size(), false, pump);
+          if (!pump.need_more) break;
+          auto [read_ec, got] = co_await conn->socket.async_read_some(conn->buffer.prepare(kBodyReadSize), kTuple);
+          if (conn->deadline.fired()) break;
+          if (!OnReceive(up, conn->buffer, read_ec, got, pump)) break;
+        }
+        n = pump.bytes;
+        if (pump.ec || conn->deadline.fired()) {
+          upstream_timed_out = conn->deadline.fired();
+          upstream_failed = true;
+          break;
+        }
+        result.response_body_bytes += n;
+        if (observer != nullptr) CaptureBody(block.data(), n, fr.capture_max_body_bytes, s.captured.response);
+      }
+      const bool done = up.is_done();
+      if (done && observer != nullptr && !result.captured) {
+        result.captured = true;
+        co_await observer->OnResponse(s.captured);
+      }
+      if (!client_gone) {
+        IoVec iov;
+        PieceFrame frame;
+        if (!head_sent) iov.Add(s.response_head);
+        if (!bodiless) AddPiece(iov, frame, block.data(), n, chunked_back, done);
+        error_code send_ec;
+        if (!iov.empty()) {
+          c_.deadline.ExpireAfter(limits_.idle_timeout);
+          if (!TrySend(c_.socket, iov, send_ec)) send_ec = co_await SendAll(c_.socket, c_.deadline, iov);
+          if (c_.deadline.fired()) send_ec = asio::error::timed_out;
+          c_.deadline.Disarm();
+        }
+        if (!head_sent) {
+          head_sent = true;
+          responded_ = true;
+          status_sent_ = result.upstream_status;
+          result.status = result.upstream_status;
+          result.response_started = true;
+        }
+        if (send_ec) {
+          client_gone = true;
+          c_.must_close = true;
+          if (observer == nullptr) break;  // nobody needs the rest
+        }
+      }
+      if (done) break;
+    }
+
+    if (upstream_failed) {
+      p.Release(std::move(conn), false);
+      if (!result.response_started) {
+        // Nothing reached the client yet: a clean error instead of a torso.
+        if (upstream_timed_out) {
+          detail_ = "the upstream response did not complete within " + std::to_string(target.timeout.count()) + "ms";
+          fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
+        } else {
+          detail_ = "the upstream connection broke during the response";
+          fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
+        }
+        break;
+      }
+      // Part of the response is out: the client must see it cut short, never
+      // a complete-looking message, so the connection closes without the
+      // last chunk.
+      result.outcome = client_gone ? ForwardOutcome::kClientGone
+                                   : (upstream_timed_out ? ForwardOutcome::kTimedOut : ForwardOutcome::kUpstreamFailed);
+      if (c_.w.watchdog.killing()) result.outcome = ForwardOutcome::kShutdown;
+      c_.must_close = true;
+      c_.linger = false;
+      error_code ignored;
+      c_.socket.shutdown(tcp::socket::shutdown_both, ignored);
+      break;
+    }
+    // After a client left without an observer the loop stopped early and the
+    // parser is not done, so the connection is not reused.
+    p.Release(std::move(conn), upstream_keep_alive && !upstream_to_eof && up.is_done());
+    result.outcome = client_gone ? ForwardOutcome::kClientGone : ForwardOutcome::kCompleted;
+    if (client_close) c_.must_close = true;
+  } while (false);
+
+  result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started);
+  if (problem) co_await ForwardProblem(result, result.outcome, *problem);
+  co_return result;
+}
+
+}  // namespace internal
+}  // namespace idemgate::http

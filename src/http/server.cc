@@ -1,0 +1,587 @@
+#include "http/server.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <charconv>
+#include <exception>
+#include <thread>
+
+#include "common/log.h"
+#include "http/headers.h"
+#include "http/internal/exchange_impl.h"
+
+namespace idemgate::http {
+
+using internal::asio::ip::tcp;
+namespace asio = internal::asio;
+namespace beast = internal::beast;
+namespace bhttp = internal::bhttp;
+using internal::error_code;
+using internal::kTuple;
+
+namespace {
+
+// Above this, an idle connection's read buffer is given back.
+constexpr std::size_t kKeepBufferBytes = 16 * 1024;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr std::size_t kLingerBytes = 1024 * 1024;
+
+bool IsClientGone(const error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor;
+}
+
+// Fills `head` from the parsed request. Returns false when the request is
+// unacceptable (answered 400).
+bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestHead& head,
+               std::string_view* why) {
+  const auto& msg = parser.get();
+  head.method = std::string_view(msg.method_string().data(), msg.method_string().size());
+  head.target = std::string_view(msg.target().data(), msg.target().size());
+  head.version = msg.version() == 10 ? 10 : 11;
+  if (msg.version() != 10 && msg.version() != 11) {
+    *why = "unsupported HTTP version";
+    return false;
+  }
+  head.headers.clear();
+  bool has_host = false;
+  bool has_transfer_encoding = false;
+  head.expect_continue = false;
+  for (const auto& f : msg) {
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    const std::string_view value(f.value().data(), f.value().size());
+    head.headers.push_back({name, value});
+    switch (f.name()) {
+      case bhttp::field::host: has_host = true; break;
+      case bhttp::field::transfer_encoding: has_transfer_encoding = true; break;
+      case bhttp::field::expect:
+        if (NameEquals(value, "100-continue")) head.expect_continue = true;
+        break;
+      default: break;
+    }
+  }
+  head.chunked = parser.chunked();
+  head.content_length.reset();
+  if (auto cl = parser.content_length()) head.content_length = *cl;
+  head.keep_alive = parser.keep_alive();
+  if (head.version == 11 && !has_host) {
+    *why = "missing Host header";
+    return false;
+  }
+  if (has_transfer_encoding && !head.chunked) {
+    *why = "unsupported Transfer-Encoding";
+    return false;
+  }
+  if (head.chunked && head.version == 10) {
+    *why = "chunked coding in an HTTP/1.0 request";
+    return false;
+  }
+  auto parts = SplitTarget(head.target);
+  if (!parts) {
+    *why = "unsupported request target";
+    return false;
+  }
+  head.path = parts->path;
+  head.query = parts->query;
+  head.path_and_query = parts->path_and_query;
+  if (HasDotSegment(head.path)) {
+    *why = "dot segments in the path";
+    return false;
+  }
+  return true;
+}
+
+Task<void> Session(Worker& worker, tcp::socket socket, Handler& handler) {
+  internal::ClientConnection connection(worker, std::move(socket), handler);
+  co_await connection.Run();
+}
+
+Task<void> AcceptLoop(Worker& worker, internal::Listener& listener) {
+  Worker::Impl& w = worker.impl();
+  for (;;) {
+    auto [ec, socket] = co_await listener.acceptor.async_accept(kTuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !listener.acceptor.is_open()) break;
+      // Out of file descriptors or similar: back off instead of spinning.
+      LogWarn("accept failed", {{"error", ec.message()}});
+      asio::steady_timer timer(w.io, std::chrono::milliseconds(50));
+      co_await timer.async_wait(kTuple);
+      continue;
+    }
+    if (w.draining) {
+      socket.close(ec);
+      continue;
+    }
+    asio::co_spawn(w.io, Session(worker, std::move(socket), *listener.handler), asio::detached);
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+void CancelSocket(void* socket) {
+  error_code ec;
+  static_cast<tcp::socket*>(socket)->cancel(ec);
+}
+
+BodyStatus BodyStatusFor(const error_code& ec, bool deadline_fired) {
+  if (deadline_fired) return BodyStatus::kClientGone;
+  if (ec == bhttp::error::body_limit) return BodyStatus::kTooLarge;
+  if (IsClientGone(ec)) return BodyStatus::kClientGone;
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category()) return BodyStatus::kMalformed;
+  return BodyStatus::kClientGone;
+}
+
+ClientConnection::ClientConnection(Worker& worker_ref, tcp::socket s, Handler& h)
+    : worker(worker_ref),
+      w(worker_ref.impl()),
+      socket(std::move(s)),
+      deadline(w.watchdog, &CancelSocket, &socket),
+      handler(h) {
+  w.sessions.Add(this);
+  w.connections.fetch_add(1, std::memory_order_relaxed);
+  error_code ec;
+  socket.non_blocking(true, ec);
+  socket.set_option(tcp::no_delay(true), ec);
+  const auto remote = socket.remote_endpoint(ec);
+  if (!ec) peer_ip = remote.address().to_string();
+}
+
+ClientConnection::~ClientConnection() {
+  w.sessions.Remove(this);
+  w.connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ClientConnection::OnDrain() {
+  if (idle) CancelSocket(&socket);
+}
+
+Task<bool> ClientConnection::WriteResponse(Response response, int version, bool head_only, bool close) {
+  close = close || must_close || w.draining;
+  const bool bodiless = response.status / 100 == 1 || response.status == 204 || response.status == 304;
+  head_out.clear();
+  AppendStatusLine(head_out, version, static_cast<unsigned>(response.status), {});
+  bool has_date = false;
+  for (const Header& h : response.headers) {
+    if (IsHopByHop(h.name) || NameEquals(h.name, "content-length")) continue;
+    if (NameEquals(h.name, "date")) has_date = true;
+    AppendField(head_out, h.name, h.value);
+  }
+  if (!has_date) AppendField(head_out, "Date", CurrentHttpDate());
+  if (!bodiless) {
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), response.body.size());
+    (void)ec;
+    AppendField(head_out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+  }
+  if (close && version != 10) AppendField(head_out, "Connection", "close");
+  if (!close && version == 10) AppendField(head_out, "Connection", "keep-alive");
+  head_out.append(kCrlf);
+
+  IoVec iov;
+  iov.Add(head_out);
+  if (!head_only && !bodiless) iov.Add(response.body);
+  deadline.ExpireAfter(w.limits.idle_timeout);
+  error_code ec;
+  if (!TrySend(socket, iov, ec)) ec = co_await SendAll(socket, deadline, iov);
+  const bool ok = !ec && !deadline.fired();
+  deadline.Disarm();
+  if (!ok || close) must_close = true;
+  co_return ok;
+}
+
+Task<void> ClientConnection::RespondAndClose(ProblemCode code, std::string_view detail, int version) {
+  must_close = true;
+  linger = true;
+  co_await WriteResponse(MakeProblem(code, detail), version, false, true);
+}
+
+Task<void> ClientConnection::LingeringClose() {
+  error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  Block block(w.blocks);
+  std::size_t drained = 0;
+  deadline.ExpireAfter(kLingerTime);
+  while (drained < kLingerBytes && !deadline.fired()) {
+    const std::size_t n = socket.read_some(asio::buffer(block.data(), block.size()), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      if (co_await WaitReadable(socket, deadline)) break;
+      continue;
+    }
+    if (ec) break;
+    drained += n;
+  }
+  deadline.Disarm();
+}
+
+Task<void> ClientConnection::Run() {
+  std::optional<internal::RequestParser> parser;
+  bool first = true;
+  head.peer_ip = peer_ip;
+  for (;;) {
+    if (w.draining) break;
+    const Limits limits = w.limits;
+    // Wait for the first byte of the next request.
+    bool timed_out = false;
+    bool closed = false;
+    if (buffer.size() == 0) {
+      deadline.ExpireAfter(first ? limits.header_timeout : limits.idle_timeout);
+      idle = true;
+      auto [ec, n] = co_await socket.async_read_some(buffer.prepare(kHeaderReadSize), kTuple);
+      idle = false;
+      buffer.commit(n);
+      if (ec || deadline.fired()) break;
+    }
+    first = false;
+    // Slow-loris bound: the whole header block within header_timeout of its
+    // first byte.
+    deadline.ExpireAfter(limits.header_timeout);
+    parser.emplace();
+    parser->header_limit(limits.max_header_bytes);
+    parser->body_limit(boost::none);  // checked per route; see Exchange::SetBodyLimit
+    Pump pump;
+    for (;;) {
+      ParseHeader(*parser, buffer, pump);
+      if (!pump.need_more) break;
+      auto [ec, n] = co_await socket.async_read_some(buffer.prepare(kHeaderReadSize), kTuple);
+      if (deadline.fired()) {
+        timed_out = true;
+        break;
+      }
+      if (!OnReceive(*parser, buffer, ec, n, pump)) {
+        closed = IsClientGone(pump.ec);
+        break;
+      }
+    }
+    deadline.Disarm();
+    if (closed || timed_out) {
+      linger = false;
+      break;  // a client too slow to send its header gets no answer
+    }
+    if (pump.ec) {
+      if (pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) {
+        co_await RespondAndClose(ProblemCode::kHeadersTooLarge, "the request header block exceeds the limit", 11);
+      } else if (!IsClientGone(pump.ec)) {
+        co_await RespondAndClose(ProblemCode::kBadRequest, "malformed HTTP request: " + pump.ec.message(), 11);
+      }
+      break;
+    }
+    std::string_view why;
+    if (!BuildHead(*parser, head, &why)) {
+      co_await RespondAndClose(ProblemCode::kBadRequest, why, head.version);
+      break;
+    }
+    {
+      ExchangeImpl exchange(*this, *parser, limits);
+      bool failed = false;
+      try {
+        co_await handler.Handle(exchange);
+      } catch (const std::exception& e) {
+        failed = true;
+        LogError("request handler failed", {{"error", e.what()}});
+      }
+      if (failed) must_close = true;
+      if (!exchange.responded()) {
+        co_await exchange.Respond(MakeProblem(ProblemCode::kInternal, "the request was not answered"), true);
+      }
+    }
+    if (must_close) break;
+    if (buffer.size() == 0 && buffer.capacity() > kKeepBufferBytes) buffer.shrink_to_fit();
+  }
+  deadline.Disarm();
+  if (socket.is_open()) {
+    if (linger && !w.watchdog.killing()) {
+      co_await LingeringClose();
+    } else {
+      error_code ec;
+      socket.shutdown(tcp::socket::shutdown_send, ec);
+    }
+    error_code ec;
+    socket.close(ec);
+  }
+}
+
+ExchangeImpl::ExchangeImpl(ClientConnection& connection, RequestParser& parser, const Limits& limits)
+    : c_(connection),
+      parser_(parser),
+      limits_(limits),
+      body_state_(connection.head.has_body() ? BodyState::kUnread : BodyState::kNone),
+      body_limit_(limits.max_request_bytes) {}
+
+bool ExchangeImpl::SetBodyLimit(std::uint64_t limit) {
+  body_limit_ = limit;
+  return !(c_.head.content_length && *c_.head.content_length > limit);
+}
+
+Task<bool> ExchangeImpl::SendContinueIfNeeded() {
+  if (!c_.head.expect_continue || continue_sent_ || c_.head.version != 11) co_return true;
+  continue_sent_ = true;
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  IoVec iov;
+  iov.Add(kContinue);
+  c_.deadline.ExpireAfter(limits_.idle_timeout);
+  error_code ec;
+  if (!TrySend(c_.socket, iov, ec)) ec = co_await SendAll(c_.socket, c_.deadline, iov);
+  const bool ok = !ec && !c_.deadline.fired();
+  c_.deadline.Disarm();
+  co_return ok;
+}
+
+Task<ExchangeImpl::PieceResult> ExchangeImpl::ReadBodyPiece(char* data, std::size_t capacity, bool fill) {
+  PieceResult result;
+  auto& body = parser_.get().body();
+  body.data = data;
+  body.size = capacity;
+  c_.deadline.ExpireAfter(limits_.idle_timeout);
+  Pump pump;
+  bool fired = false;
+  for (;;) {
+    ParseBody(parser_, c_.buffer, capacity, fill, pump);
+    if (!pump.need_more) break;
+    auto [ec, n] = co_await c_.socket.async_read_some(c_.buffer.prepare(kBodyReadSize), kTuple);
+    if (c_.deadline.fired()) {
+      fired = true;
+      break;
+    }
+    if (!OnReceive(parser_, c_.buffer, ec, n, pump)) break;
+  }
+  c_.deadline.Disarm();
+  result.bytes = pump.bytes;
+  if (pump.ec || fired) {
+    result.status = BodyStatusFor(pump.ec, fired);
+    body_state_ = BodyState::kFailed;
+    c_.must_close = true;
+    c_.linger = result.status != BodyStatus::kClientGone;
+  }
+  co_return result;
+}
+
+Task<BodyStatus> ExchangeImpl::ReadBody() {
+  switch (body_state_) {
+    case BodyState::kNone:
+    case BodyState::kBuffered: co_return BodyStatus::kOk;
+    case BodyState::kStreamed:
+    case BodyState::kFailed: co_return BodyStatus::kClientGone;
+    case BodyState::kUnread: break;
+  }
+  if (c_.head.content_length && *c_.head.content_length > body_limit_) {
+    body_state_ = BodyState::kFailed;
+    c_.must_close = true;
+    c_.linger = true;
+    co_return BodyStatus::kTooLarge;
+  }
+  if (!co_await SendContinueIfNeeded()) {
+    body_state_ = BodyState::kFailed;
+    c_.must_close = true;
+    co_return BodyStatus::kClientGone;
+  }
+  parser_.body_limit(body_limit_);
+  if (c_.head.content_length) {
+    // Known size: one read straight into the string.
+    body_.resize(static_cast<std::size_t>(*c_.head.content_length));
+    auto piece = co_await ReadBodyPiece(body_.data(), body_.size(), true);
+    if (piece.status != BodyStatus::kOk) co_return piece.status;
+    body_.resize(piece.bytes);
+  } else {
+    while (!parser_.is_done()) {
+      const std::size_t old = body_.size();
+      const std::size_t room = internal::kBlockSize;
+      body_.resize(old + room);
+      auto piece = co_await ReadBodyPiece(body_.data() + old, room, false);
+      body_.resize(old + piece.bytes);
+      if (piece.status != BodyStatus::kOk) co_return piece.status;
+    }
+  }
+  body_state_ = BodyState::kBuffered;
+  co_return BodyStatus::kOk;
+}
+
+Task<bool> ExchangeImpl::DiscardSmallBody() {
+  if (body_state_ != BodyState::kUnread) co_return body_state_ != BodyState::kFailed;
+  if (c_.head.expect_continue || c_.head.chunked || !c_.head.content_length ||
+      *c_.head.content_length > internal::kBlockSize) {
+    co_return false;
+  }
+  Block block(c_.w.blocks);
+  parser_.body_limit(boost::none);
+  while (!parser_.is_done()) {
+    auto piece = co_await ReadBodyPiece(block.data(), block.size(), true);
+    if (piece.status != BodyStatus::kOk) co_return false;
+  }
+  body_state_ = BodyState::kStreamed;
+  co_return true;
+}
+
+Task<void> ExchangeImpl::Respond(Response response, bool close) {
+  if (responded_) co_return;
+  responded_ = true;
+  status_sent_ = response.status;
+  if (body_state_ == BodyState::kUnread || body_state_ == BodyState::kFailed) {
+    if (!co_await DiscardSmallBody()) {
+      close = true;
+      c_.linger = c_.linger || body_state_ == BodyState::kUnread;
+    }
+  }
+  const bool head_only = c_.head.method == "HEAD";
+  co_await c_.WriteResponse(std::move(response), c_.head.version, head_only, close || !c_.head.keep_alive);
+}
+
+Task<void> ExchangeImpl::ForwardProblem(ForwardResult& result, ForwardOutcome outcome, ProblemCode code) {
+  if (c_.w.watchdog.killing()) {
+    // Past shutdown_grace: every operation is being cancelled; no answer.
+    Fail(result, ForwardOutcome::kShutdown);
+    co_return;
+  }
+  result.outcome = outcome;
+  result.status = ProblemDefaultStatus(code);
+  co_await Respond(MakeProblem(code, detail_), false);
+}
+
+}  // namespace internal
+
+Worker::Worker(std::size_t index, std::unique_ptr<Impl> impl) : index_(index), impl_(std::move(impl)) {
+  impl_->self = this;
+}
+
+Worker::~Worker() = default;
+
+std::string BoundAddress::ToString() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+  std::size_t n = options_.workers;
+  if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
+  workers_.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    workers_.push_back(std::make_unique<Worker>(i, std::make_unique<Worker::Impl>(options_)));
+  }
+}
+
+Server::~Server() {
+  if (started_ && !stopped_) Stop(Duration::zero());
+}
+
+StatusOr<BoundAddress> Server::Listen(const std::string& host, std::uint16_t port, Handler& handler,
+                                      bool all_workers) {
+  error_code ec;
+  asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) {
+    tcp::resolver resolver(workers_[0]->impl().io);
+    auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty()) {
+      return UnavailableError("cannot resolve listen host " + host + ": " + ec.message());
+    }
+    address = results.begin()->endpoint().address();
+  }
+  std::uint16_t bind_port = port;
+  const std::size_t count = all_workers ? workers_.size() : 1;
+  for (std::size_t i = 0; i < count; ++i) {
+    Worker::Impl& w = workers_[i]->impl();
+    auto listener = std::make_unique<internal::Listener>(w.io, &handler);
+    auto& acceptor = listener->acceptor;
+    const tcp::endpoint endpoint(address, bind_port);
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec && all_workers) {
+      const int one = 1;
+      if (::setsockopt(acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+        ec = error_code(errno, boost::system::system_category());
+      }
+    }
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return UnavailableError("cannot listen on " + BoundAddress{host, bind_port}.ToString() + ": " + ec.message());
+    }
+    if (bind_port == 0) bind_port = acceptor.local_endpoint(ec).port();
+    w.listeners.push_back(std::move(listener));
+  }
+  return BoundAddress{address.to_string(), bind_port};
+}
+
+void Server::Start() {
+  if (started_) return;
+  started_ = true;
+  for (auto& worker : workers_) {
+    Worker::Impl& w = worker->impl();
+    w.watchdog.Start();
+    for (auto& listener : w.listeners) {
+      asio::co_spawn(w.io, AcceptLoop(*worker, *listener), asio::detached);
+    }
+  }
+  for (auto& worker : workers_) {
+    threads_.emplace_back([&w = worker->impl()] { w.io.run(); });
+  }
+}
+
+std::size_t Server::open_connections() const {
+  std::size_t n = 0;
+  for (const auto& worker : workers_) n += worker->impl().connections.load(std::memory_order_relaxed);
+  return n;
+}
+
+void Server::SetLimits(const Limits& limits) {
+  for (auto& worker : workers_) {
+    Worker::Impl& w = worker->impl();
+    if (started_ && !stopped_) {
+      asio::post(w.io, [&w, limits] { w.limits = limits; });
+    } else {
+      w.limits = limits;
+    }
+  }
+}
+
+bool Server::Stop(Duration grace) {
+  if (stopped_) return true;
+  stopped_ = true;
+  if (!started_) return true;
+  for (auto& worker : workers_) {
+    Worker::Impl& w = worker->impl();
+    asio::post(w.io, [&w] {
+      w.draining = true;
+      for (auto& listener : w.listeners) {
+        error_code ec;
+        listener->acceptor.close(ec);
+      }
+      w.sessions.ForEach([](internal::SessionNode& s) { s.OnDrain(); });
+    });
+  }
+  auto wait_until_closed = [this](std::chrono::steady_clock::time_point deadline) {
+    while (open_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return open_connections() == 0;
+  };
+  const bool clean = wait_until_closed(std::chrono::steady_clock::now() + grace);
+  if (!clean) {
+    LogWarn("shutdown grace over; closing remaining connections",
+            {{"connections", static_cast<std::uint64_t>(open_connections())}});
+    for (auto& worker : workers_) {
+      Worker::Impl& w = worker->impl();
+      asio::post(w.io, [&w] { w.watchdog.KillAll(); });
+    }
+    wait_until_closed(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+  for (auto& worker : workers_) {
+    Worker::Impl& w = worker->impl();
+    asio::post(w.io, [&w] {
+      w.watchdog.Stop();
+      w.io.stop();
+    });
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  return clean;
+}
+
+}  // namespace idemgate::http

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/units.h"
+#include "http/exchange.h"
+
+// The HTTP/1.1 server (SPEC §2 step 1): one io_context per worker thread,
+// each with its own acceptor on the same address (SO_REUSEPORT), so a
+// connection and everything its requests do (upstream calls included) stay
+// on one thread. Keep-alive; pipelined requests are answered in order, one
+// at a time (the next request is read after the response).
+namespace idemgate::http {
+
+using namespace std::chrono_literals;
+
+// Per-request limits and timeouts (config `limits`).
+struct Limits {
+  std::uint32_t max_header_bytes = 16 * 1024;        // request line + header block
+  std::uint64_t max_request_bytes = 10 * 1024 * 1024;  // default body limit
+  Duration header_timeout = 10s;  // from a request's first byte to the end of its header block
+  Duration idle_timeout = 60s;    // keep-alive wait for the next request; also bounds
+                                  // each body read from and each write to the client
+};
+
+// Handles the requests of one listener. Handle runs on the exchange's worker
+// thread and must leave a response sent (Respond or Forward); if it does
+// not, the server answers 500. Must be safe to call concurrently from all
+// workers.
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  virtual Task<void> Handle(Exchange& exchange) = 0;
+};
+
+// One I/O thread: its io_context, watchdog and connections. Opaque outside
+// src/http (Impl is defined in http/internal/worker_impl.h); obtained from
+// Exchange::worker() or Server::worker(). Owned by the Server.
+class Worker {
+ public:
+  struct Impl;
+  Worker(std::size_t index, std::unique_ptr<Impl> impl);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  std::size_t index() const { return index_; }
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::size_t index_;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct ServerOptions {
+  std::size_t workers = 0;  // 0: std::thread::hardware_concurrency()
+  Limits limits;
+  // How often the per-worker watchdog checks deadlines; timeouts fire up to
+  // this late.
+  Duration tick = 100ms;
+};
+
+struct BoundAddress {
+  std::string host;  // as given ("127.0.0.1", "::1")
+  std::uint16_t port = 0;
+  std::string ToString() const;  // "127.0.0.1:8080", "[::1]:8080"
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();  // Stop(0s) when still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens on host:port before Start. `all_workers`: one acceptor
+  // per worker with SO_REUSEPORT (port 0: the first acceptor takes an
+  // ephemeral port and the others bind that port); else one acceptor on
+  // worker 0. `handler` must outlive the server.
+  StatusOr<BoundAddress> Listen(const std::string& host, std::uint16_t port, Handler& handler, bool all_workers);
+
+  // Starts the worker threads; accepting begins.
+  void Start();
+
+  // Graceful stop (blocks): closes the listeners, closes idle keep-alive
+  // connections, lets in-flight requests finish (their responses carry
+  // Connection: close) for up to `grace`, then cancels whatever remains and
+  // waits for the workers to unwind. Returns true when every connection
+  // finished within `grace`. Idempotent; callable from any thread except a
+  // worker thread.
+  bool Stop(Duration grace);
+
+  // New limits for requests that start after the call (config reload).
+  // Thread-safe.
+  void SetLimits(const Limits& limits);
+
+  std::size_t worker_count() const { return workers_.size(); }
+  Worker& worker(std::size_t i) { return *workers_[i]; }
+  // Connections open now, over all workers (approximate while running).
+  std::size_t open_connections() const;
+
+ private:
+  ServerOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace idemgate::http

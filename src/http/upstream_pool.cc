@@ -1,0 +1,173 @@
+#include "http/upstream_pool.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/connect.hpp>
+#include <cerrno>
+
+#include "http/internal/upstream_impl.h"
+
+namespace idemgate::http {
+
+using internal::error_code;
+using internal::kTuple;
+using internal::tcp;
+namespace asio = internal::asio;
+
+namespace {
+
+constexpr auto kPeekAfter = std::chrono::seconds(1);
+
+// True when an idle keep-alive connection was closed by the upstream (or
+// got bytes nobody asked for): it must not carry a request.
+bool LooksStale(tcp::socket& socket) {
+  char c;
+  const ssize_t r = ::recv(socket.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r >= 0) return true;  // 0: closed; >0: unsolicited data
+  return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->cancel(); }
+
+}  // namespace
+
+UpstreamPool::Impl::Impl(Worker& worker_ref, UpstreamTarget t)
+    : worker(worker_ref), w(worker_ref.impl()), target(std::move(t)) {
+  error_code ec;
+  auto a = asio::ip::make_address(target.host, ec);
+  if (!ec) address = a;
+  if (target.max_connections == 0) target.max_connections = 1;
+}
+
+Task<internal::Acquired> UpstreamPool::Impl::Connect() {
+  internal::Acquired result;
+  ++open;
+  ++connects;
+  auto connection = std::make_unique<internal::UpstreamConnection>(w);
+  connection->deadline.ExpireAfter(target.connect_timeout);
+  error_code ec;
+  if (address) {
+    std::tie(ec) = co_await connection->socket.async_connect(tcp::endpoint(*address, target.port), kTuple);
+  } else {
+    tcp::resolver resolver(w.io);
+    internal::Deadline resolve_deadline(w.watchdog, &CancelResolver, &resolver);
+    resolve_deadline.ExpireAt(connection->deadline.at());
+    auto [resolve_ec, endpoints] =
+        co_await resolver.async_resolve(target.host, std::to_string(target.port), kTuple);
+    if (resolve_ec || resolve_deadline.fired()) {
+      ec = resolve_ec ? resolve_ec : asio::error::timed_out;
+      result.timed_out = resolve_deadline.fired();
+    } else {
+      std::tie(ec, std::ignore) = co_await asio::async_connect(connection->socket, endpoints, kTuple);
+    }
+  }
+  const bool fired = connection->deadline.fired();
+  connection->deadline.Disarm();
+  if (ec || fired) {
+    result.timed_out = result.timed_out || fired;
+    result.error = "cannot connect to upstream " + target.name + " (" + target.host + ":" +
+                   std::to_string(target.port) + "): " + (fired ? std::string("connect timeout") : ec.message());
+    connection.reset();
+    --open;
+    WakeOne();
+    co_return result;
+  }
+  connection->socket.set_option(tcp::no_delay(true), ec);
+  connection->socket.non_blocking(true, ec);
+  result.connection = std::move(connection);
+  co_return result;
+}
+
+Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
+  const auto give_up = internal::SteadyClock::now() + target.connect_timeout;
+  for (;;) {
+    if (!fresh_only) {
+      const auto now = internal::SteadyClock::now();
+      while (!idle.empty()) {
+        std::unique_ptr<internal::UpstreamConnection> c = std::move(idle.back());
+        idle.pop_back();
+        // A connection back in the pool for under a second is not checked:
+        // upstreams close idle connections after seconds, and the one retry
+        // on a fresh connection covers the rare exception. This saves a
+        // system call per request under load.
+        const auto idle_for = now - c->idle_since;
+        if (idle_for > target.idle_timeout || (idle_for > kPeekAfter && LooksStale(c->socket))) {
+          error_code ec;
+          c->socket.close(ec);
+          --open;
+          continue;
+        }
+        c->reused = true;
+        co_return internal::Acquired{std::move(c), false, {}};
+      }
+    } else if (!idle.empty() && open >= target.max_connections) {
+      // A fresh connection is needed and the pool is full: make room.
+      error_code ec;
+      idle.front()->socket.close(ec);
+      idle.erase(idle.begin());
+      --open;
+    }
+    if (open < target.max_connections) co_return co_await Connect();
+    if (internal::SteadyClock::now() >= give_up) {
+      co_return internal::Acquired{nullptr, true,
+                                   "upstream " + target.name + ": all " + std::to_string(target.max_connections) +
+                                       " connections of this worker are busy"};
+    }
+    asio::steady_timer timer(w.io, give_up);
+    auto it = waiters.insert(waiters.end(), &timer);
+    co_await timer.async_wait(kTuple);
+    // Woken by Release (which removed us) or timed out (still listed).
+    for (auto i = waiters.begin(); i != waiters.end(); ++i) {
+      if (*i == &timer) {
+        waiters.erase(i);
+        break;
+      }
+    }
+    (void)it;
+  }
+}
+
+void UpstreamPool::Impl::WakeOne() {
+  if (waiters.empty()) return;
+  asio::steady_timer* t = waiters.front();
+  waiters.pop_front();
+  t->cancel();
+}
+
+void UpstreamPool::Impl::Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable) {
+  if (!connection) return;
+  connection->deadline.Disarm();
+  if (reusable && !w.draining && connection->buffer.size() == 0 && connection->socket.is_open()) {
+    connection->idle_since = internal::SteadyClock::now();
+    connection->reused = false;
+    idle.push_back(std::move(connection));
+  } else {
+    error_code ec;
+    connection->socket.close(ec);
+    connection.reset();
+    --open;
+  }
+  WakeOne();
+}
+
+UpstreamPool::UpstreamPool(Worker& worker, UpstreamTarget target)
+    : impl_(std::make_unique<Impl>(worker, std::move(target))) {}
+
+UpstreamPool::~UpstreamPool() = default;
+
+const UpstreamTarget& UpstreamPool::target() const { return impl_->target; }
+Worker& UpstreamPool::worker() { return impl_->worker; }
+std::size_t UpstreamPool::open_connections() const { return impl_->open; }
+std::size_t UpstreamPool::idle_connections() const { return impl_->idle.size(); }
+std::uint64_t UpstreamPool::connects() const { return impl_->connects; }
+
+void UpstreamPool::CloseIdle() {
+  for (auto& c : impl_->idle) {
+    error_code ec;
+    c->socket.close(ec);
+    --impl_->open;
+  }
+  impl_->idle.clear();
+}
+
+}  // namespace idemgate::http

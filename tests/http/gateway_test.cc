@@ -1,0 +1,317 @@
+// The gateway pipeline in process: Server + Gateway + hooks in front of the
+// test upstream.
+#include "gateway/gateway.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <thread>
+
+#include "common/log.h"
+#include "fakes/testing.h"
+#include "http/problem.h"
+#include "test_upstream.h"
+
+namespace idemgate::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using idemgate::testing::HttpClient;
+using idemgate::testing::HttpRequest;
+using idemgate::testing::HttpResponse;
+using idemgate::testing::PollUntil;
+using idemgate::testing::SendRequest;
+using httptest::TestUpstream;
+namespace json = boost::json;
+
+config::Route MakeRoute(std::string id, std::string prefix) {
+  config::Route r;
+  r.id = std::move(id);
+  r.match.path_prefix = std::move(prefix);
+  r.upstream = "app";
+  return r;
+}
+
+config::Config MakeConfig(std::uint16_t port, std::vector<config::Route> routes) {
+  config::Config c;
+  config::Upstream app;
+  app.name = "app";
+  app.host = "127.0.0.1";
+  app.port = port;
+  app.timeout = 10s;
+  c.upstreams["app"] = app;
+  c.routes = std::move(routes);
+  return c;
+}
+
+class ObserverLog final : public http::ForwardObserver {
+ public:
+  explicit ObserverLog(std::atomic<int>* responses, std::atomic<int>* finished, std::atomic<int>* last_status,
+                       std::atomic<int>* last_outcome)
+      : responses_(responses), finished_(finished), last_status_(last_status), last_outcome_(last_outcome) {}
+  http::Task<void> OnResponse(http::CapturedResponse& captured) override {
+    last_status_->store(captured.response.status);
+    responses_->fetch_add(1);
+    co_return;
+  }
+  http::Task<void> OnFinished(const http::ForwardResult& result) override {
+    last_outcome_->store(static_cast<int>(result.outcome));
+    if (result.status != 0) last_status_->store(result.status);
+    finished_->fetch_add(1);
+    co_return;
+  }
+
+ private:
+  std::atomic<int>* responses_;
+  std::atomic<int>* finished_;
+  std::atomic<int>* last_status_;
+  std::atomic<int>* last_outcome_;
+};
+
+// /replay answers itself; everything else is forwarded with a rewritten key
+// header and an observer. Wants the body of POSTs.
+class TestIdempotencyHook final : public IdempotencyHook {
+ public:
+  bool WantsBody(const RequestContext& ctx) const override { return ctx.head->method == "POST"; }
+  Task<IdempotencyDecision> Decide(RequestContext& ctx) override {
+    decided.fetch_add(1);
+    if (ctx.head->path == "/echo/replay") {
+      http::Response r;
+      r.status = 201;
+      r.headers = {{"Idempotent-Replayed", "true"}, {"Content-Type", "text/plain"}};
+      r.body = "stored";
+      ctx.log.cache_hit = true;
+      co_return IdempotencyDecision::Respond(std::move(r));
+    }
+    if (ctx.body_buffered) {
+      std::lock_guard lock(mu);
+      last_body = std::string(ctx.body);
+    }
+    IdempotencyDecision d = IdempotencyDecision::Forward();
+    d.forward.set_headers = {{"Idempotency-Key", "scoped:" + std::string(ctx.route->id)}};
+    d.forward.add_response_headers = {{"X-Operation-Id", "op_test"}};
+    d.observer = std::make_unique<ObserverLog>(&responses, &finished, &last_status, &last_outcome);
+    ctx.log.operation_id = "op_test";
+    co_return d;
+  }
+
+  std::atomic<int> decided{0};
+  std::atomic<int> responses{0};
+  std::atomic<int> finished{0};
+  std::atomic<int> last_status{0};
+  std::atomic<int> last_outcome{-1};
+  std::mutex mu;
+  std::string last_body;
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void Start(const config::Config& config, IdempotencyHook* hook = nullptr) {
+    http::ServerOptions options;
+    options.workers = 2;
+    options.tick = 20ms;
+    options.limits = LimitsFromConfig(config);
+    server_.emplace(options);
+    GatewayOptions gateway_options;
+    gateway_options.workers = server_->worker_count();
+    gateway_options.idempotency = hook;
+    auto gateway = Gateway::Create(config, gateway_options);
+    ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+    gateway_ = std::move(*gateway);
+    auto bound = server_->Listen("127.0.0.1", 0, *gateway_, true);
+    ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+    endpoint_ = {"127.0.0.1", bound->port};
+    server_->Start();
+  }
+  void TearDown() override {
+    if (server_) server_->Stop(2s);
+    if (gateway_) gateway_->ClosePools();
+  }
+
+  TestUpstream upstream_;
+  std::optional<http::Server> server_;
+  std::unique_ptr<Gateway> gateway_;
+  testing::HostPort endpoint_;
+};
+
+void ExpectProblem(const HttpResponse& res, int status, const std::string& code) {
+  SCOPED_TRACE(res.body);
+  EXPECT_EQ(res.status, status);
+  EXPECT_EQ(res.Header("Content-Type"), "application/problem+json");
+  json::value v = json::parse(res.body);
+  EXPECT_EQ(v.at("code").as_string(), code);
+}
+
+TEST_F(GatewayTest, UnmatchedPathIs404NoRoute) {
+  Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")}));
+  auto res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/elsewhere", .body = "x"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 404, "no-route");
+  EXPECT_EQ(upstream_.requests(), 0);
+}
+
+TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
+  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  SetLogFd(fd);
+  SetLogLevel(LogLevel::kInfo);
+  Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")}));
+  HttpRequest req{.method = "POST", .target = "/echo/x?q=1", .body = "hi"};
+  req.headers = {{"X-Request-Id", "req-77"}};
+  auto res = SendRequest(endpoint_, req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body, "hi");
+  auto missing = SendRequest(endpoint_, HttpRequest{.target = "/nope"});
+  ASSERT_TRUE(missing.ok());
+  std::string text;
+  const bool two_lines = PollUntil(
+      [&] {
+        text.clear();
+        char buf[8192];
+        ssize_t n;
+        off_t off = 0;
+        while ((n = ::pread(fd, buf, sizeof(buf), off)) > 0) {
+          text.append(buf, static_cast<std::size_t>(n));
+          off += n;
+        }
+        return std::count(text.begin(), text.end(), '\n') >= 2;
+      },
+      5s);
+  SetLogFd(1);
+  ::close(fd);
+  ::unlink(path);
+  ASSERT_TRUE(two_lines) << text;
+  const auto nl = text.find('\n');
+  json::value first = json::parse(text.substr(0, nl));
+  EXPECT_EQ(first.at("route").as_string(), "echo");
+  EXPECT_EQ(first.at("method").as_string(), "POST");
+  EXPECT_EQ(first.at("path").as_string(), "/echo/x");
+  EXPECT_EQ(first.at("status").as_int64(), 200);
+  EXPECT_EQ(first.at("upstream_status").as_int64(), 200);
+  EXPECT_EQ(first.at("request_id").as_string(), "req-77");
+  EXPECT_EQ(first.at("outcome").as_string(), "completed");
+  EXPECT_EQ(first.at("idempotency_policy").as_string(), "optional");
+  json::value second = json::parse(text.substr(nl + 1, text.find('\n', nl + 1) - nl - 1));
+  EXPECT_TRUE(second.at("route").is_null());
+  EXPECT_EQ(second.at("status").as_int64(), 404);
+  EXPECT_EQ(second.at("outcome").as_string(), "no_route");
+  EXPECT_EQ(second.at("request_id").as_string().size(), 32u);
+}
+
+TEST_F(GatewayTest, RouteBodyLimitIs413) {
+  auto route = MakeRoute("echo", "/echo");
+  route.max_request_bytes = 10;
+  Start(MakeConfig(upstream_.port(), {route}));
+  auto res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/echo", .body = std::string(11, 'x')});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 413, "request-too-large");
+  res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/echo", .body = std::string(10, 'x')});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST_F(GatewayTest, IdempotencyHookCanAnswerWithoutTheUpstream) {
+  TestIdempotencyHook hook;
+  Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")}), &hook);
+  auto res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/echo/replay", .body = "b"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 201);
+  EXPECT_EQ(res->body, "stored");
+  EXPECT_EQ(res->Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 0);
+}
+
+TEST_F(GatewayTest, IdempotencyHookForwardsWithChangesAndObservesTheResponse) {
+  TestIdempotencyHook hook;
+  Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")}), &hook);
+  HttpRequest req{.method = "POST", .target = "/echo", .body = "fingerprint me"};
+  req.headers = {{"Idempotency-Key", "raw"}, {"Transfer-Encoding", "chunked"}};
+  auto res = SendRequest(endpoint_, req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "fingerprint me");
+  EXPECT_EQ(res->Header("X-Operation-Id"), "op_test");
+  {
+    std::lock_guard lock(hook.mu);
+    EXPECT_EQ(hook.last_body, "fingerprint me");
+  }
+  const auto seen = upstream_.last_echo();
+  EXPECT_EQ(seen.Values("Idempotency-Key"), (std::vector<std::string>{"scoped:echo"}));
+  EXPECT_EQ(seen.Values("Content-Length"), (std::vector<std::string>{"14"}));
+  ASSERT_TRUE(PollUntil([&] { return hook.finished.load() == 1; }, 5s));
+  EXPECT_EQ(hook.responses.load(), 1);
+  EXPECT_EQ(hook.last_outcome.load(), static_cast<int>(http::ForwardOutcome::kCompleted));
+}
+
+TEST_F(GatewayTest, AdmissionRefusesOverMaxInFlightAndTellsTheObserver) {
+  TestIdempotencyHook hook;
+  auto route = MakeRoute("gated", "/gated");
+  route.max_in_flight = 1;
+  Start(MakeConfig(upstream_.port(), {route}), &hook);
+  std::optional<StatusOr<HttpResponse>> first;
+  std::thread holder([&] { first.emplace(SendRequest(endpoint_, HttpRequest{.target = "/gated?n=10&first=5"})); });
+  ASSERT_TRUE(PollUntil([&] { return upstream_.requests() == 1; }, 10s));
+  auto refused = SendRequest(endpoint_, HttpRequest{.target = "/gated?n=10&first=5"});
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  ExpectProblem(*refused, 429, "too-many-requests");
+  EXPECT_EQ(refused->Header("Retry-After"), "1");
+  ASSERT_TRUE(PollUntil([&] { return hook.finished.load() == 1; }, 5s));
+  EXPECT_EQ(hook.last_outcome.load(), static_cast<int>(http::ForwardOutcome::kNotForwarded));
+  EXPECT_EQ(hook.last_status.load(), 429);
+  upstream_.OpenGate();
+  holder.join();
+  ASSERT_TRUE(first.has_value() && first->ok());
+  EXPECT_EQ((*first)->status, 200);
+  EXPECT_EQ(upstream_.requests(), 1);
+  // The slot is free again.
+  auto again = SendRequest(endpoint_, HttpRequest{.target = "/gated?n=10&first=5"});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->status, 200);
+}
+
+TEST_F(GatewayTest, ReloadSwapsTheRouteTableAndKeepsPools) {
+  Start(MakeConfig(upstream_.port(), {MakeRoute("old", "/echo/old")}));
+  HttpClient client(endpoint_);
+  auto res = client.Send(HttpRequest{.target = "/echo/old"});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 200);
+  const auto before = gateway_->snapshot()->version;
+  ASSERT_TRUE(gateway_->Reload(MakeConfig(upstream_.port(), {MakeRoute("new", "/echo/new")})).ok());
+  EXPECT_GT(gateway_->snapshot()->version, before);
+  res = client.Send(HttpRequest{.target = "/echo/old"});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 404);
+  res = client.Send(HttpRequest{.target = "/echo/new"});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(client.connections_opened(), 1);
+  // Same upstream settings: the worker's pool and its connection were kept.
+  EXPECT_EQ(upstream_.connections(), 1);
+
+  auto broken = MakeConfig(upstream_.port(), {MakeRoute("x", "/x")});
+  broken.routes[0].upstream = "missing";
+  EXPECT_FALSE(gateway_->Reload(broken).ok());
+  res = client.Send(HttpRequest{.target = "/echo/new"});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(GatewayConfigTest, UpstreamConnectionsAreSplitAcrossWorkers) {
+  config::Upstream u;
+  u.name = "u";
+  u.max_connections = 256;
+  EXPECT_EQ(UpstreamTargetFromConfig(u, 2).max_connections, 128u);
+  EXPECT_EQ(UpstreamTargetFromConfig(u, 3).max_connections, 86u);
+  u.max_connections = 1;
+  EXPECT_EQ(UpstreamTargetFromConfig(u, 4).max_connections, 1u);
+  config::Config c;
+  c.limits.max_header_bytes = 1234;
+  EXPECT_EQ(LimitsFromConfig(c).max_header_bytes, 1234u);
+}
+
+}  // namespace
+}  // namespace idemgate::gateway

@@ -1,0 +1,493 @@
+// In-process tests of the proxy: http::Server + UpstreamPool + Forward in
+// front of a tiny Beast upstream, both on port 0.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <charconv>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "harness.h"
+#include "http/headers.h"
+#include "test_upstream.h"
+
+namespace idemgate::httptest {
+namespace {
+
+namespace json = boost::json;
+using idemgate::testing::HttpClient;
+using idemgate::testing::HttpRequest;
+using idemgate::testing::HttpResponse;
+using idemgate::testing::PollUntil;
+using idemgate::testing::RawConnection;
+using idemgate::testing::SendRequest;
+
+constexpr std::uint64_t kMiB = 1024 * 1024;
+
+void ExpectProblem(const HttpResponse& res, int status, const std::string& code) {
+  SCOPED_TRACE(res.body);
+  EXPECT_EQ(res.status, status);
+  EXPECT_EQ(res.Header("Content-Type").value_or(""), "application/problem+json");
+  boost::system::error_code ec;
+  json::value v = json::parse(res.body, ec);
+  ASSERT_FALSE(ec);
+  ASSERT_TRUE(v.is_object());
+  EXPECT_EQ(v.at("code").as_string(), code);
+  EXPECT_EQ(v.at("type").as_string(), "urn:idemgate:problem:" + code);
+  EXPECT_EQ(v.at("status").as_int64(), status);
+}
+
+// Reads from `conn` until `pred(received)` holds or the peer closes.
+std::string ReadUntil(RawConnection& conn, const std::function<bool(const std::string&)>& pred,
+                      std::chrono::milliseconds timeout = 10s) {
+  std::string got;
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (!pred(got) && !conn.closed() && std::chrono::steady_clock::now() < give_up) {
+    auto piece = conn.ReadSome(100ms);
+    if (piece.ok()) got += *piece;
+  }
+  return got;
+}
+
+std::size_t BodyBytesAfterHead(const std::string& raw) {
+  const std::size_t end = raw.find("\r\n\r\n");
+  return end == std::string::npos ? 0 : raw.size() - end - 4;
+}
+
+TEST(InProcessProxyTest, ForwardsWithHopByHopRemovedAndForwardingHeadersSet) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.base_path = "/base";
+  Harness h(options);
+
+  HttpRequest req{.method = "POST", .target = "/echo/a?x=1&y=%20"};
+  req.headers = {{"Host", "api.example.test"},
+                 {"X-Keep", "one"},
+                 {"Connection", "keep-alive, X-Drop-Me"},
+                 {"X-Drop-Me", "hop"},
+                 {"Keep-Alive", "timeout=5"},
+                 {"Proxy-Authorization", "Basic eA=="},
+                 {"TE", "trailers"},
+                 {"X-Keep", "two"},
+                 {"X-Forwarded-For", "203.0.113.7"},
+                 {"X-Forwarded-Proto", "https"},
+                 {"traceparent", "not-a-valid-traceparent"},
+                 {"tracestate", "vendor=1"}};
+  req.body = "payload";
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "payload");
+
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_EQ(seen.method, "POST");
+  EXPECT_EQ(seen.target, "/base/echo/a?x=1&y=%20");
+  EXPECT_EQ(seen.Values("X-Keep"), (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(seen.Values("Host"), (std::vector<std::string>{"api.example.test"}));
+  for (const char* gone : {"Connection", "X-Drop-Me", "Keep-Alive", "Proxy-Authorization", "TE", "tracestate"}) {
+    EXPECT_TRUE(seen.Values(gone).empty()) << gone;
+  }
+  EXPECT_EQ(seen.Values("X-Forwarded-For"), (std::vector<std::string>{"203.0.113.7, 127.0.0.1"}));
+  EXPECT_EQ(seen.Values("X-Forwarded-Proto"), (std::vector<std::string>{"http"}));
+  EXPECT_EQ(seen.Values("X-Forwarded-Host"), (std::vector<std::string>{"api.example.test"}));
+  const auto traceparent = seen.Values("traceparent");
+  ASSERT_EQ(traceparent.size(), 1u);
+  EXPECT_TRUE(http::IsValidTraceparent(traceparent[0])) << traceparent[0];
+  EXPECT_EQ(seen.Values("Content-Length"), (std::vector<std::string>{"7"}));
+
+  // Response side: hop-by-hop fields and the ones Connection names are gone,
+  // repeated Set-Cookie lines kept in order.
+  EXPECT_FALSE(res->HasHeader("X-Hop"));
+  for (const auto& v : res->Headers("Keep-Alive")) EXPECT_EQ(v.find("77"), std::string::npos);
+  EXPECT_EQ(res->Headers("Set-Cookie"), (std::vector<std::string>{"a=1; Path=/", "b=2; HttpOnly"}));
+  EXPECT_EQ(res->Header("X-Upstream"), "yes");
+}
+
+TEST(InProcessProxyTest, ValidTraceparentAndRequestIdPassUnchanged) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  const std::string tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  HttpRequest req{.target = "/echo"};
+  req.headers = {{"traceparent", tp}, {"tracestate", "v=1"}, {"X-Request-Id", "abc-123"}};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_EQ(seen.Values("traceparent"), (std::vector<std::string>{tp}));
+  EXPECT_EQ(seen.Values("tracestate"), (std::vector<std::string>{"v=1"}));
+  EXPECT_EQ(seen.Values("X-Request-Id"), (std::vector<std::string>{"abc-123"}));
+  // No client Host on HTTP/1.0 would fall back to the upstream's; with one,
+  // X-Forwarded-Host is the client's.
+  EXPECT_EQ(seen.Values("X-Forwarded-Host").size(), 1u);
+}
+
+TEST(InProcessProxyTest, ForwardRequestHeaderChangesApply) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.base.set_headers = {{"Idempotency-Key", "t-_:_:_:r:abc"}, {"X-Tenant-Id", "acme"}};
+  options.base.remove_headers = {"X-Remove-Me"};
+  options.base.request_id = "generated-id";
+  options.base.strip_response_headers = {"x-secret"};
+  options.base.add_response_headers = {{"X-Operation-Id", "op_1"}};
+  Harness h(options);
+  HttpRequest req{.method = "POST", .target = "/echo"};
+  req.headers = {{"Idempotency-Key", "abc"}, {"X-Tenant-Id", "forged"}, {"X-Remove-Me", "x"}, {"X-Request-Id", "c"}};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_EQ(seen.Values("Idempotency-Key"), (std::vector<std::string>{"t-_:_:_:r:abc"}));
+  EXPECT_EQ(seen.Values("X-Tenant-Id"), (std::vector<std::string>{"acme"}));
+  EXPECT_TRUE(seen.Values("X-Remove-Me").empty());
+  EXPECT_EQ(seen.Values("X-Request-Id"), (std::vector<std::string>{"generated-id"}));
+  EXPECT_FALSE(res->HasHeader("X-Secret"));
+  EXPECT_EQ(res->Header("X-Operation-Id"), "op_1");
+}
+
+TEST(InProcessProxyTest, StreamsALargeRequestBodyWithoutHoldingIt) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.body_limit = 64 * kMiB;
+  Harness h(options);
+
+  constexpr std::size_t kPiece = 1 * kMiB;
+  constexpr std::size_t kPieces = 16;
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  ASSERT_TRUE(conn->Write("POST /sink HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(kPiece * kPieces) +
+                          "\r\n\r\n")
+                  .ok());
+  std::uint64_t hash = Fnv1a({});
+  for (std::size_t i = 0; i < kPieces; ++i) {
+    const std::string piece = Pattern(kPiece, i * 7);
+    hash = Fnv1a(piece, hash);
+    ASSERT_TRUE(conn->Write(piece).ok());
+    // The upstream sees every byte sent so far before the client sends more:
+    // the proxy forwards as it reads instead of collecting the body.
+    const std::uint64_t sent = (i + 1) * kPiece;
+    ASSERT_TRUE(PollUntil([&] { return upstream.sink_bytes() == sent; }, 10s))
+        << "upstream has " << upstream.sink_bytes() << " of " << sent << " bytes";
+  }
+  const std::string raw = ReadUntil(*conn, [](const std::string& s) { return s.find("fnv=") != std::string::npos &&
+                                                                             s.size() > s.find("fnv=") + 19; });
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << res.status().ToString() << raw;
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "bytes=%zu fnv=%016llx", kPiece * kPieces,
+                static_cast<unsigned long long>(hash));
+  EXPECT_EQ(res->body, expected);
+}
+
+TEST(InProcessProxyTest, StreamsAResponseAsItArrives) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  constexpr std::size_t kTotal = 4 * kMiB;
+  constexpr std::size_t kFirst = 1 * kMiB;
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("GET /gated?n=" + std::to_string(kTotal) + "&first=" + std::to_string(kFirst) +
+                          " HTTP/1.1\r\nHost: t\r\n\r\n")
+                  .ok());
+  // The first part reaches the client while the upstream still holds the rest.
+  std::string raw = ReadUntil(*conn, [&](const std::string& s) { return BodyBytesAfterHead(s) >= kFirst; });
+  ASSERT_EQ(BodyBytesAfterHead(raw), kFirst);
+  upstream.OpenGate();
+  raw += ReadUntil(*conn, [&](const std::string& s) { return BodyBytesAfterHead(raw + s) >= kTotal; });
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body.size(), kTotal);
+  EXPECT_TRUE(res->body == Pattern(kTotal));
+}
+
+TEST(InProcessProxyTest, ChunkedResponseIsRelayedByteForByte) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  HttpClient client(h.endpoint());
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{70000}, std::size_t{3 * kMiB + 5}}) {
+    auto res = client.Send(HttpRequest{.target = "/large?n=" + std::to_string(n)});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->body.size(), n);
+    EXPECT_TRUE(res->body == Pattern(n));
+  }
+  EXPECT_EQ(client.connections_opened(), 1);
+}
+
+TEST(InProcessProxyTest, CaptureHandsTheWholeResponseToTheObserver) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  options.base.strip_response_headers = {"X-Secret"};
+  Harness h(options);
+  HttpRequest req{.method = "POST", .target = "/echo", .body = "captured body"};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body, "captured body");
+  EXPECT_FALSE(res->HasHeader("X-Secret"));
+
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  const RecordingObserver& o = observers[0];
+  EXPECT_EQ(o.on_response_calls, 1);
+  EXPECT_EQ(o.on_finished_calls, 1);
+  ASSERT_TRUE(o.captured.has_value());
+  const core::StoredResponse& r = o.captured->response;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "captured body");
+  EXPECT_FALSE(r.body_omitted);
+  std::vector<std::string> cookies;
+  bool upstream_header = false;
+  for (const auto& hdr : r.headers) {
+    if (http::NameEquals(hdr.name, "Set-Cookie")) cookies.push_back(hdr.value);
+    if (http::NameEquals(hdr.name, "X-Upstream")) upstream_header = hdr.value == "yes";
+    EXPECT_FALSE(http::IsHopByHop(hdr.name)) << hdr.name;
+    EXPECT_FALSE(http::NameEquals(hdr.name, "X-Secret"));
+    EXPECT_FALSE(http::NameEquals(hdr.name, "X-Hop"));
+  }
+  EXPECT_EQ(cookies, (std::vector<std::string>{"a=1; Path=/", "b=2; HttpOnly"}));
+  EXPECT_TRUE(upstream_header);
+  ASSERT_EQ(o.captured->stripped.size(), 1u);
+  EXPECT_EQ(o.captured->stripped[0].value, "s");
+  ASSERT_TRUE(o.finished.has_value());
+  EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kCompleted);
+  EXPECT_TRUE(o.finished->captured);
+  EXPECT_EQ(o.finished->upstream_status, 200);
+}
+
+TEST(InProcessProxyTest, CaptureOverTheCapOmitsTheBodyButStreamsItAll) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  options.capture_cap = 1000;
+  Harness h(options);
+  constexpr std::size_t kBytes = 300000;
+  auto res = SendRequest(h.endpoint(), HttpRequest{.target = "/large?n=" + std::to_string(kBytes)});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body.size(), kBytes);
+  EXPECT_TRUE(res->body == Pattern(kBytes));
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_TRUE(observers[0].captured->response.body_omitted);
+  EXPECT_TRUE(observers[0].captured->response.body.empty());
+  EXPECT_EQ(observers[0].captured->response.status, 200);
+}
+
+TEST(InProcessProxyTest, BufferedBodyIsForwardedWithContentLength) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.read_body_first = true;
+  Harness h(options);
+  HttpRequest req{.method = "POST", .target = "/echo", .body = Pattern(200000)};
+  req.headers = {{"Transfer-Encoding", "chunked"}};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_TRUE(seen.body == Pattern(200000));
+  EXPECT_EQ(seen.Values("Content-Length"), (std::vector<std::string>{"200000"}));
+  EXPECT_TRUE(seen.Values("Transfer-Encoding").empty());
+}
+
+TEST(InProcessProxyTest, ChunkedRequestBodyIsStreamedChunked) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  HttpRequest req{.method = "POST", .target = "/echo", .body = Pattern(150000)};
+  req.headers = {{"Transfer-Encoding", "chunked"}};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_TRUE(seen.body == Pattern(150000));
+  EXPECT_EQ(seen.Values("Transfer-Encoding"), (std::vector<std::string>{"chunked"}));
+}
+
+TEST(InProcessProxyTest, PooledConnectionIsReusedAcrossClientConnections) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  for (int i = 0; i < 6; ++i) {
+    auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo", .body = std::to_string(i)});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->body, std::to_string(i));
+  }
+  EXPECT_EQ(upstream.requests(), 6);
+  EXPECT_EQ(upstream.connections(), 1);
+}
+
+TEST(InProcessProxyTest, StaleKeepAliveConnectionIsRetriedOnceOnAFreshOne) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  // /close answers as if the connection stayed open, then closes it: the
+  // pool holds a dead connection.
+  auto first = SendRequest(h.endpoint(), HttpRequest{.target = "/close"});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->body, "closing");
+  auto second = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo", .body = "once"});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->status, 200);
+  EXPECT_EQ(second->body, "once");
+  EXPECT_EQ(upstream.requests(), 2);
+  EXPECT_EQ(upstream.connections(), 2);
+}
+
+TEST(InProcessProxyTest, ConnectRefusedIs502) {
+  auto port = testing::PickFreePort();
+  ASSERT_TRUE(port.ok());
+  HandlerOptions options;
+  options.target = TargetFor(*port);
+  options.capture = true;
+  Harness h(options);
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/x", .body = "b"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 502, "upstream-unavailable");
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  EXPECT_EQ(observers[0].on_response_calls, 0);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kConnectFailed);
+  EXPECT_EQ(observers[0].finished->status, 502);
+  // The client connection survives a gateway-made error.
+  EXPECT_TRUE(res->keep_alive);
+}
+
+TEST(InProcessProxyTest, SlowUpstreamIs504) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 200ms;
+  Harness h(options);
+  auto res = SendRequest(h.endpoint(), HttpRequest{.target = "/slow"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 504, "upstream-timeout");
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto results = h.handler().results();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, http::ForwardOutcome::kTimedOut);
+}
+
+TEST(InProcessProxyTest, UpstreamDyingMidResponseCutsTheClientConnection) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  Harness h(options);
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("GET /die HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  // Either a 502 made before anything was sent, or a response cut short:
+  // never a complete 1000-byte body.
+  if (raw.starts_with("HTTP/1.1 502")) {
+    SUCCEED();
+  } else {
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+    EXPECT_LT(BodyBytesAfterHead(raw), 1000u);
+  }
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  EXPECT_EQ(observers[0].on_response_calls, 0);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kUpstreamFailed);
+}
+
+TEST(InProcessProxyTest, BodyOverTheLimitIs413) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.body_limit = 1000;
+  Harness h(options);
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo", .body = std::string(2000, 'x')});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 413);
+  HttpRequest chunked{.method = "POST", .target = "/echo", .body = std::string(5000, 'y')};
+  chunked.headers = {{"Transfer-Encoding", "chunked"}};
+  res = SendRequest(h.endpoint(), chunked);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 413, "request-too-large");
+  EXPECT_EQ(upstream.requests(), 0);
+}
+
+TEST(InProcessProxyTest, ExpectContinueIsAnsweredByTheProxy) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(
+      conn->Write("POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n").ok());
+  const std::string interim = ReadUntil(*conn, [](const std::string& s) { return s.find("\r\n\r\n") != s.npos; });
+  EXPECT_TRUE(interim.starts_with("HTTP/1.1 100 Continue\r\n\r\n")) << interim;
+  ASSERT_TRUE(conn->Write("hello").ok());
+  const std::string raw = ReadUntil(*conn, [](const std::string& s) { return s.ends_with("hello"); });
+  EXPECT_NE(raw.find("200 OK"), std::string::npos) << raw;
+  EXPECT_TRUE(upstream.last_echo().Values("Expect").empty());
+}
+
+TEST(InProcessProxyTest, HeadResponseCarriesNoBodyFraming) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("HEAD /large?n=100 HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::string raw = ReadUntil(*conn, [](const std::string& s) { return s.find("\r\n\r\n") != s.npos; });
+  ASSERT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+  // The same connection carries the next exchange, with nothing in between.
+  ASSERT_TRUE(conn->Write("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nnext").ok());
+  raw += ReadUntil(*conn, [](const std::string& s) { return s.ends_with("next"); });
+  const std::size_t first_end = raw.find("\r\n\r\n") + 4;
+  EXPECT_TRUE(raw.substr(first_end).starts_with("HTTP/1.1 200")) << raw;
+  EXPECT_TRUE(raw.ends_with("next")) << raw;
+}
+
+TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  http::ServerOptions server_options = Harness::DefaultServerOptions();
+  server_options.workers = 2;
+  Harness h(options, server_options);
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      HttpClient client(h.endpoint());
+      for (int i = 0; i < 20; ++i) {
+        auto res = client.Send(HttpRequest{.method = "POST", .target = "/echo", .body = "x"});
+        if (res.ok() && res->status == 200 && res->body == "x") ++ok;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 80);
+  // At most one pool per worker, each reusing its connections.
+  EXPECT_LE(upstream.connections(), 2 * 4);
+}
+
+}  // namespace
+}  // namespace idemgate::httptest

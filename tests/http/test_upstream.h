@@ -1,0 +1,71 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// A tiny HTTP/1.1 upstream for in-process proxy tests, on 127.0.0.1:0 with
+// its own thread. Endpoints (any method):
+//   /echo...          200, body = request body; response carries hop-by-hop
+//                     fields (Connection: X-Hop, X-Hop, Keep-Alive), X-Secret: s,
+//                     two Set-Cookie lines and X-Upstream: yes
+//   /sink             streams the body away, counting it; 200 "bytes=N fnv=H"
+//   /large?n=N        N bytes of 'a'..'z' repeated, chunked, in 16 KiB writes
+//   /gated?n=N&first=M  Content-Length N; M bytes, then the rest once OpenGate()
+//   /slow             answers after 20 s (never, in a test)
+//   /close            200 "closing" (no Connection: close), then closes the socket
+//   /die              Content-Length 1000, 10 bytes, then closes
+// Thread-safe accessors.
+namespace idemgate::httptest {
+
+// FNV-1a 64 over `data`, continuing from `h`.
+std::uint64_t Fnv1a(std::string_view data, std::uint64_t h = 1469598103934665603ull);
+// 'a' + i % 26 for i in [offset, offset + n).
+std::string Pattern(std::size_t n, std::size_t offset = 0);
+
+struct SeenRequest {
+  std::string method;
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  // Every value of `name` (case-insensitive), in order.
+  std::vector<std::string> Values(std::string_view name) const;
+};
+
+class TestUpstream {
+ public:
+  TestUpstream();
+  ~TestUpstream();
+  TestUpstream(const TestUpstream&) = delete;
+  TestUpstream& operator=(const TestUpstream&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  int connections() const { return connections_.load(); }
+  int requests() const { return requests_.load(); }
+  // Body bytes /sink has received so far (while the request is running).
+  std::uint64_t sink_bytes() const { return sink_bytes_.load(); }
+  // The last request to /echo.
+  SeenRequest last_echo() const;
+  void OpenGate() { gate_.store(true); }
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::uint16_t port_ = 0;
+  std::atomic<int> connections_{0};
+  std::atomic<int> requests_{0};
+  std::atomic<std::uint64_t> sink_bytes_{0};
+  std::atomic<bool> gate_{false};
+  mutable std::mutex mu_;
+  SeenRequest last_echo_;
+  friend struct Impl;
+};
+
+}  // namespace idemgate::httptest
