@@ -105,13 +105,6 @@ std::string Engine::NewOperationId(UnixMillis now) {
   return out;
 }
 
-// GCC 12 at -O2 misreports Asio's recycling frame allocator (aligned_alloc
-// paired with the frame's own operator delete, which frees it) in this
-// coroutine's ramp as a mismatched new/delete.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
 Task<BeginResult> Engine::Begin(KeyedRequest request) {
   const auto deadline = SteadyClock::now() + request.wait_timeout;
   const std::string owner = NewOwnerToken();
@@ -187,10 +180,6 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
     }
   }
 }
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response,
                               Duration retention) {

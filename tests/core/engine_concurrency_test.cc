@@ -53,12 +53,6 @@ struct Model {
   }
 };
 
-// GCC 12 at -O2 misreports Asio's recycling frame allocator in this
-// coroutine's ramp as a mismatched new/delete (see core/engine.cc).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
 Task<void> Client(Engine& engine, Model& model, unsigned seed) {
   std::mt19937 rng(seed);
   auto ex = co_await asio::this_coro::executor;
@@ -148,10 +142,6 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
     }
   }
 }
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 TEST(EngineConcurrencyTest, AtMostOneExecutionPerKeyAndReplaysMatchTheOriginal) {
   FakeClock clock;
