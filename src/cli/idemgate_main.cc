@@ -23,6 +23,7 @@
 #include "config/loader.h"
 #include "gateway/admin_handler.h"
 #include "gateway/gateway.h"
+#include "gateway/idempotency_stage.h"
 #include "http/server.h"
 #include "store/factory/store_factory.h"
 
@@ -187,6 +188,11 @@ int Run(const Args& args) {
   }
   core::Store* store_ptr = store->get();
   metrics.SetStoreStatsSource([store_ptr] { return store_ptr->Stats(); });
+  // Declared before the server so that both outlive every request coroutine.
+  core::Engine engine(*store_ptr, SystemClock::Instance());
+  gateway::IdempotencyStage idempotency(
+      engine, gateway::IdempotencyStageOptions{.on_error = config.store.on_error, .metrics = &metrics});
+
 
   http::ServerOptions server_options;
   server_options.workers = config.workers;
@@ -196,6 +202,7 @@ int Run(const Args& args) {
   gateway::GatewayOptions gateway_options;
   gateway_options.workers = server.worker_count();
   gateway_options.metrics = &metrics;
+  gateway_options.idempotency = &idempotency;
   auto created = gateway::Gateway::Create(config, gateway_options);
   if (!created.ok()) {
     Print(stderr, "idemgate: " + created.status().message() + "\n");

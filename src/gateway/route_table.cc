@@ -19,6 +19,68 @@ bool RouteEntry::AllowsMethod(std::string_view method) const {
   return false;
 }
 
+bool RouteIdempotency::HandlesMethod(std::string_view method) const {
+  for (const auto& m : methods) {
+    if (m == method) return true;
+  }
+  return false;
+}
+
+std::string_view PolicyCaseName(config::Policy policy) {
+  switch (policy) {
+    case config::Policy::kRequired: return "REQUIRED_A";
+    case config::Policy::kOptional: return "ACCEPTED";
+    case config::Policy::kWebhook: return "REQUIRED_B";
+    case config::Policy::kPassthrough: return "HANDLER_INTERNAL_C";
+    case config::Policy::kProhibited: return "PROHIBITED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+core::ScopeLevel ToCore(config::Scope scope) {
+  switch (scope) {
+    case config::Scope::kSubject: return core::ScopeLevel::kSubject;
+    case config::Scope::kProject: return core::ScopeLevel::kProject;
+    case config::Scope::kTenant: return core::ScopeLevel::kTenant;
+    case config::Scope::kGlobal: return core::ScopeLevel::kGlobal;
+  }
+  return core::ScopeLevel::kGlobal;
+}
+
+RouteIdempotency MakeRouteIdempotency(const config::Config& config, const config::Route& route,
+                                      const config::Upstream& upstream) {
+  const config::Idempotency& in = route.idempotency;
+  RouteIdempotency out;
+  out.policy = in.policy;
+  out.case_name = PolicyCaseName(in.policy);
+  out.header = in.header;
+  out.methods = in.methods;
+  // Without identity every caller is (_, _, _), so only the global scope means anything.
+  const config::Scope fallback =
+      config.identity.mode == config::IdentityMode::kNone ? config::Scope::kGlobal : config::Scope::kSubject;
+  out.scope = ToCore(in.scope.value_or(fallback));
+  out.key.max_length = in.key.max_length;
+  out.key.extra_charset = in.key.charset;
+  out.fingerprint.headers = in.fingerprint.headers;
+  out.fingerprint.json = in.fingerprint.json == config::JsonMode::kRaw ? core::JsonMode::kRaw : core::JsonMode::kCanonical;
+  out.fingerprint.json_fields = in.fingerprint.json_fields;
+  out.in_flight = in.in_flight == config::InFlightMode::kWait ? core::InFlightMode::kWait : core::InFlightMode::kReject;
+  out.lease = in.lease.value_or(upstream.timeout + Duration(5000));
+  out.wait_timeout = in.wait_timeout;
+  out.retention = in.retention;
+  out.max_response_bytes = in.max_response_bytes;
+  out.store_server_errors = in.store_server_errors;
+  out.terminal_header = in.terminal_header;
+  out.replay_header = in.replay_header;
+  out.dedup = in.dedup;
+  out.forward_key = in.forward_key;
+  return out;
+}
+
+}  // namespace
+
 StatusOr<RouteTable> RouteTable::Build(const config::Config& config, AdmissionRegistry& admission) {
   RouteTable table;
   std::map<std::string, std::size_t> upstream_index;
@@ -48,6 +110,7 @@ StatusOr<RouteTable> RouteTable::Build(const config::Config& config, AdmissionRe
     e.max_request_bytes = route.max_request_bytes ? *route.max_request_bytes : config.limits.max_request_bytes;
     if (route.max_in_flight) e.admission = admission.Get(route.id, *route.max_in_flight);
     e.config = &route;
+    e.idempotency = MakeRouteIdempotency(config, route, config.upstreams.at(route.upstream));
     table.routes_.push_back(std::move(e));
   }
   return table;

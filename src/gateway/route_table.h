@@ -7,7 +7,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/units.h"
 #include "config/config.h"
+#include "core/decision.h"
+#include "core/fingerprint.h"
+#include "core/key.h"
+#include "core/scope.h"
 #include "gateway/admission.h"
 
 // The route table (SPEC §2 step 2): the first route whose match fits wins.
@@ -28,6 +33,34 @@
 // Immutable after construction; safe to share between threads.
 namespace idemgate::gateway {
 
+// A route's `idempotency` settings in the engine's terms, derived once when
+// the table is built so the request path converts nothing.
+struct RouteIdempotency {
+  config::Policy policy = config::Policy::kOptional;
+  std::string_view case_name;        // SPEC §4.1 seed name: "REQUIRED_A", "ACCEPTED", ...
+  std::string header;                // the key's header name
+  std::vector<std::string> methods;  // methods whose keys are handled
+  core::ScopeLevel scope = core::ScopeLevel::kGlobal;
+  core::KeyRules key;
+  core::FingerprintRules fingerprint;
+  core::InFlightMode in_flight = core::InFlightMode::kReject;
+  Duration lease{0};                 // `lease`, else the upstream's timeout + 5s
+  Duration wait_timeout{0};
+  Duration retention{0};             // 0: until purged
+  std::uint64_t max_response_bytes = 0;
+  bool store_server_errors = false;
+  std::string terminal_header;
+  std::string replay_header;
+  config::DedupMode dedup = config::DedupMode::kGateway;
+  config::ForwardKey forward_key = config::ForwardKey::kNamespaced;
+
+  // True when keys on requests with `method` are looked at (exact match).
+  bool HandlesMethod(std::string_view method) const;
+};
+
+// SPEC §4.1: the seed name of each policy.
+std::string_view PolicyCaseName(config::Policy policy);
+
 struct RouteEntry {
   enum class Kind { kExact, kPrefix };
 
@@ -39,6 +72,7 @@ struct RouteEntry {
   std::uint64_t max_request_bytes = 0;
   std::shared_ptr<AdmissionCounter> admission;  // null: unlimited
   const config::Route* config = nullptr;        // the route's config (owned by the snapshot)
+  RouteIdempotency idempotency;
 
   // True when `path` fits this route's path rule (methods not considered).
   bool MatchesPath(std::string_view request_path) const;

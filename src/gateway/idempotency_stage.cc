@@ -1,0 +1,325 @@
+#include "gateway/idempotency_stage.h"
+
+#include <utility>
+#include <vector>
+
+#include "admin/gateway_metrics.h"
+#include "common/log.h"
+#include "core/decision.h"
+#include "core/fingerprint.h"
+#include "core/key.h"
+#include "core/scope.h"
+#include "gateway/route_table.h"
+#include "http/problem.h"
+
+namespace idemgate::gateway {
+
+namespace {
+
+using admin::ConflictReason;
+using admin::MetricScope;
+using admin::StoreOp;
+using core::ReleaseReason;
+
+MetricScope ScopeOf(const RequestContext& ctx) {
+  return MetricScope{.route = ctx.route->id, .tenant = ctx.tenant, .project = ctx.project};
+}
+
+// Every value of the `name` lines, in order.
+std::vector<std::string_view> HeaderLines(const http::RequestHead& head, std::string_view name) {
+  std::vector<std::string_view> out;
+  for (const http::HeaderView& h : head.headers) {
+    if (core::HeaderNameEquals(h.name, name)) out.push_back(h.value);
+  }
+  return out;
+}
+
+// The upstream marked its response final (SPEC §4.3): `true` (or the
+// structured-field boolean `?1`) in the terminal header.
+bool MarkedTerminal(const std::vector<http::Header>& stripped, std::string_view terminal_header) {
+  for (const http::Header& h : stripped) {
+    if (!core::HeaderNameEquals(h.name, terminal_header)) continue;
+    if (core::HeaderNameEquals(h.value, "true") || h.value == "?1" || h.value == "1") return true;
+  }
+  return false;
+}
+
+std::string_view KeyErrorDetail(core::KeyError error) {
+  switch (error) {
+    case core::KeyError::kDuplicate: return "the key header appears more than once";
+    case core::KeyError::kList: return "the key header holds a list; send exactly one key";
+    case core::KeyError::kParameters: return "the key header carries parameters; send the key alone";
+    case core::KeyError::kEmpty: return "the key is empty";
+    case core::KeyError::kBadString: return "the key is not a valid structured-field string";
+    case core::KeyError::kBadCharset: return "the key holds a character outside [A-Za-z0-9._~-]";
+    case core::KeyError::kTooLong: return "the key is longer than allowed";
+    case core::KeyError::kReservedPrefix: return "keys starting with \"t-\" are reserved";
+    case core::KeyError::kColon: return "the key contains a colon";
+    case core::KeyError::kNone:
+    case core::KeyError::kMissing: break;
+  }
+  return "the key is invalid";
+}
+
+IdempotencyDecision Refuse(RequestContext& ctx, http::ProblemCode code, std::string_view detail,
+                           std::string_view outcome,
+                           std::optional<std::chrono::seconds> retry_after = std::nullopt) {
+  ctx.log.outcome = std::string(outcome);
+  return IdempotencyDecision::Respond(http::MakeProblem(code, detail, 0, retry_after));
+}
+
+ReleaseReason ReasonForTransport(const http::ForwardResult& result) {
+  switch (result.outcome) {
+    case http::ForwardOutcome::kConnectFailed: return ReleaseReason::kUpstreamConnect;
+    case http::ForwardOutcome::kTimedOut: return ReleaseReason::kUpstreamTimeout;
+    case http::ForwardOutcome::kClientGone: return ReleaseReason::kClientGone;
+    case http::ForwardOutcome::kShutdown: return ReleaseReason::kShutdown;
+    case http::ForwardOutcome::kNotForwarded:
+      return result.status == 429 ? ReleaseReason::kAdmission : ReleaseReason::kResponseError;
+    case http::ForwardOutcome::kCompleted:
+    case http::ForwardOutcome::kUpstreamFailed:
+    case http::ForwardOutcome::kRequestTooLarge:
+    case http::ForwardOutcome::kBadRequest: break;
+  }
+  return ReleaseReason::kResponseError;
+}
+
+// Holds the reservation of a request that went upstream and settles it
+// exactly once: stores the response when it is final, else releases the key
+// so that a retry runs again (SPEC §4.3).
+class Settlement final : public http::ForwardObserver {
+ public:
+  Settlement(core::Engine& engine, admin::GatewayMetrics* metrics, const RouteIdempotency& rules,
+             MetricScope scope, core::Reservation reservation)
+      : engine_(engine), metrics_(metrics), rules_(rules), scope_(scope), reservation_(std::move(reservation)) {}
+
+  Task<void> OnResponse(http::CapturedResponse& captured) override {
+    if (settled_) co_return;
+    settled_ = true;
+    const bool terminal = MarkedTerminal(captured.stripped, rules_.terminal_header);
+    const core::Classification c =
+        core::ClassifyResponse(captured.response.status, rules_.store_server_errors, terminal);
+    if (c.disposition == core::Disposition::kRelease) {
+      co_await Release(c.reason);
+      co_return;
+    }
+    // The proxy has already framed what the client gets; the captured copy is ours.
+    const Status stored = co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention);
+    if (stored.ok()) {
+      if (metrics_ != nullptr) metrics_->Stored(scope_);
+      co_return;
+    }
+    if (stored.code() == StatusCode::kFailedPrecondition) {
+      // Another request took the key over after our lease ended; its outcome wins.
+      if (metrics_ != nullptr) metrics_->Conflict(scope_, ConflictReason::kLeaseLost);
+      LogWarn("response not stored: the reservation was taken over after its lease ended",
+              {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
+      co_return;
+    }
+    if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kComplete);
+    LogError("response not stored: the store failed",
+             {{"key", reservation_.key}, {"error", stored.message()}});
+    co_await Release(stored.code() == StatusCode::kResourceExhausted ? ReleaseReason::kStoreFull
+                                                                       : ReleaseReason::kResponseError);
+  }
+
+  Task<void> OnFinished(const http::ForwardResult& result) override {
+    if (settled_) co_return;
+    settled_ = true;
+    co_await Release(ReasonForTransport(result));
+  }
+
+ private:
+  Task<void> Release(ReleaseReason reason) {
+    const Status released = co_await engine_.Release(reservation_);
+    if (released.ok()) {
+      if (metrics_ != nullptr) metrics_->ReservationReleased(scope_, reason);
+    } else if (released.code() != StatusCode::kFailedPrecondition) {
+      // Unreleased, the key waits for its lease to end before a retry runs again.
+      if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kRelease);
+      LogError("reservation not released: the store failed",
+               {{"key", reservation_.key}, {"error", released.message()}});
+    }
+  }
+
+  core::Engine& engine_;
+  admin::GatewayMetrics* metrics_;
+  const RouteIdempotency& rules_;
+  MetricScope scope_;
+  core::Reservation reservation_;
+  bool settled_ = false;
+};
+
+http::Response ToResponse(core::StoredResponse stored) {
+  http::Response r;
+  r.status = stored.status;
+  r.headers = std::move(stored.headers);
+  r.body = std::move(stored.body);
+  return r;
+}
+
+}  // namespace
+
+IdempotencyStage::IdempotencyStage(core::Engine& engine, IdempotencyStageOptions options)
+    : engine_(engine), options_(options) {}
+
+bool IdempotencyStage::WantsBody(const RequestContext& ctx) const {
+  const RouteIdempotency& rules = ctx.route->idempotency;
+  if (rules.dedup != config::DedupMode::kGateway) return false;
+  switch (rules.policy) {
+    case config::Policy::kWebhook: return rules.HandlesMethod(ctx.head->method);
+    case config::Policy::kRequired:
+    case config::Policy::kOptional:
+      return rules.HandlesMethod(ctx.head->method) && ctx.head->Count(rules.header) > 0;
+    case config::Policy::kPassthrough:
+    case config::Policy::kProhibited: return false;
+  }
+  return false;
+}
+
+Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
+  const RouteIdempotency& rules = ctx.route->idempotency;
+  admin::GatewayMetrics* metrics = options_.metrics;
+  const MetricScope scope = ScopeOf(ctx);
+  ctx.log.idempotency_case = std::string(rules.case_name);
+
+  if (rules.policy == config::Policy::kPassthrough) co_return IdempotencyDecision::Forward();
+  if (rules.policy == config::Policy::kProhibited) {
+    // Every method: a key on such a route is a client mistake whatever it asks.
+    if (ctx.head->Count(rules.header) == 0) co_return IdempotencyDecision::Forward();
+    if (metrics != nullptr) metrics->KeyInvalid(scope, "prohibited");
+    co_return Refuse(ctx, http::ProblemCode::kKeyProhibited,
+                     "route " + ctx.route->id + " does not accept an " + rules.header + " header",
+                     "key_prohibited");
+  }
+  if (!rules.HandlesMethod(ctx.head->method)) co_return IdempotencyDecision::Forward();
+
+  std::string raw;
+  if (rules.policy == config::Policy::kWebhook) {
+    if (!ctx.webhook_key) {
+      if (metrics != nullptr) metrics->TranslationFailed(scope, ctx.route->config->idempotency.provider);
+      co_return Refuse(ctx, http::ProblemCode::kTranslationFailed,
+                       "no event id to use as the idempotency key", "translation_failed");
+    }
+    raw = *ctx.webhook_key;
+    ctx.log.idempotency_source = "webhook";
+  } else {
+    const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
+    if (lines.empty()) {
+      if (rules.policy == config::Policy::kOptional) co_return IdempotencyDecision::Forward();
+      if (metrics != nullptr) metrics->KeyMissing(scope, "required");
+      co_return Refuse(ctx, http::ProblemCode::kMissingKey,
+                       "route " + ctx.route->id + " requires an " + rules.header + " header on " +
+                           std::string(ctx.head->method),
+                       "missing_key");
+    }
+    core::ParsedKey parsed = core::ParseIdempotencyKey(lines, rules.key);
+    if (!parsed.ok()) {
+      if (metrics != nullptr) metrics->KeyInvalid(scope, core::KeyErrorReason(parsed.error));
+      co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error), "invalid_key");
+    }
+    raw = std::move(parsed.key);
+    ctx.log.idempotency_source = "header";
+  }
+  if (metrics != nullptr) metrics->KeyPresent(scope, rules.case_name);
+
+  const core::Caller caller{ctx.tenant, ctx.project, ctx.subject};
+  std::string scoped = core::ScopedKey(rules.scope, caller, ctx.route->id, raw);
+  ctx.log.idempotency_key_namespaced = scoped;
+
+  IdempotencyDecision decision;
+  http::ForwardRequest& fr = decision.forward;
+  switch (rules.forward_key) {
+    case config::ForwardKey::kNamespaced:
+      fr.set_headers.push_back({rules.header, core::SerializeKeyAsSfString(scoped)});
+      break;
+    case config::ForwardKey::kRaw:
+      if (ctx.log.idempotency_source == "webhook") {
+        fr.set_headers.push_back({rules.header, core::SerializeKeyAsSfString(raw)});
+      }
+      break;
+    case config::ForwardKey::kNone: fr.remove_headers.push_back(rules.header); break;
+  }
+  // A client cannot make its request, or the upstream its response, look replayed.
+  fr.remove_headers.push_back(rules.replay_header);
+  if (rules.dedup == config::DedupMode::kUpstream) co_return decision;
+
+  core::FingerprintRequest fp;
+  fp.method = ctx.head->method;
+  fp.route_id = ctx.route->id;
+  fp.target = ctx.head->path_and_query;
+  fp.headers.reserve(ctx.head->headers.size());
+  for (const http::HeaderView& h : ctx.head->headers) fp.headers.push_back({h.name, h.value});
+  fp.body = ctx.body;
+
+  core::KeyedRequest request;
+  request.key = std::move(scoped);
+  request.fingerprint = core::ComputeFingerprint(fp, rules.fingerprint);
+  request.lease = rules.lease;
+  request.in_flight = rules.in_flight;
+  request.wait_timeout = rules.wait_timeout;
+  core::BeginResult begun = co_await engine_.Begin(std::move(request));
+  if (begun.waited && metrics != nullptr) metrics->Waited(scope);
+
+  switch (begun.outcome) {
+    case core::BeginOutcome::kProceed: {
+      core::Reservation& reservation = begun.reservation;
+      if (metrics != nullptr) metrics->CacheMiss(scope);
+      if (begun.taken_over) {
+        if (metrics != nullptr) metrics->LeaseExpired(scope);
+        LogWarn("lease expired; the key is taken over and the request runs again",
+                {{"key", reservation.key},
+                 {"previous_operation_id",
+                  begun.record ? std::string_view(begun.record->operation_id) : std::string_view()},
+                 {"operation_id", reservation.operation_id}});
+      }
+      ctx.log.operation_id = reservation.operation_id;
+      ctx.log.cache_hit = false;
+      fr.strip_response_headers = {rules.terminal_header, rules.replay_header, std::string(core::kOperationIdHeader)};
+      fr.add_response_headers.push_back({std::string(core::kOperationIdHeader), reservation.operation_id});
+      fr.capture_max_body_bytes = rules.max_response_bytes;
+      decision.observer =
+          std::make_unique<Settlement>(engine_, metrics, rules, scope, std::move(reservation));
+      co_return decision;
+    }
+    case core::BeginOutcome::kReplay: {
+      const core::Record& record = *begun.record;
+      if (metrics != nullptr) metrics->CacheHit(scope, record.response.status);
+      ctx.log.operation_id = record.operation_id;
+      ctx.log.cache_hit = true;
+      ctx.log.outcome = "replayed";
+      co_return IdempotencyDecision::Respond(
+          ToResponse(core::BuildReplay(record, rules.replay_header, engine_.clock().NowMillis())));
+    }
+    case core::BeginOutcome::kKeyReused:
+      if (metrics != nullptr) metrics->Conflict(scope, ConflictReason::kFingerprintMismatch);
+      co_return Refuse(ctx, http::ProblemCode::kKeyReused,
+                       "this key was already used with a different request; use a new key for a new request",
+                       "key_reused");
+    case core::BeginOutcome::kInFlight:
+      if (metrics != nullptr) {
+        metrics->Conflict(scope, begun.waited ? ConflictReason::kWaitTimeout : ConflictReason::kInFlight);
+      }
+      co_return Refuse(ctx, http::ProblemCode::kRequestInFlight,
+                       begun.waited ? "the original request with this key is still in flight after waiting"
+                                    : "the original request with this key is still in flight; retry later",
+                       "in_flight", begun.retry_after);
+    case core::BeginOutcome::kStoreError:
+      break;
+  }
+
+  if (metrics != nullptr) metrics->StoreError(scope, StoreOp::kReserve);
+  if (options_.on_error == config::OnError::kFailOpen) {
+    if (metrics != nullptr) metrics->FailOpen(scope);
+    LogWarn("store failed; forwarding without deduplication (store.on_error: fail_open)",
+            {{"route", ctx.route->id}, {"error", begun.status.message()}});
+    co_return decision;
+  }
+  LogError("store failed; refusing the keyed request (store.on_error: fail_closed)",
+           {{"route", ctx.route->id}, {"error", begun.status.message()}});
+  co_return Refuse(ctx, http::ProblemCode::kStoreUnavailable,
+                   "the idempotency store is unavailable; retry later", "store_unavailable",
+                   std::chrono::seconds(1));
+}
+
+}  // namespace idemgate::gateway
