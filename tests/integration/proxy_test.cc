@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fakes/testing.h"
+#include "integration/harness.h"
 
 namespace idemgate::testing {
 namespace {
@@ -86,67 +87,6 @@ std::string Pattern(std::size_t n) {
   s.reserve(n);
   for (std::size_t i = 0; i < n; ++i) s += static_cast<char>('a' + i % 26);
   return s;
-}
-
-json::object ParseObject(const std::string& body) {
-  boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec || !v.is_object()) {
-    ADD_FAILURE() << "not a JSON object: " << body;
-    return {};
-  }
-  return std::move(v.as_object());
-}
-
-// Asserts the RFC 9457 shape of SPEC §4.5. `code` empty: any code.
-void ExpectProblem(const HttpResponse& res, int status, const std::string& code) {
-  SCOPED_TRACE("problem response: " + res.body);
-  EXPECT_EQ(res.status, status);
-  const auto content_type = res.Header("Content-Type").value_or("");
-  EXPECT_TRUE(content_type.starts_with("application/problem+json")) << content_type;
-  auto o = ParseObject(res.body);
-  ASSERT_TRUE(o.contains("type") && o["type"].is_string());
-  ASSERT_TRUE(o.contains("title") && o["title"].is_string());
-  ASSERT_TRUE(o.contains("status") && o["status"].is_int64());
-  ASSERT_TRUE(o.contains("detail") && o["detail"].is_string());
-  ASSERT_TRUE(o.contains("code") && o["code"].is_string());
-  EXPECT_EQ(o["status"].as_int64(), status);
-  EXPECT_FALSE(o["title"].as_string().empty());
-  const std::string actual_code(o["code"].as_string());
-  EXPECT_EQ(std::string(o["type"].as_string()), "urn:idemgate:problem:" + actual_code);
-  if (!code.empty()) {
-    EXPECT_EQ(actual_code, code);
-  }
-}
-
-// The [name, value] pairs fake_upstream's /echo reports, in order.
-std::vector<HeaderField> EchoedHeaders(json::object& echo) {
-  std::vector<HeaderField> out;
-  if (!echo.contains("headers")) return out;
-  for (const auto& h : echo["headers"].as_array()) {
-    out.push_back({json::value_to<std::string>(h.as_array()[0]),
-                   json::value_to<std::string>(h.as_array()[1])});
-  }
-  return out;
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::vector<std::string> Values(const std::vector<HeaderField>& headers, std::string_view name) {
-  std::vector<std::string> out;
-  for (const auto& h : headers) {
-    if (IEquals(h.name, name)) out.push_back(h.value);
-  }
-  return out;
 }
 
 class ProxyTest : public ::testing::Test {

@@ -1,0 +1,153 @@
+#include "integration/harness.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cctype>
+#include <charconv>
+#include <iostream>
+
+namespace idemgate::testing {
+
+namespace json = boost::json;
+
+json::object ParseObject(const std::string& body) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) {
+    ADD_FAILURE() << "not a JSON object: " << body;
+    return {};
+  }
+  return std::move(v.as_object());
+}
+
+void ExpectProblem(const HttpResponse& res, int status, const std::string& code) {
+  SCOPED_TRACE("problem response: " + res.body);
+  EXPECT_EQ(res.status, status);
+  const auto content_type = res.Header("Content-Type").value_or("");
+  EXPECT_TRUE(content_type.starts_with("application/problem+json")) << content_type;
+  auto o = ParseObject(res.body);
+  ASSERT_TRUE(o.contains("type") && o["type"].is_string());
+  ASSERT_TRUE(o.contains("title") && o["title"].is_string());
+  ASSERT_TRUE(o.contains("status") && o["status"].is_int64());
+  ASSERT_TRUE(o.contains("detail") && o["detail"].is_string());
+  ASSERT_TRUE(o.contains("code") && o["code"].is_string());
+  EXPECT_EQ(o["status"].as_int64(), status);
+  EXPECT_FALSE(o["title"].as_string().empty());
+  const std::string actual_code(o["code"].as_string());
+  EXPECT_EQ(std::string(o["type"].as_string()), "urn:idemgate:problem:" + actual_code);
+  if (!code.empty()) {
+    EXPECT_EQ(actual_code, code);
+  }
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Values(const std::vector<HeaderField>& headers, std::string_view name) {
+  std::vector<std::string> out;
+  for (const auto& h : headers) {
+    if (IEquals(h.name, name)) out.push_back(h.value);
+  }
+  return out;
+}
+
+std::vector<HeaderField> EchoedHeaders(json::object& echo) {
+  std::vector<HeaderField> out;
+  if (!echo.contains("headers")) return out;
+  for (const auto& h : echo["headers"].as_array()) {
+    out.push_back({json::value_to<std::string>(h.as_array()[0]), json::value_to<std::string>(h.as_array()[1])});
+  }
+  return out;
+}
+
+StatusOr<Server> StartFakeUpstream(const TempDir& dir, int threads, std::string_view name) {
+  return StartServer(IDEMGATE_FAKE_UPSTREAM_PATH, {"--port", "0", "--threads", std::to_string(threads)},
+                     dir.Join(std::string(name) + ".ready"));
+}
+
+GatewayProcess::GatewayProcess(Server server, std::string stdout_path, std::string stderr_path)
+    : server_(std::move(server)), stdout_path_(std::move(stdout_path)), stderr_path_(std::move(stderr_path)) {
+  auto endpoint = server_.Endpoint("listen");
+  if (endpoint.ok()) endpoint_ = *endpoint;
+}
+
+StatusOr<GatewayProcess> GatewayProcess::Start(const TempDir& dir, const std::string& yaml,
+                                               std::vector<std::pair<std::string, std::string>> env,
+                                               std::string_view name) {
+  const std::string base(name);
+  auto config = WriteConfig(dir, yaml, base + ".yaml");
+  if (!config.ok()) return config.status();
+  ProcessOptions options;
+  options.stdout_path = dir.Join(base + ".out");
+  options.stderr_path = dir.Join(base + ".err");
+  options.env = std::move(env);
+  auto server = StartServer(IDEMGATE_BIN, {"--config", *config}, dir.Join(base + ".ready"), options);
+  if (!server.ok()) {
+    return Status(server.status().code(), server.status().message() + "\nstderr:\n" +
+                                              ReadFileOrEmpty(options.stderr_path) + "\nstdout:\n" +
+                                              ReadFileOrEmpty(options.stdout_path));
+  }
+  return GatewayProcess(std::move(*server), options.stdout_path, options.stderr_path);
+}
+
+HostPort GatewayProcess::admin() const {
+  auto admin = server_.Endpoint("admin");
+  EXPECT_TRUE(admin.ok()) << admin.status().ToString();
+  return admin.ok() ? *admin : HostPort{};
+}
+
+void GatewayProcess::Stop(Millis timeout) {
+  if (server_.process.Running()) {
+    EXPECT_TRUE(server_.process.Signal(SIGTERM).ok());
+  }
+  auto status = server_.process.WaitExit(timeout);
+  EXPECT_TRUE(status.has_value()) << "idemgate did not exit within " << timeout.count() << "ms of SIGTERM";
+  if (status) {
+    EXPECT_TRUE(status->exited && status->code == 0) << "idemgate ended with " << status->ToString();
+  }
+}
+
+void GatewayProcess::DumpLogs(std::size_t max_bytes) const {
+  for (const std::string& path : {stdout_path_, stderr_path_}) {
+    std::string text = ReadFileOrEmpty(path);
+    if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
+    std::cerr << "---- " << path << " ----\n" << text << "\n";
+  }
+}
+
+HttpRequest KeyedPost(std::string target, std::string_view key, std::string body) {
+  HttpRequest req{.method = "POST", .target = std::move(target)};
+  if (!key.empty()) req.headers.push_back({"Idempotency-Key", "\"" + std::string(key) + "\""});
+  req.headers.push_back({"Content-Type", "application/json"});
+  req.body = std::move(body);
+  return req;
+}
+
+std::optional<double> MetricValue(std::string_view page, std::string_view series) {
+  std::size_t pos = 0;
+  while (pos < page.size()) {
+    std::size_t end = page.find('\n', pos);
+    if (end == std::string_view::npos) end = page.size();
+    std::string_view line = page.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
+      std::string value(line.substr(series.size() + 1));
+      try {
+        return std::stod(value);
+      } catch (...) {
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace idemgate::testing

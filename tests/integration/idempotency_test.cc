@@ -1,0 +1,482 @@
+// Integration tests of the idempotency engine end to end (SPEC §3, §4): the
+// real idemgate binary with the memory store in front of fake_upstream,
+// which counts its executions. Each test starts a gateway whose single route
+// (`api`, every path) carries the `idempotency` settings under test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/harness.h"
+
+namespace idemgate::testing {
+namespace {
+
+namespace json = boost::json;
+
+struct GatewaySetup {
+  std::string idempotency = "{ policy: required }";  // the route's idempotency mapping
+  std::string route_extra;                           // more keys of the route
+  std::string store = "{ kind: memory }";
+  std::string upstream_timeout = "10s";
+};
+
+std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
+  std::ostringstream y;
+  y << "listen: 127.0.0.1:0\n"
+    << "workers: 2\n"
+    << "shutdown_grace: 10s\n"
+    << "admin: { listen: 127.0.0.1:0 }\n"
+    << "store: " << s.store << "\n"
+    << "log: { level: info, format: json }\n"
+    << "upstreams:\n"
+    << "  fake: { url: http://" << fake.ToString() << ", timeout: " << s.upstream_timeout
+    << ", connect_timeout: 2s, max_connections: 256 }\n"
+    << "routes:\n"
+    << "  - id: api\n"
+    << "    match: { path_prefix: / }\n"
+    << "    upstream: fake\n"
+    << s.route_extra << "    idempotency: " << s.idempotency << "\n";
+  return y.str();
+}
+
+class IdempotencyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fake_dir_ = new TempDir();
+    auto fake = StartFakeUpstream(*fake_dir_, 4);
+    ASSERT_TRUE(fake.ok()) << fake.status().ToString();
+    fake_ = new Server(std::move(*fake));
+  }
+  static void TearDownTestSuite() {
+    delete fake_;
+    fake_ = nullptr;
+    delete fake_dir_;
+    fake_dir_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(fake_, nullptr);
+    fake_endpoint_ = fake_->Endpoint().value();
+    ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
+  }
+
+  void TearDown() override {
+    if (!gateway_) return;
+    if (HasFailure()) gateway_->DumpLogs();
+    gateway_->Stop();
+    gateway_.reset();
+  }
+
+  void Start(const GatewaySetup& setup) {
+    auto g = GatewayProcess::Start(dir_, ConfigYaml(fake_endpoint_, setup));
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    gateway_.emplace(std::move(*g));
+  }
+
+  HttpResponse Send(const HttpRequest& req) {
+    auto res = SendRequest(gateway_->endpoint(), req);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    return res.ok() ? *res : HttpResponse{};
+  }
+
+  std::uint64_t Executions() {
+    auto stats = FetchFakeStats(fake_endpoint_);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    return stats.ok() ? stats->executions : 0;
+  }
+
+  std::string Metrics() {
+    auto res = SendRequest(gateway_->admin(), HttpRequest{.target = "/metrics"});
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    return res.ok() ? res->body : "";
+  }
+
+  static TempDir* fake_dir_;
+  static Server* fake_;
+
+  TempDir dir_;
+  HostPort fake_endpoint_;
+  std::optional<GatewayProcess> gateway_;
+};
+
+TempDir* IdempotencyTest::fake_dir_ = nullptr;
+Server* IdempotencyTest::fake_ = nullptr;
+
+TEST_F(IdempotencyTest, ReplayedKeyExecutesOnceAndReplaysTheOriginal) {
+  Start({});
+  HttpRequest req = KeyedPost("/echo/pay", "order-1", R"({"amount":1000,"currency":"EUR"})");
+  req.headers.push_back({"X-Echo-Set-Cookie", "a=1; Path=/"});
+  req.headers.push_back({"X-Echo-Set-Cookie", "b=2; Path=/"});
+  req.headers.push_back({"X-Echo-Header", "X-Custom: original"});
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+  const auto op = first.Header("X-Operation-Id");
+  ASSERT_TRUE(op.has_value());
+  EXPECT_TRUE(op->starts_with("op_")) << *op;
+
+  // The retry spells the key as a bare token and the JSON with other order
+  // and spacing: the same key, the same request.
+  HttpRequest retry = req;
+  retry.headers[0] = {"Idempotency-Key", "order-1"};
+  retry.body = R"({ "currency": "EUR",  "amount": 1000 })";
+  // A client cannot mark its own request as a replay.
+  retry.headers.push_back({"Idempotent-Replayed", "true"});
+  for (int i = 0; i < 3; ++i) {
+    const HttpResponse again = Send(retry);
+    EXPECT_EQ(again.status, 200);
+    EXPECT_EQ(again.body, first.body);
+    EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(again.Header("X-Operation-Id"), op);
+    EXPECT_EQ(again.Headers("Set-Cookie"), (std::vector<std::string>{"a=1; Path=/", "b=2; Path=/"}));
+    EXPECT_EQ(again.Header("X-Custom"), "original");
+    EXPECT_EQ(again.Header("Content-Type"), first.Header("Content-Type"));
+  }
+  EXPECT_EQ(Executions(), 1u);
+  // The upstream saw the namespaced key, not the client's.
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-_:_:_:api:order-1\""}));
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_cache_hit_total{tenant="_",project="_",route="api",status="200"})"),
+            3.0)
+      << metrics;
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_stored_total{tenant="_",project="_",route="api"})"), 1.0);
+}
+
+TEST_F(IdempotencyTest, ChangedPayloadIs422AndLeavesTheRecordUsable) {
+  Start({});
+  const HttpResponse first = Send(KeyedPost("/echo", "k-422", R"({"amount":1})"));
+  ASSERT_EQ(first.status, 200);
+  const HttpResponse changed = Send(KeyedPost("/echo", "k-422", R"({"amount":2})"));
+  ExpectProblem(changed, 422, "key-reused");
+  // Another path is another request too.
+  ExpectProblem(Send(KeyedPost("/echo/other", "k-422", R"({"amount":1})")), 422, "key-reused");
+  const HttpResponse again = Send(KeyedPost("/echo", "k-422", R"({"amount":1})"));
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(IdempotencyTest, ConcurrentDuplicateIs409InRejectMode) {
+  Start({.idempotency = "{ policy: required, in_flight: reject }"});
+  std::optional<HttpResponse> original;
+  std::thread slow([&] { original = Send(KeyedPost("/slow?ms=1500", "k-409")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  const HttpResponse dup = Send(KeyedPost("/slow?ms=1500", "k-409"));
+  ExpectProblem(dup, 409, "request-in-flight");
+  ASSERT_TRUE(dup.Header("Retry-After").has_value());
+  EXPECT_GE(std::stoi(*dup.Header("Retry-After")), 1);
+  slow.join();
+  ASSERT_TRUE(original.has_value());
+  EXPECT_EQ(original->status, 200);
+  // Once it landed the duplicate is a replay.
+  const HttpResponse after = Send(KeyedPost("/slow?ms=1500", "k-409"));
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.body, original->body);
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(IdempotencyTest, FiftyConcurrentDuplicatesInWaitModeExecuteOnce) {
+  Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 20s }"});
+  constexpr int kClients = 50;
+  std::vector<std::optional<HttpResponse>> results(kClients);
+  std::vector<std::thread> threads;
+  std::atomic<int> go{0};
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      go.fetch_add(1);
+      while (go.load() < kClients) std::this_thread::yield();
+      auto res = SendRequest(gateway_->endpoint(), KeyedPost("/slow?ms=500", "k-wait", R"({"n":1})"), 30s);
+      if (res.ok()) results[i] = *res;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(Executions(), 1u);
+  int replays = 0;
+  std::optional<std::string> op;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(results[i].has_value()) << "client " << i << " got no response";
+    EXPECT_EQ(results[i]->status, 200) << results[i]->body;
+    EXPECT_EQ(results[i]->body, results[0]->body);
+    if (!op) op = results[i]->Header("X-Operation-Id");
+    EXPECT_EQ(results[i]->Header("X-Operation-Id"), op);
+    if (results[i]->Header("Idempotent-Replayed") == "true") ++replays;
+  }
+  EXPECT_EQ(replays, kClients - 1);
+}
+
+TEST_F(IdempotencyTest, WaitModeGives409WhenTheOriginalOutlastsTheWait) {
+  Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 300ms }"});
+  std::thread slow([&] { Send(KeyedPost("/slow?ms=2000", "k-wait-timeout")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  ExpectProblem(Send(KeyedPost("/slow?ms=2000", "k-wait-timeout")), 409, "request-in-flight");
+  slow.join();
+  EXPECT_EQ(Executions(), 1u);
+  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="wait_timeout"})"),
+            1.0);
+}
+
+TEST_F(IdempotencyTest, EveryInvalidKeyClassIs400) {
+  Start({});
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"\"a\"", "\"b\""}, "duplicate"},
+      {{"\"a\", \"b\""}, "list"},
+      {{"\"a\";x=1"}, "parameters"},
+      {{"\"\""}, "empty"},
+      {{"\"a\\nb\""}, "bad_string"},
+      {{"\"abc"}, "bad_string"},
+      {{"a b"}, "charset"},
+      {{"a/b"}, "charset"},
+      {{std::string(256, 'k')}, "too_long"},
+      {{"t-abc"}, "reserved_prefix"},
+      {{"a:b"}, "colon"},
+  };
+  for (const auto& [lines, reason] : cases) {
+    SCOPED_TRACE(reason + ": " + lines[0]);
+    HttpRequest req{.method = "POST", .target = "/echo", .body = "{}"};
+    for (const auto& v : lines) req.headers.push_back({"Idempotency-Key", v});
+    ExpectProblem(Send(req), 400, "invalid-key");
+  }
+  ExpectProblem(Send(KeyedPost("/echo", "")), 400, "missing-key");
+  EXPECT_EQ(Executions(), 0u);
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_key_invalid_total{tenant="_",project="_",route="api",reason="bad_string"})"),
+            2.0)
+      << metrics;
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_key_missing_total{tenant="_",project="_",route="api",class="required"})"),
+            1.0);
+  // The longest valid key passes.
+  EXPECT_EQ(Send(KeyedPost("/echo", std::string(255, 'k'))).status, 200);
+}
+
+TEST_F(IdempotencyTest, KeyOnAMethodOutsideTheListIsNotIntercepted) {
+  Start({});
+  HttpRequest get{.method = "GET", .target = "/echo"};
+  get.headers = {{"Idempotency-Key", "\"k-get\""}};
+  for (int i = 0; i < 2; ++i) {
+    const HttpResponse res = Send(get);
+    EXPECT_EQ(res.status, 200);
+    EXPECT_FALSE(res.HasHeader("Idempotent-Replayed"));
+    EXPECT_FALSE(res.HasHeader("X-Operation-Id"));
+    auto echo = ParseObject(res.body);
+    // The header reaches the upstream untouched.
+    EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"), (std::vector<std::string>{"\"k-get\""}));
+  }
+  EXPECT_EQ(Executions(), 2u);
+}
+
+TEST_F(IdempotencyTest, FinalStatusesAreStoredAndServerErrorsAreNot) {
+  Start({});
+  // 404 is final: replayed.
+  EXPECT_EQ(Send(KeyedPost("/status/404", "k-404")).status, 404);
+  const HttpResponse replay404 = Send(KeyedPost("/status/404", "k-404"));
+  EXPECT_EQ(replay404.status, 404);
+  EXPECT_EQ(replay404.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+  // 500 is not: the retry runs again.
+  EXPECT_EQ(Send(KeyedPost("/status/500", "k-500")).status, 500);
+  const HttpResponse again500 = Send(KeyedPost("/status/500", "k-500"));
+  EXPECT_EQ(again500.status, 500);
+  EXPECT_FALSE(again500.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 3u);
+  // Neither are 408/409/425/429.
+  for (int code : {408, 409, 425, 429}) {
+    const std::string target = "/status/" + std::to_string(code);
+    const std::string key = "k-" + std::to_string(code);
+    EXPECT_EQ(Send(KeyedPost(target, key)).status, code);
+    EXPECT_FALSE(Send(KeyedPost(target, key)).HasHeader("Idempotent-Replayed")) << code;
+  }
+  EXPECT_EQ(Executions(), 11u);
+  // The terminal header makes a 503 final and never reaches the client.
+  HttpRequest terminal = KeyedPost("/status/503", "k-terminal");
+  terminal.headers.push_back({"X-Terminal", "1"});
+  const HttpResponse t1 = Send(terminal);
+  EXPECT_EQ(t1.status, 503);
+  EXPECT_FALSE(t1.HasHeader("Idempotency-Terminal"));
+  const HttpResponse t2 = Send(terminal);
+  EXPECT_EQ(t2.status, 503);
+  EXPECT_EQ(t2.Header("Idempotent-Replayed"), "true");
+  EXPECT_FALSE(t2.HasHeader("Idempotency-Terminal"));
+  EXPECT_EQ(Executions(), 12u);
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="server_error"})"),
+            2.0)
+      << metrics;
+}
+
+TEST_F(IdempotencyTest, StoreServerErrorsStoresA500) {
+  Start({.idempotency = "{ policy: required, store_server_errors: true }"});
+  EXPECT_EQ(Send(KeyedPost("/status/500", "k-500s")).status, 500);
+  const HttpResponse again = Send(KeyedPost("/status/500", "k-500s"));
+  EXPECT_EQ(again.status, 500);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(IdempotencyTest, AdmissionRefusalDoesNotPoisonTheKey) {
+  Start({.route_extra = "    max_in_flight: 1\n"});
+  std::thread hog([&] { Send(KeyedPost("/slow?ms=1500", "k-hog")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  const HttpResponse refused = Send(KeyedPost("/echo", "k-admission"));
+  ExpectProblem(refused, 429, "too-many-requests");
+  EXPECT_TRUE(refused.HasHeader("Retry-After"));
+  hog.join();
+  // The same key runs now: the 429 released its reservation.
+  const HttpResponse later = Send(KeyedPost("/echo", "k-admission"));
+  EXPECT_EQ(later.status, 200) << later.body;
+  EXPECT_FALSE(later.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 2u);
+  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="admission"})"),
+            1.0);
+}
+
+TEST_F(IdempotencyTest, ExpiredLeaseIsTakenOverAndTheLoserCannotOverwrite) {
+  Start({.idempotency = "{ policy: required, lease: 500ms }"});
+  std::optional<HttpResponse> original;
+  std::thread slow([&] { original = Send(KeyedPost("/slow?ms=2000", "k-lease")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  // While the lease holds, a duplicate is refused; once it ended, it takes over.
+  const bool taken = PollUntil(
+      [&] {
+        const HttpResponse r = Send(KeyedPost("/slow?ms=10", "k-lease", "{}"));
+        if (r.status == 409) return false;
+        EXPECT_EQ(r.status, 422) << r.body;  // another target: another fingerprint
+        return true;
+      },
+      10s, 100ms);
+  EXPECT_TRUE(taken);
+  // The same request takes over.
+  const bool took_over = PollUntil(
+      [&] { return Send(KeyedPost("/slow?ms=2000", "k-lease")).status == 200; }, 10s, 100ms);
+  EXPECT_TRUE(took_over);
+  slow.join();
+  ASSERT_TRUE(original.has_value());
+  EXPECT_EQ(original->status, 200);
+  EXPECT_EQ(Executions(), 2u);
+  // The record is the new owner's: its execution number is 2.
+  const HttpResponse replay = Send(KeyedPost("/slow?ms=2000", "k-lease"));
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(ParseObject(replay.body)["execution"], 2);
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_lease_expired_total{tenant="_",project="_",route="api"})"), 1.0)
+      << metrics;
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="lease_lost"})"),
+            1.0);
+}
+
+TEST_F(IdempotencyTest, ResponseAboveTheCapStreamsThroughAndReplaysWithoutBody) {
+  Start({.idempotency = "{ policy: required, max_response_bytes: 1KiB }"});
+  const HttpResponse first = Send(KeyedPost("/large?bytes=5000", "k-large"));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.size(), 5000u);
+  const HttpResponse replay = Send(KeyedPost("/large?bytes=5000", "k-large"));
+  EXPECT_EQ(replay.status, 200);
+  EXPECT_TRUE(replay.body.empty());
+  EXPECT_EQ(replay.Header("Idempotency-Replay"), "omitted");
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+  // A body at the cap is kept.
+  const HttpResponse small = Send(KeyedPost("/large?bytes=1024", "k-small"));
+  EXPECT_EQ(Send(KeyedPost("/large?bytes=1024", "k-small")).body, small.body);
+}
+
+TEST_F(IdempotencyTest, RetentionExpiryMakesTheKeyNew) {
+  Start({.idempotency = "{ policy: required, retention: 1s }"});
+  EXPECT_EQ(Send(KeyedPost("/echo", "k-ret")).status, 200);
+  EXPECT_EQ(Send(KeyedPost("/echo", "k-ret")).Header("Idempotent-Replayed"), "true");
+  // Poll until the record expired: the next request runs again.
+  const bool renewed = PollUntil(
+      [&] { return !Send(KeyedPost("/echo", "k-ret")).HasHeader("Idempotent-Replayed"); }, 10s, 200ms);
+  EXPECT_TRUE(renewed);
+  EXPECT_EQ(Executions(), 2u);
+}
+
+TEST_F(IdempotencyTest, OptionalPassthroughAndProhibitedPolicies) {
+  Start({.idempotency = "{ policy: optional }"});
+  // No key: forwarded, not stored.
+  EXPECT_EQ(Send(KeyedPost("/echo", "")).status, 200);
+  EXPECT_EQ(Send(KeyedPost("/echo", "")).status, 200);
+  EXPECT_EQ(Executions(), 2u);
+  // With a key: deduplicated.
+  Send(KeyedPost("/echo", "k-opt"));
+  EXPECT_EQ(Send(KeyedPost("/echo", "k-opt")).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 3u);
+  gateway_->Stop();
+  gateway_.reset();
+
+  Start({.idempotency = "{ policy: passthrough }"});
+  // The header is the upstream's business: forwarded as sent, even when invalid.
+  for (int i = 0; i < 2; ++i) {
+    const HttpResponse r = Send(KeyedPost("/echo", "a:b"));
+    EXPECT_EQ(r.status, 200);
+    auto echo = ParseObject(r.body);
+    EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"), (std::vector<std::string>{"\"a:b\""}));
+  }
+  EXPECT_EQ(Executions(), 5u);
+  gateway_->Stop();
+  gateway_.reset();
+
+  Start({.idempotency = "{ policy: prohibited }"});
+  ExpectProblem(Send(KeyedPost("/echo", "k")), 400, "key-prohibited");
+  EXPECT_EQ(Send(KeyedPost("/echo", "")).status, 200);
+  EXPECT_EQ(Executions(), 6u);
+}
+
+TEST_F(IdempotencyTest, FingerprintHeadersAndJsonFields) {
+  Start({.idempotency =
+             "{ policy: required, fingerprint: { headers: [content-type, x-account], json_fields: [/amount] } }"});
+  HttpRequest a = KeyedPost("/echo", "k-fp", R"({"amount":5,"note":"first"})");
+  a.headers.push_back({"X-Account", "acct-1"});
+  EXPECT_EQ(Send(a).status, 200);
+  // Fields outside json_fields do not count; numbers compare by value.
+  HttpRequest b = KeyedPost("/echo", "k-fp", R"({"note":"second","amount":5.0})");
+  b.headers.push_back({"X-Account", "acct-1"});
+  EXPECT_EQ(Send(b).Header("Idempotent-Replayed"), "true");
+  // A header named in fingerprint.headers does.
+  HttpRequest c = b;
+  c.headers.back().value = "acct-2";
+  ExpectProblem(Send(c), 422, "key-reused");
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(IdempotencyTest, FullMemoryStoreFailsClosedOrOpen) {
+  // A store that refuses even the reservation: 503 (fail_closed) ...
+  Start({.store = "{ kind: memory, max_bytes: 64B }"});
+  const HttpResponse closed = Send(KeyedPost("/echo", "k-full"));
+  ExpectProblem(closed, 503, "store-unavailable");
+  const std::uint64_t before = Executions();
+  EXPECT_EQ(before, 0u);
+  gateway_->Stop();
+  gateway_.reset();
+  // ... or forwarded without deduplication (fail_open).
+  Start({.store = "{ kind: memory, max_bytes: 64B, on_error: fail_open }"});
+  EXPECT_EQ(Send(KeyedPost("/echo", "k-full")).status, 200);
+  EXPECT_EQ(Send(KeyedPost("/echo", "k-full")).status, 200);
+  EXPECT_EQ(Executions(), 2u);
+  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_fail_open_total{tenant="_",project="_",route="api"})"), 2.0);
+}
+
+TEST_F(IdempotencyTest, UnreachableUpstreamReleasesTheKey) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  std::ostringstream y;
+  y << "listen: 127.0.0.1:0\nadmin: { listen: 127.0.0.1:0 }\nstore: { kind: memory }\n"
+    << "upstreams:\n  dead: { url: http://127.0.0.1:" << *port << ", connect_timeout: 500ms }\n"
+    << "routes:\n  - id: api\n    match: { path_prefix: / }\n    upstream: dead\n"
+    << "    idempotency: { policy: required }\n";
+  auto g = GatewayProcess::Start(dir_, y.str());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  gateway_.emplace(std::move(*g));
+  for (int i = 0; i < 2; ++i) ExpectProblem(Send(KeyedPost("/echo", "k-dead")), 502, "upstream-unavailable");
+  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="upstream_connect"})"),
+            2.0);
+}
+
+}  // namespace
+}  // namespace idemgate::testing
