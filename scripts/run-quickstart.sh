@@ -126,6 +126,12 @@ Try, from another terminal:
   # 4. No key on a route that requires one: 400 missing-key
   curl -si -X POST $URL -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "EUR"}'
 
+  # 5. Recovery: fetch the stored outcome of that key without repeating the write
+  curl -si $URL/by-idempotency-key/$KEY
+
+  # 6. What the gateway counted: hits, misses, conflicts per route
+  curl -s http://127.0.0.1:$ADMIN_PORT/admin/stats
+
 Press Ctrl-C to stop both.
 
 EOF

@@ -24,6 +24,7 @@
 #include "gateway/admin_handler.h"
 #include "gateway/gateway.h"
 #include "gateway/idempotency_stage.h"
+#include "gateway/identity_stage.h"
 #include "http/server.h"
 #include "store/factory/store_factory.h"
 
@@ -190,6 +191,7 @@ int Run(const Args& args) {
   metrics.SetStoreStatsSource([store_ptr] { return store_ptr->Stats(); });
   // Declared before the server so that both outlive every request coroutine.
   core::Engine engine(*store_ptr, SystemClock::Instance());
+  gateway::IdentityStage identity;
   gateway::IdempotencyStage idempotency(
       engine, gateway::IdempotencyStageOptions{.on_error = config.store.on_error, .metrics = &metrics});
 
@@ -203,6 +205,7 @@ int Run(const Args& args) {
   gateway_options.workers = server.worker_count();
   gateway_options.metrics = &metrics;
   gateway_options.idempotency = &idempotency;
+  gateway_options.identity = &identity;
   auto created = gateway::Gateway::Create(config, gateway_options);
   if (!created.ok()) {
     Print(stderr, "idemgate: " + created.status().message() + "\n");

@@ -308,6 +308,10 @@ class Validator {
               "provider is only used with policy: webhook (policy is " +
                   std::string(Name(idem.policy)) + ")");
       }
+      // Checked after the provider so that a half-written webhook route names its provider first.
+      Check(idem.policy != Policy::kWebhook, idem_path + ".policy",
+            "webhook is not supported yet (webhook providers, SPEC §7, are not implemented); "
+            "use required or optional");
       if (r.recovery && idem.dedup == DedupMode::kUpstream) {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",
               "recovery with dedup: upstream needs recovery_upstream_path");

@@ -312,9 +312,11 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
   line.path = head.path;
   line.status = ex.status_sent() != 0 ? ex.status_sent() : result.status;
   line.duration_ms = duration_ms;
-  if (!ctx.tenant.empty()) line.tenant = ctx.tenant;
-  if (!ctx.project.empty()) line.project = ctx.project;
-  if (!ctx.subject.empty()) line.subject = ctx.subject;
+  // An unknown caller component is "_", as in stored keys and metric labels (SPEC §3.1).
+  auto component = [](const std::string& c) { return c.empty() ? std::string_view("_") : std::string_view(c); };
+  line.tenant = component(ctx.tenant);
+  line.project = component(ctx.project);
+  line.subject = component(ctx.subject);
   line.idempotency_case = opt(ctx.log.idempotency_case);
   if (ctx.log.idempotency_policy) {
     line.idempotency_policy = *ctx.log.idempotency_policy;

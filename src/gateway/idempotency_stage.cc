@@ -1,10 +1,14 @@
 #include "gateway/idempotency_stage.h"
 
+#include <algorithm>
+#include <cctype>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "admin/gateway_metrics.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "core/decision.h"
 #include "core/fingerprint.h"
 #include "core/key.h"
@@ -150,6 +154,66 @@ class Settlement final : public http::ForwardObserver {
   bool settled_ = false;
 };
 
+// The longest `?wait=` a recovery request may ask for.
+constexpr Duration kMaxRecoveryWait = std::chrono::seconds(60);
+constexpr std::string_view kRecoveryMarker = "/by-idempotency-key/";
+
+// The {key} segment of a recovery path under `route`, if `path` is one.
+std::optional<std::string_view> RecoverySegment(const RouteEntry& route, std::string_view path) {
+  if (route.kind != RouteEntry::Kind::kPrefix || !path.starts_with(route.path)) return std::nullopt;
+  std::string_view rest = path.substr(route.path.size());
+  if (!rest.starts_with(kRecoveryMarker)) return std::nullopt;
+  rest.remove_prefix(kRecoveryMarker.size());
+  if (rest.empty() || rest.find('/') != std::string_view::npos) return std::nullopt;
+  return rest;
+}
+
+// The value of `name` in a query string (first occurrence, not decoded).
+std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=') {
+      return pair.substr(name.size() + 1);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+// Percent-encodes everything outside RFC 3986's unreserved set.
+std::string PercentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// `pattern` with every "{key}" replaced by `key`.
+std::string SubstituteKey(std::string_view pattern, std::string_view key) {
+  constexpr std::string_view kPlaceholder = "{key}";
+  std::string out;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t at = pattern.find(kPlaceholder, pos);
+    out.append(pattern.substr(pos, at - pos));
+    if (at == std::string_view::npos) break;
+    out.append(key);
+    pos = at + kPlaceholder.size();
+  }
+  return out;
+}
+
 http::Response ToResponse(core::StoredResponse stored) {
   http::Response r;
   r.status = stored.status;
@@ -183,6 +247,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const MetricScope scope = ScopeOf(ctx);
   ctx.log.idempotency_case = std::string(rules.case_name);
 
+  if (ctx.route->config->recovery && ctx.head->method == "GET" && rules.policy != config::Policy::kProhibited) {
+    if (auto segment = RecoverySegment(*ctx.route, ctx.head->path)) co_return co_await Recover(ctx, *segment);
+  }
   if (rules.policy == config::Policy::kPassthrough) co_return IdempotencyDecision::Forward();
   if (rules.policy == config::Policy::kProhibited) {
     // Every method: a key on such a route is a client mistake whatever it asks.
@@ -320,6 +387,61 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   co_return Refuse(ctx, http::ProblemCode::kStoreUnavailable,
                    "the idempotency store is unavailable; retry later", "store_unavailable",
                    std::chrono::seconds(1));
+}
+
+Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::string_view key) {
+  const RouteIdempotency& rules = ctx.route->idempotency;
+  ctx.log.outcome = "recovery";
+  core::ParsedKey parsed = core::ParseIdempotencyKey({key}, rules.key);
+  if (!parsed.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->KeyInvalid(ScopeOf(ctx), core::KeyErrorReason(parsed.error));
+    co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error), "invalid_key");
+  }
+  Duration wait{0};
+  if (auto text = QueryParam(ctx.head->query, "wait")) {
+    StatusOr<Duration> parsed_wait = ParseDuration(*text);
+    if (!parsed_wait.ok()) {
+      co_return Refuse(ctx, http::ProblemCode::kBadRequest, "wait must be a duration such as 10s or 500ms",
+                       "bad_request");
+    }
+    wait = std::min(*parsed_wait, kMaxRecoveryWait);
+  }
+  const core::Caller caller{ctx.tenant, ctx.project, ctx.subject};
+  std::string scoped = core::ScopedKey(rules.scope, caller, ctx.route->id, parsed.key);
+  ctx.log.idempotency_key_namespaced = scoped;
+  ctx.log.idempotency_source = "recovery";
+
+  if (rules.dedup == config::DedupMode::kUpstream) {
+    // The upstream keeps the outcome under the key it was sent.
+    const std::string_view forwarded = rules.forward_key == config::ForwardKey::kNamespaced
+                                           ? std::string_view(scoped)
+                                           : std::string_view(parsed.key);
+    IdempotencyDecision decision;
+    decision.forward.target = SubstituteKey(ctx.route->config->recovery_upstream_path, PercentEncode(forwarded));
+    co_return decision;
+  }
+
+  core::LookupResult found = co_await engine_.Lookup(std::move(scoped), wait);
+  switch (found.outcome) {
+    case core::LookupOutcome::kCompleted:
+      ctx.log.operation_id = found.record->operation_id;
+      ctx.log.cache_hit = true;
+      co_return IdempotencyDecision::Respond(
+          ToResponse(core::BuildReplay(*found.record, rules.replay_header, engine_.clock().NowMillis())));
+    case core::LookupOutcome::kInFlight:
+      ctx.log.operation_id = found.record->operation_id;
+      co_return Refuse(ctx, http::ProblemCode::kRequestInFlight,
+                       "the request with this key is still in flight; retry later", "in_flight",
+                       found.retry_after);
+    case core::LookupOutcome::kNotFound:
+      co_return Refuse(ctx, http::ProblemCode::kNotFound, "no stored response for this key", "not_found");
+    case core::LookupOutcome::kStoreError:
+      break;
+  }
+  if (options_.metrics != nullptr) options_.metrics->StoreError(ScopeOf(ctx), StoreOp::kGet);
+  LogError("store failed during recovery", {{"route", ctx.route->id}, {"error", found.status.message()}});
+  co_return Refuse(ctx, http::ProblemCode::kStoreUnavailable, "the idempotency store is unavailable; retry later",
+                   "store_unavailable", std::chrono::seconds(1));
 }
 
 }  // namespace idemgate::gateway

@@ -39,6 +39,10 @@ class IdempotencyStage final : public IdempotencyHook {
   Task<IdempotencyDecision> Decide(RequestContext& ctx) override;
 
  private:
+  // SPEC §8: `GET {route path}/by-idempotency-key/{key}[?wait=10s]` on a
+  // route with `recovery: true`; `key` is the last path segment.
+  Task<IdempotencyDecision> Recover(RequestContext& ctx, std::string_view key);
+
   core::Engine& engine_;
   IdempotencyStageOptions options_;
 };

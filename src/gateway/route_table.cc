@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "config/resolve.h"
+
 namespace idemgate::gateway {
 
 bool RouteEntry::MatchesPath(std::string_view request_path) const {
@@ -57,17 +59,14 @@ RouteIdempotency MakeRouteIdempotency(const config::Config& config, const config
   out.case_name = PolicyCaseName(in.policy);
   out.header = in.header;
   out.methods = in.methods;
-  // Without identity every caller is (_, _, _), so only the global scope means anything.
-  const config::Scope fallback =
-      config.identity.mode == config::IdentityMode::kNone ? config::Scope::kGlobal : config::Scope::kSubject;
-  out.scope = ToCore(in.scope.value_or(fallback));
+  out.scope = ToCore(config::EffectiveScope(in, config.identity));
   out.key.max_length = in.key.max_length;
   out.key.extra_charset = in.key.charset;
   out.fingerprint.headers = in.fingerprint.headers;
   out.fingerprint.json = in.fingerprint.json == config::JsonMode::kRaw ? core::JsonMode::kRaw : core::JsonMode::kCanonical;
   out.fingerprint.json_fields = in.fingerprint.json_fields;
   out.in_flight = in.in_flight == config::InFlightMode::kWait ? core::InFlightMode::kWait : core::InFlightMode::kReject;
-  out.lease = in.lease.value_or(upstream.timeout + Duration(5000));
+  out.lease = config::EffectiveLease(in, upstream);
   out.wait_timeout = in.wait_timeout;
   out.retention = in.retention;
   out.max_response_bytes = in.max_response_bytes;

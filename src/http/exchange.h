@@ -91,6 +91,9 @@ struct ForwardRequest {
   std::vector<std::string> strip_response_headers;
   // Added to the response the client sees (after stripping).
   std::vector<Header> add_response_headers;
+  // When non-empty, sent upstream instead of the client's path and query
+  // (after the upstream's base path); origin-form, starting with '/'.
+  std::string target;
   // X-Request-Id sent upstream (replacing the client's lines); empty: the
   // client's lines pass unchanged.
   std::string_view request_id;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "core/record.h"
 
 // Beast-free request and response types shared by the server, the proxy and
@@ -24,10 +25,8 @@ struct Response {
   std::string body;
 };
 
-struct HeaderView {
-  std::string_view name;
-  std::string_view value;
-};
+// One header line as parsed (views into the parser's storage).
+using HeaderView = core::HeaderView;
 
 // The head of one client request, as parsed. Views point into the parser's
 // storage and stay valid until the exchange ends. The server reuses one

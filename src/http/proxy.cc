@@ -103,7 +103,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   out.append(head.method);
   out += ' ';
   out.append(target.base_path);
-  out.append(head.path_and_query);
+  out.append(fr.target.empty() ? head.path_and_query : std::string_view(fr.target));
   out.append(" HTTP/1.1\r\n");
   const bool host_dropped = filter.ShouldDrop("host");
   for (const auto& f : in) {

@@ -229,6 +229,8 @@ std::vector<BadConfig> BadConfigs() {
        "routes[0].idempotency.provider", "policy webhook needs a provider"},
       {"UnknownProvider", WithIdempotency("      policy: webhook\n      provider: paypal\n"), 9,
        "routes[0].idempotency.provider", "unknown provider \"paypal\""},
+      {"WebhookNotSupportedYet", WithIdempotency("      policy: webhook\n      provider: stripe\n"), 8,
+       "routes[0].idempotency.policy", "webhook is not supported yet"},
       {"ProviderOnNonWebhookRoute", WithIdempotency("      provider: stripe\n"), 8,
        "routes[0].idempotency.provider", "provider is only used with policy: webhook"},
 

@@ -297,7 +297,7 @@ routes:
   - id: hooks
     match: { path: "/hooks/{webhook_id}", methods: [POST] }
     upstream: app
-    idempotency: { policy: webhook, provider: github }
+    idempotency: { policy: required }
   - id: workflows
     match: { path_prefix: /restate }
     upstream: restate
@@ -354,8 +354,7 @@ log: { level: debug, format: text }
 
   const Route& hooks = c.routes[1];
   EXPECT_EQ(hooks.match.path, "/hooks/{webhook_id}");
-  EXPECT_EQ(hooks.idempotency.policy, Policy::kWebhook);
-  EXPECT_EQ(hooks.idempotency.provider, "github");
+  EXPECT_EQ(hooks.idempotency.policy, Policy::kRequired);
   EXPECT_EQ(EffectiveScope(hooks.idempotency, c.identity), Scope::kSubject);
 
   const Route& workflows = c.routes[2];

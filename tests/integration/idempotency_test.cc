@@ -22,6 +22,7 @@ struct GatewaySetup {
   std::string route_extra;                           // more keys of the route
   std::string store = "{ kind: memory }";
   std::string upstream_timeout = "10s";
+  std::string identity = "{ mode: none }";
 };
 
 std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
@@ -31,6 +32,7 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
     << "shutdown_grace: 10s\n"
     << "admin: { listen: 127.0.0.1:0 }\n"
     << "store: " << s.store << "\n"
+    << "identity: " << s.identity << "\n"
     << "log: { level: info, format: json }\n"
     << "upstreams:\n"
     << "  fake: { url: http://" << fake.ToString() << ", timeout: " << s.upstream_timeout
@@ -476,6 +478,87 @@ TEST_F(IdempotencyTest, UnreachableUpstreamReleasesTheKey) {
   for (int i = 0; i < 2; ++i) ExpectProblem(Send(KeyedPost("/echo", "k-dead")), 502, "upstream-unavailable");
   EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="upstream_connect"})"),
             2.0);
+}
+
+TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
+  Start({.idempotency = "{ policy: required, in_flight: reject }", .route_extra = "    recovery: true\n"});
+  const HttpResponse original = Send(KeyedPost("/echo/pay", "k-rec", R"({"a":1})"));
+  ASSERT_EQ(original.status, 200);
+  // The route here is every path ("/"), so the recovery path is /by-idempotency-key/{key}.
+  const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/k-rec"});
+  EXPECT_EQ(recovered.status, 200);
+  EXPECT_EQ(recovered.body, original.body);
+  EXPECT_EQ(recovered.Header("X-Operation-Id"), original.Header("X-Operation-Id"));
+  EXPECT_EQ(recovered.Header("Idempotent-Replayed"), "true");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/unknown"}), 404, "not-found");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/a:b"}), 400, "invalid-key");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec?wait=soon"}), 400, "bad-request");
+  EXPECT_EQ(Executions(), 1u);
+
+  // In flight: 409 at once, or the response once it lands with ?wait.
+  std::thread slow([&] { Send(KeyedPost("/slow?ms=1000", "k-rec-slow")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 2; }, 10s));
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec-slow"}), 409, "request-in-flight");
+  const HttpResponse waited = Send(HttpRequest{.target = "/by-idempotency-key/k-rec-slow?wait=10s"});
+  EXPECT_EQ(waited.status, 200);
+  EXPECT_EQ(ParseObject(waited.body)["slept_ms"], 1000);
+  slow.join();
+  EXPECT_EQ(Executions(), 2u);
+}
+
+TEST_F(IdempotencyTest, DedupUpstreamForwardsTheScopedKeyAndRewritesRecovery) {
+  Start({.idempotency = "{ policy: required, dedup: upstream }",
+         .route_extra = "    recovery: true\n    recovery_upstream_path: /echo/attach/{key}\n"});
+  // No storage in the gateway: every request reaches the upstream, with the scoped key.
+  for (int i = 0; i < 2; ++i) {
+    const HttpResponse r = Send(KeyedPost("/echo", "k-up"));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_FALSE(r.HasHeader("Idempotent-Replayed"));
+    auto echo = ParseObject(r.body);
+    EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"), (std::vector<std::string>{"\"t-_:_:_:api:k-up\""}));
+  }
+  // Validation still applies.
+  ExpectProblem(Send(KeyedPost("/echo", "")), 400, "missing-key");
+  const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/k-up"});
+  EXPECT_EQ(recovered.status, 200);
+  EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/t-_%3A_%3A_%3Aapi%3Ak-up");
+  EXPECT_EQ(Executions(), 3u);
+}
+
+TEST_F(IdempotencyTest, TrustedHeadersScopeKeysPerCaller) {
+  Start({.idempotency = "{ policy: required, scope: subject }",
+         .route_extra = "    recovery: true\n",
+         .identity = "{ mode: trusted_headers }"});
+  auto as = [](HttpRequest req, std::string tenant, std::string subject) {
+    req.headers.push_back({"X-Tenant-Id", std::move(tenant)});
+    req.headers.push_back({"X-Project-Id", "p1"});
+    req.headers.push_back({"X-Subject", std::move(subject)});
+    return req;
+  };
+  const HttpResponse alice = Send(as(KeyedPost("/echo", "shared-key"), "acme", "user:alice"));
+  ASSERT_EQ(alice.status, 200) << alice.body;
+  // Another subject, another tenant: the same raw key is another record, so each executes.
+  const HttpResponse bob = Send(as(KeyedPost("/echo", "shared-key"), "acme", "user:bob"));
+  EXPECT_EQ(bob.status, 200);
+  EXPECT_FALSE(bob.HasHeader("Idempotent-Replayed"));
+  const HttpResponse other = Send(as(KeyedPost("/echo", "shared-key"), "globex", "user:alice"));
+  EXPECT_FALSE(other.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 3u);
+  // Alice's retry is hers.
+  const HttpResponse retry = Send(as(KeyedPost("/echo", "shared-key"), "acme", "user:alice"));
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.body, alice.body);
+  // Recovery too: Bob cannot read Alice's response; nobody without an identity can.
+  const HttpResponse mallory = Send(as(HttpRequest{.target = "/by-idempotency-key/never-used"}, "acme", "user:bob"));
+  ExpectProblem(mallory, 404, "not-found");
+  const HttpResponse bob_reads = Send(as(HttpRequest{.target = "/by-idempotency-key/shared-key"}, "acme", "user:bob"));
+  EXPECT_EQ(bob_reads.body, bob.body);
+  EXPECT_NE(bob_reads.body, alice.body);
+  ExpectProblem(Send(KeyedPost("/echo", "shared-key")), 401, "unauthenticated");
+  EXPECT_EQ(Executions(), 3u);
+  // The log line names the caller and the namespaced key.
+  EXPECT_NE(gateway_->Stdout().find(R"("idempotency_key_namespaced":"t-acme:p1:user:alice:api:shared-key")"),
+            std::string::npos);
 }
 
 }  // namespace
