@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <boost/json/basic_parser_impl.hpp>
 #include <cstdint>
+#include <array>
 #include <limits>
 #include <memory>
+#include <memory_resource>
 
 namespace idemgate::core {
 
@@ -29,22 +31,27 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-void AppendQuoted(std::string* out, std::string_view s) {
+template <typename String>
+void AppendQuoted(String* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
+  out->reserve(out->size() + s.size() + 2);
   out->push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
+  std::size_t run = 0;  // start of the characters not yet written, none of which needs escaping
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u >= 0x20 && u != '"' && u != '\\') continue;
+    out->append(s.data() + run, i - run);
+    run = i + 1;
+    if (u >= 0x20) {
       out->push_back('\\');
-      out->push_back(c);
-    } else if (u < 0x20) {
+      out->push_back(s[i]);
+    } else {
       out->append("\\u00");
       out->push_back(kHex[u >> 4]);
       out->push_back(kHex[u & 0xf]);
-    } else {
-      out->push_back(c);
     }
   }
+  out->append(s.data() + run, s.size() - run);
   out->push_back('"');
 }
 
@@ -97,6 +104,12 @@ ParsedPointer ParsePointer(std::string_view pointer) {
 // its parent (an array appends it, an object collects it under its key and
 // sorts when it closes), so no document tree is built. With `pointers`, it
 // also keeps the canonical text of every value found at one of them.
+//
+// Every string it makes comes from one memory resource: for bodies of usual
+// size a buffer on the caller's stack, so a canonical form costs no heap
+// allocation but the result.
+using PString = std::pmr::string;
+
 class CanonicalHandler {
  public:
   static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
@@ -104,7 +117,8 @@ class CanonicalHandler {
   static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
 
-  explicit CanonicalHandler(const std::vector<ParsedPointer>* pointers) : pointers_(pointers) {
+  CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr)
+      : pointers_(pointers), mr_(mr), frames_(mr), part_(mr), root_(mr), order_(mr) {
     if (pointers_ != nullptr) captures_.resize(pointers_->size());
   }
 
@@ -113,12 +127,12 @@ class CanonicalHandler {
 
   bool on_array_begin(json::error_code&) {
     BeginValue();
-    frames_.emplace_back();
+    frames_.emplace_back(mr_);
     frames_.back().text.push_back('[');
     return true;
   }
   bool on_array_end(std::size_t, json::error_code&) {
-    std::string text = std::move(frames_.back().text);
+    PString text = std::move(frames_.back().text);
     frames_.pop_back();
     text.push_back(']');
     EndValue(std::move(text));
@@ -127,23 +141,31 @@ class CanonicalHandler {
 
   bool on_object_begin(json::error_code&) {
     BeginValue();
-    frames_.emplace_back();
+    frames_.emplace_back(mr_);
     frames_.back().is_object = true;
     return true;
   }
   bool on_object_end(std::size_t, json::error_code&) {
     auto members = std::move(frames_.back().members);
     frames_.pop_back();
-    std::stable_sort(members.begin(), members.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::string text = "{";
-    for (std::size_t i = 0; i < members.size(); ++i) {
+    // Stable by key (repeated keys stay in document order), without the
+    // heap buffer std::stable_sort takes.
+    order_.clear();
+    for (std::size_t i = 0; i < members.size(); ++i) order_.push_back(i);
+    std::sort(order_.begin(), order_.end(), [&members](std::size_t a, std::size_t b) {
+      const int c = members[a].first.compare(members[b].first);
+      return c != 0 ? c < 0 : a < b;
+    });
+    PString text(mr_);
+    text.push_back('{');
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const auto& member = members[order_[k]];
       // Of repeated keys only the last (in document order) counts.
-      if (i + 1 < members.size() && members[i + 1].first == members[i].first) continue;
+      if (k + 1 < order_.size() && members[order_[k + 1]].first == member.first) continue;
       if (text.size() > 1) text.push_back(',');
-      AppendQuoted(&text, members[i].first);
+      AppendQuoted(&text, member.first);
       text.push_back(':');
-      text.append(members[i].second);
+      text.append(member.second);
     }
     text.push_back('}');
     EndValue(std::move(text));
@@ -157,7 +179,7 @@ class CanonicalHandler {
   bool on_string(json::string_view s, std::size_t, json::error_code&) {
     part_.append(s.data(), s.size());
     BeginValue();
-    std::string text;
+    PString text(mr_);
     AppendQuoted(&text, part_);
     part_.clear();
     EndValue(std::move(text));
@@ -185,35 +207,36 @@ class CanonicalHandler {
 
   bool on_bool(bool b, json::error_code&) {
     BeginValue();
-    EndValue(b ? "true" : "false");
+    EndValue(PString(b ? "true" : "false", mr_));
     return true;
   }
   bool on_null(json::error_code&) {
     BeginValue();
-    EndValue("null");
+    EndValue(PString("null", mr_));
     return true;
   }
   bool on_comment_part(json::string_view, json::error_code&) { return true; }
   bool on_comment(json::string_view, json::error_code&) { return true; }
 
-  std::string& root() { return root_; }
+  const PString& root() const { return root_; }
   std::vector<std::optional<std::string>>& captures() { return captures_; }
 
  private:
   struct Frame {
+    explicit Frame(std::pmr::memory_resource* mr) : text(mr), key(mr), members(mr) {}
     bool is_object = false;
-    std::string text;  // array: "[" and the elements so far
+    PString text;  // array: "[" and the elements so far
     std::size_t count = 0;
-    std::string key;   // object: key of the member being parsed
-    std::vector<std::pair<std::string, std::string>> members;
+    PString key;   // object: key of the member being parsed
+    std::pmr::vector<std::pair<PString, PString>> members;
   };
 
   bool Number(json::string_view s) {
     part_.append(s.data(), s.size());
     BeginValue();
-    std::string text = CanonicalJsonNumber(part_);
+    const std::string number = CanonicalJsonNumber(part_);
     part_.clear();
-    EndValue(std::move(text));
+    EndValue(PString(number, mr_));
     return true;
   }
 
@@ -226,7 +249,9 @@ class CanonicalHandler {
   bool PrefixMatches(const ParsedPointer& p, std::size_t n) const {
     for (std::size_t i = 0; i < n; ++i) {
       const Frame& f = frames_[i];
-      if (f.is_object ? p.tokens[i] != f.key : p.indices[i] != f.count) return false;
+      if (f.is_object ? std::string_view(p.tokens[i]) != std::string_view(f.key) : p.indices[i] != f.count) {
+        return false;
+      }
     }
     return true;
   }
@@ -243,10 +268,10 @@ class CanonicalHandler {
     }
   }
 
-  void EndValue(std::string text) {
+  void EndValue(PString text) {
     if (pointers_ != nullptr) {
       for (std::size_t i = 0; i < pointers_->size(); ++i) {
-        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i] = text;
+        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i].emplace(text.data(), text.size());
       }
     }
     if (frames_.empty()) {
@@ -265,19 +290,21 @@ class CanonicalHandler {
   }
 
   const std::vector<ParsedPointer>* pointers_;
-  std::vector<Frame> frames_;
-  std::string part_;
-  std::string root_;
+  std::pmr::memory_resource* mr_;
+  std::pmr::vector<Frame> frames_;
+  PString part_;
+  PString root_;
+  std::pmr::vector<std::size_t> order_;  // on_object_end's sort order, reused
   std::vector<std::optional<std::string>> captures_;
 };
 
 // Parses `text` as one JSON document; true when it is valid and complete.
 bool RunParser(std::string_view text, CanonicalHandler** handler_out,
                std::unique_ptr<json::basic_parser<CanonicalHandler>>* holder,
-               const std::vector<ParsedPointer>* pointers) {
+               const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr) {
   json::parse_options options;
   options.max_depth = kMaxJsonDepth;
-  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers);
+  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers, mr);
   json::error_code ec;
   const std::size_t used = (*holder)->write_some(false, text.data(), text.size(), ec);
   if (ec || used != text.size() || !(*holder)->done()) return false;
@@ -285,10 +312,26 @@ bool RunParser(std::string_view text, CanonicalHandler** handler_out,
   return true;
 }
 
+// SHA-256 fetched once: an implicit fetch on every digest costs more than
+// hashing a small request.
+const EVP_MD* Sha256Digest() {
+  static const EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+
+// One digest context per thread, reused: Sha256 objects are never nested.
+EVP_MD_CTX* ThreadDigestContext() {
+  struct Holder {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    ~Holder() { EVP_MD_CTX_free(ctx); }
+  };
+  thread_local Holder holder;
+  return holder.ctx;
+}
+
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256() : ctx_(ThreadDigestContext()) { EVP_DigestInit_ex2(ctx_, Sha256Digest(), nullptr); }
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
 
@@ -370,11 +413,34 @@ std::string CanonicalJsonNumber(std::string_view number) {
   return out;
 }
 
+// Where the handler's strings live while one document is made canonical.
+// Small documents use a stack buffer and never free: bottom-up
+// serialisation copies each value once per enclosing level, so what is
+// dropped is bounded by depth times size, which is only acceptable when the
+// size is small. Larger documents use the heap, freeing as they go.
+class ScratchMemory {
+ public:
+  static constexpr std::size_t kStackBytes = 8 * 1024;
+  static constexpr std::size_t kMaxMonotonicInput = 4 * 1024;
+
+  explicit ScratchMemory(std::size_t input_size)
+      : monotonic_(buffer_.data(), buffer_.size(), std::pmr::new_delete_resource()),
+        resource_(input_size <= kMaxMonotonicInput ? static_cast<std::pmr::memory_resource*>(&monotonic_)
+                                                    : std::pmr::new_delete_resource()) {}
+  std::pmr::memory_resource* resource() { return resource_; }
+
+ private:
+  alignas(std::max_align_t) std::array<std::byte, kStackBytes> buffer_;
+  std::pmr::monotonic_buffer_resource monotonic_;
+  std::pmr::memory_resource* resource_;
+};
+
 StatusOr<std::string> CanonicalJson(std::string_view text) {
+  ScratchMemory scratch(text.size());
   std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
   CanonicalHandler* handler = nullptr;
-  if (!RunParser(text, &handler, &holder, nullptr)) return InvalidArgumentError("not valid JSON");
-  return std::move(handler->root());
+  if (!RunParser(text, &handler, &holder, nullptr, scratch.resource())) return InvalidArgumentError("not valid JSON");
+  return std::string(handler->root());
 }
 
 StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
@@ -382,9 +448,10 @@ StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
   std::vector<ParsedPointer> parsed;
   parsed.reserve(pointers.size());
   for (const std::string& p : pointers) parsed.push_back(ParsePointer(p));
+  ScratchMemory scratch(text.size());
   std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
   CanonicalHandler* handler = nullptr;
-  if (!RunParser(text, &handler, &holder, &parsed)) return InvalidArgumentError("not valid JSON");
+  if (!RunParser(text, &handler, &holder, &parsed, scratch.resource())) return InvalidArgumentError("not valid JSON");
   return std::move(handler->captures());
 }
 
@@ -410,9 +477,14 @@ std::string ComputeFingerprint(const FingerprintRequest& request, const Fingerpr
 
   h.U64(rules.headers.size());
   for (const std::string& name : rules.headers) {
-    std::string lower(name);
-    std::transform(lower.begin(), lower.end(), lower.begin(), LowerAscii);
-    h.Part(lower);
+    // The same bytes as Part(lower-cased name), without a copy on the heap.
+    h.U64(name.size());
+    char lower[64];
+    for (std::size_t pos = 0; pos < name.size(); pos += sizeof lower) {
+      const std::size_t n = std::min(sizeof lower, name.size() - pos);
+      for (std::size_t i = 0; i < n; ++i) lower[i] = LowerAscii(name[pos + i]);
+      h.Raw(std::string_view(lower, n));
+    }
     std::uint64_t lines = 0;
     for (const HeaderView& header : request.headers) {
       if (EqualsIgnoreCase(header.name, name)) ++lines;
