@@ -317,17 +317,17 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
   line.tenant = component(ctx.tenant);
   line.project = component(ctx.project);
   line.subject = component(ctx.subject);
-  line.idempotency_case = opt(ctx.log.idempotency_case);
+  line.idempotency_case = ctx.log.idempotency_case;
   if (ctx.log.idempotency_policy) {
     line.idempotency_policy = *ctx.log.idempotency_policy;
   } else if (ctx.route != nullptr && ctx.route->config != nullptr) {
     line.idempotency_policy = config::Name(ctx.route->config->idempotency.policy);
   }
-  line.idempotency_source = opt(ctx.log.idempotency_source);
+  line.idempotency_source = ctx.log.idempotency_source;
   line.idempotency_key_namespaced = opt(ctx.log.idempotency_key_namespaced);
   line.operation_id = opt(ctx.log.operation_id);
   line.cache_hit = ctx.log.cache_hit;
-  line.outcome = ctx.log.outcome ? std::string_view(*ctx.log.outcome) : result.outcome;
+  line.outcome = ctx.log.outcome.value_or(result.outcome);
   line.upstream_status = result.upstream_status;
   line.upstream_ms = result.upstream_ms;
   line.request_id = ctx.request_id;

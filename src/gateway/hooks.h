@@ -29,14 +29,15 @@ struct RouteEntry;
 
 // Fields of the request's log line (SPEC §9) that hooks fill; unset ones are
 // logged as null.
+// The views must outlive the request: string literals or the snapshot's config.
 struct LogFields {
-  std::optional<std::string> idempotency_case;        // e.g. "REQUIRED_A"
-  std::optional<std::string> idempotency_policy;      // "required", ...
-  std::optional<std::string> idempotency_source;      // "header", "webhook", ...
+  std::optional<std::string_view> idempotency_case;    // e.g. "REQUIRED_A"
+  std::optional<std::string_view> idempotency_policy;  // "required", ...
+  std::optional<std::string_view> idempotency_source;  // "header", "webhook", ...
   std::optional<std::string> idempotency_key_namespaced;
   std::optional<std::string> operation_id;
   std::optional<bool> cache_hit;
-  std::optional<std::string> outcome;  // overrides the pipeline's own outcome word
+  std::optional<std::string_view> outcome;  // overrides the pipeline's own outcome word
 };
 
 // Everything the pipeline knows about one request, handed to every hook.

@@ -68,7 +68,7 @@ std::string_view KeyErrorDetail(core::KeyError error) {
 IdempotencyDecision Refuse(RequestContext& ctx, http::ProblemCode code, std::string_view detail,
                            std::string_view outcome,
                            std::optional<std::chrono::seconds> retry_after = std::nullopt) {
-  ctx.log.outcome = std::string(outcome);
+  ctx.log.outcome = outcome;
   return IdempotencyDecision::Respond(http::MakeProblem(code, detail, 0, retry_after));
 }
 
@@ -245,7 +245,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   admin::GatewayMetrics* metrics = options_.metrics;
   const MetricScope scope = ScopeOf(ctx);
-  ctx.log.idempotency_case = std::string(rules.case_name);
+  ctx.log.idempotency_case = rules.case_name;
 
   if (ctx.route->config->recovery && ctx.head->method == "GET" && rules.policy != config::Policy::kProhibited) {
     if (auto segment = RecoverySegment(*ctx.route, ctx.head->path)) co_return co_await Recover(ctx, *segment);
