@@ -7,6 +7,9 @@
 #if IDEMGATE_HAVE_MEMORY_STORE
 #include "store/memory/memory_store.h"
 #endif
+#if IDEMGATE_HAVE_REDIS_STORE
+#include "store/redis/redis_store.h"
+#endif
 
 namespace idemgate::store {
 namespace {
@@ -15,6 +18,11 @@ namespace {
 constexpr bool kMemoryBuilt = true;
 #else
 constexpr bool kMemoryBuilt = false;
+#endif
+#if IDEMGATE_HAVE_REDIS_STORE
+constexpr bool kRedisBuilt = true;
+#else
+constexpr bool kRedisBuilt = false;
 #endif
 
 Status NotBuilt(const char* kind) {
@@ -45,6 +53,21 @@ StatusOr<std::unique_ptr<core::Store>> MakeEmbedded(const config::Store& config,
   return std::unique_ptr<core::Store>(std::move(*store));
 }
 
+StatusOr<std::unique_ptr<core::Store>> MakeRedis(const config::Store& config, const Clock& clock) {
+#if IDEMGATE_HAVE_REDIS_STORE
+  auto options = redis::RedisStore::OptionsFromConfig(config.redis);
+  if (!options.ok()) return options.status();
+  options->clock = &clock;
+  auto store = redis::RedisStore::Connect(std::move(*options));
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<core::Store>(std::move(*store));
+#else
+  (void)config;
+  (void)clock;
+  return NotBuilt("redis");
+#endif
+}
+
 }  // namespace
 
 bool StoreKindBuilt(config::StoreKind kind) {
@@ -54,7 +77,7 @@ bool StoreKindBuilt(config::StoreKind kind) {
     case config::StoreKind::kMemory:
       return kMemoryBuilt;
     case config::StoreKind::kRedis:
-      return false;
+      return kRedisBuilt;
   }
   return false;
 }
@@ -66,8 +89,7 @@ StatusOr<std::unique_ptr<core::Store>> MakeStore(const config::Store& config, co
     case config::StoreKind::kEmbedded:
       return MakeEmbedded(config, clock);
     case config::StoreKind::kRedis:
-      // The redis branch goes here, under IDEMGATE_HAVE_REDIS_STORE.
-      return NotBuilt("redis");
+      return MakeRedis(config, clock);
   }
   return InvalidArgumentError("store.kind: unknown kind");
 }
