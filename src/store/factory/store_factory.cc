@@ -25,7 +25,7 @@ constexpr bool kRedisBuilt = true;
 constexpr bool kRedisBuilt = false;
 #endif
 
-Status NotBuilt(const char* kind) {
+[[maybe_unused]] Status NotBuilt(const char* kind) {
   return FailedPreconditionError(std::string("store.kind ") + kind +
                                  ": this idemgate was built without that store");
 }
