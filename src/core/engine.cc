@@ -1,8 +1,10 @@
 #include "core/engine.h"
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 
@@ -12,12 +14,34 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// Fills `out` with random bytes: OpenSSL's CSPRNG, or (should it ever fail)
-// the OS entropy source.
-void RandomBytes(unsigned char* out, std::size_t n) {
+// Fills `out` with bytes from OpenSSL's CSPRNG (or, should it ever fail, the
+// OS entropy source). Every request takes 26 bytes for its owner token and
+// operation id; one RAND_bytes call per 4 KiB per thread keeps the DRBG's
+// locking and dispatch off the per-request path. Bytes handed out are wiped
+// from the buffer.
+void FillFromCsprng(unsigned char* out, std::size_t n) {
   if (RAND_bytes(out, static_cast<int>(n)) == 1) return;
   std::random_device device;
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(device());
+}
+
+void RandomBytes(unsigned char* out, std::size_t n) {
+  struct Pool {
+    unsigned char bytes[4096];
+    std::size_t used = sizeof bytes;
+  };
+  thread_local Pool pool;
+  if (n > sizeof pool.bytes) {
+    FillFromCsprng(out, n);
+    return;
+  }
+  if (pool.used + n > sizeof pool.bytes) {
+    FillFromCsprng(pool.bytes, sizeof pool.bytes);
+    pool.used = 0;
+  }
+  std::memcpy(out, pool.bytes + pool.used, n);
+  OPENSSL_cleanse(pool.bytes + pool.used, n);
+  pool.used += n;
 }
 
 // How long a waiter sleeps: until the wait ends or the holder's lease does
