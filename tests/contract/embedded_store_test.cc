@@ -1,6 +1,6 @@
 // EmbeddedStore beyond the common contract: durability across restarts and
 // crashes, refusing unusable paths, expiry (sweeper, compaction filter, disk
-// space) and the thread hop of offloaded operations.
+// space) and the committer's batching.
 #include "store/embedded/embedded_store.h"
 
 #include <fcntl.h>
@@ -12,7 +12,8 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,7 +26,6 @@
 
 #include "contract/store_helpers.h"
 #include "fakes/testing.h"
-#include "store/embedded/offload.h"
 
 namespace idemgate::store::embedded {
 namespace {
@@ -113,41 +113,55 @@ class EmbeddedStoreTest : public ::testing::Test {
   boost::asio::io_context io_;
 };
 
-TEST(RunOnPoolTest, RunsTheWorkOnThePoolAndResumesOnTheCallersThread) {
-  boost::asio::thread_pool pool(2);
-  boost::asio::io_context io;
-  const auto caller = std::this_thread::get_id();
-  std::thread::id worker, resumed;
-  const int result = RunOn(io, [&]() -> core::Task<int> {
-    const int v = co_await RunOnPool(pool, [&] {
-      worker = std::this_thread::get_id();
-      return 42;
-    });
-    resumed = std::this_thread::get_id();
-    co_return v;
-  }());
-  pool.join();
-  EXPECT_EQ(result, 42);
-  EXPECT_NE(worker, caller);
-  EXPECT_EQ(resumed, caller);
-}
-
-TEST_F(EmbeddedStoreTest, OffloadDefaultsToSync) {
-  {
-    auto store = OpenOrDie(Opts(false));
-    ASSERT_NE(store, nullptr);
-    EXPECT_FALSE(store->offloaded());
-  }
-  {
-    auto store = OpenOrDie(Opts(true));
-    ASSERT_NE(store, nullptr);
-    EXPECT_TRUE(store->offloaded());
-  }
-  auto o = Opts(false);
-  o.offload = true;
-  auto store = OpenOrDie(o);
+TEST_F(EmbeddedStoreTest, OperationsQueuedTogetherCommitAsOneWriteAndSeeEachOther) {
+  auto store = OpenOrDie(Opts());
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->offloaded());
+  store->HoldCommitsForTesting(true);
+  const UnixMillis now = clock_.NowMillis();
+  const Record a = contract::Reservation("owner-a", contract::Fingerprint(1), now);
+  const Record b = contract::Reservation("owner-b", contract::Fingerprint(2), now);
+  std::optional<StatusOr<core::ReserveResult>> first, second, third;
+  std::optional<Status> completed;
+  std::thread::id io_thread, resumed;
+  // Reserve k, complete it, then two more reserves of k: all in one batch, in order.
+  auto run = [&]() -> core::Task<void> {
+    io_thread = std::this_thread::get_id();
+    first.emplace(co_await store->Reserve("k", a, now));
+    resumed = std::this_thread::get_id();
+  };
+  boost::asio::co_spawn(io_, run(), boost::asio::detached);
+  boost::asio::co_spawn(io_, [&]() -> core::Task<void> {
+    completed.emplace(co_await store->Complete("k", "owner-a", contract::Completion(a, now, Duration::zero(), 200, "body")));
+  }, boost::asio::detached);
+  boost::asio::co_spawn(io_, [&]() -> core::Task<void> {
+    second.emplace(co_await store->Reserve("k", b, now));
+  }, boost::asio::detached);
+  boost::asio::co_spawn(io_, [&]() -> core::Task<void> {
+    third.emplace(co_await store->Reserve("other", b, now));
+  }, boost::asio::detached);
+  io_.poll();  // every coroutine is now waiting for the committer
+  EXPECT_EQ(store->queued_for_testing(), 4u);
+  const std::uint64_t commits_before = store->commits();
+  store->HoldCommitsForTesting(false);
+  io_.restart();
+  while (!(first && completed && second && third)) io_.run_one();
+  EXPECT_EQ(store->commits(), commits_before + 1);
+  ASSERT_TRUE(first->ok());
+  EXPECT_EQ((*first)->outcome, core::ReserveOutcome::kReserved);
+  EXPECT_TRUE(completed->ok()) << completed->ToString();
+  // The completion made earlier in the batch is what the later reserve finds.
+  ASSERT_TRUE(second->ok());
+  EXPECT_EQ((*second)->outcome, core::ReserveOutcome::kExists);
+  ASSERT_TRUE((*second)->existing.has_value());
+  EXPECT_EQ((*second)->existing->state, core::RecordState::kCompleted);
+  EXPECT_EQ((*second)->existing->response.body, "body");
+  ASSERT_TRUE(third->ok());
+  EXPECT_EQ((*third)->outcome, core::ReserveOutcome::kReserved);
+  // The coroutine resumed on its own thread, not the committer's.
+  EXPECT_EQ(resumed, io_thread);
+  // And all of it is in the database.
+  EXPECT_EQ(MustGet(*store, "k").state, core::RecordState::kCompleted);
+  EXPECT_EQ(MustGet(*store, "other").owner, "owner-b");
 }
 
 class EmbeddedRestartTest : public EmbeddedStoreTest, public ::testing::WithParamInterface<bool> {};

@@ -57,12 +57,13 @@ std::string Describe(const StatusOr<std::optional<Record>>& r) {
 
 class ModelTest : public ::testing::Test {
  protected:
-  void OpenEmbedded(bool offload) {
+  // `unbatched`: one operation per commit instead of the default batches.
+  void OpenEmbedded(bool unbatched) {
     embedded_.reset();
     EmbeddedStore::Options o;
     o.path = dir_.Join("db");
     o.clock = &clock_;
-    o.offload = offload;
+    if (unbatched) o.max_batch = 1;
     o.sweep_interval = Duration::zero();
     auto store = EmbeddedStore::Open(o);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -95,9 +96,9 @@ class ModelTest : public ::testing::Test {
 void ModelTest::RunSeed(std::uint64_t seed, int steps) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
-  const bool offload = seed % 2 == 1;
+  const bool unbatched = seed % 2 == 1;
   model_ = std::make_unique<MemoryStore>(std::uint64_t{1} << 30, clock_);
-  OpenEmbedded(offload);
+  OpenEmbedded(unbatched);
   ASSERT_NE(embedded_, nullptr);
 
   const std::vector<std::string> keys = {"t-a:p:s:r:k1", "t-a:p:s:r:k2",
@@ -199,7 +200,7 @@ void ModelTest::RunSeed(std::uint64_t seed, int steps) {
         break;
       default:
         if (pick(2) == 0) {
-          OpenEmbedded(offload);
+          OpenEmbedded(unbatched);
           ASSERT_NE(embedded_, nullptr) << what.str() << "reopen";
         } else {
           ASSERT_TRUE(embedded_->CompactAll().ok());

@@ -29,16 +29,14 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Memory, StoreContractTest, ::testing::Types<Memor
                                FixtureNames);
 #endif
 
-// RocksDB calls on the caller's thread (the default without fsync), no
-// background sweeper.
+// Default batching, no background sweeper.
 struct EmbeddedInlineFixture {
-  static constexpr const char* kName = "EmbeddedInline";
+  static constexpr const char* kName = "Embedded";
   testing::TempDir dir;
   StatusOr<std::unique_ptr<core::Store>> Make(const Clock& clock) {
     EmbeddedStore::Options options;
     options.path = dir.Join("db");
     options.clock = &clock;
-    options.offload = false;
     options.sweep_interval = Duration::zero();
     auto store = EmbeddedStore::Open(options);
     if (!store.ok()) return store.status();
@@ -46,17 +44,17 @@ struct EmbeddedInlineFixture {
   }
 };
 
-// RocksDB calls on the store's thread pool (the default with fsync), with
-// the background sweeper running often, which must change nothing visible.
+// One operation per commit, fsync on, and the background sweeper running
+// often, which must change nothing visible.
 struct EmbeddedOffloadedFixture {
-  static constexpr const char* kName = "EmbeddedOffloaded";
+  static constexpr const char* kName = "EmbeddedSyncUnbatched";
   testing::TempDir dir;
   StatusOr<std::unique_ptr<core::Store>> Make(const Clock& clock) {
     EmbeddedStore::Options options;
     options.path = dir.Join("db");
     options.clock = &clock;
-    options.offload = true;
-    options.threads = 3;
+    options.sync = true;
+    options.max_batch = 1;
     options.sweep_interval = std::chrono::milliseconds(5);
     auto store = EmbeddedStore::Open(options);
     if (!store.ok()) return store.status();

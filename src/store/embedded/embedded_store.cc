@@ -22,7 +22,12 @@
 #include <utility>
 #include <vector>
 
-#include "store/embedded/offload.h"
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <unordered_map>
 
 namespace idemgate::store::embedded {
 namespace {
@@ -35,8 +40,9 @@ constexpr char kExpiryFamily[] = "expiry";
 constexpr char kFormatKey[] = "idemgate:format";
 constexpr char kFormatVersion[] = "1";
 constexpr char kPingKey[] = "idemgate:ping";
-// Expiry entries handled under one set of stripe locks and one write batch.
-constexpr std::size_t kSweepChunk = 64;
+// Expiry entries the background sweep handles between two batches of the
+// committer, so that a large sweep never holds requests up for long.
+constexpr std::size_t kSweepSlice = 512;
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
@@ -217,23 +223,11 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
 
 }  // namespace
 
-template <typename F>
-auto EmbeddedStore::Exec(F fn) -> core::Task<decltype(fn())> {
-  if (pool_) co_return co_await RunOnPool(*pool_, std::move(fn));
-  co_return fn();
-}
-
 EmbeddedStore::EmbeddedStore(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? *options_.clock : SystemClock::Instance()),
       filter_(std::make_unique<ExpiredRecordFilter>(clock_)) {
-  // Offload when fsyncing: a commit then blocks for milliseconds, which must
-  // not happen on an I/O thread. Without fsync a commit is a WAL append to the
-  // page cache plus a memtable insert (microseconds), and the two thread hops
-  // of offloading cost more than they save (docs/store-embedded.md).
-  if (options_.offload.value_or(options_.sync)) {
-    pool_ = std::make_unique<boost::asio::thread_pool>(std::max<std::size_t>(1, options_.threads));
-  }
+  options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
 }
 
 StatusOr<std::unique_ptr<EmbeddedStore>> EmbeddedStore::Open(Options options) {
@@ -241,9 +235,7 @@ StatusOr<std::unique_ptr<EmbeddedStore>> EmbeddedStore::Open(Options options) {
   if (Status s = PreparePath(options.path); !s.ok()) return s;
   std::unique_ptr<EmbeddedStore> store(new EmbeddedStore(std::move(options)));
   if (Status s = store->OpenDb(); !s.ok()) return s;
-  if (store->options_.sweep_interval.count() > 0) {
-    store->sweeper_ = std::thread([raw = store.get()] { raw->SweeperLoop(); });
-  }
+  store->committer_ = std::thread([raw = store.get()] { raw->CommitterLoop(); });
   return store;
 }
 
@@ -315,12 +307,11 @@ Status EmbeddedStore::OpenDb() {
 
 EmbeddedStore::~EmbeddedStore() {
   {
-    std::lock_guard lock(sweeper_mu_);
+    std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  sweeper_cv_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
-  if (pool_) pool_->join();
+  cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
   if (db_) {
     for (auto* h : {expiry_, records_, default_}) {
       if (h) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
@@ -330,17 +321,300 @@ EmbeddedStore::~EmbeddedStore() {
   }
 }
 
-// Atomicity: every read-modify-write (Reserve, Complete, Release, Purge, and
-// the sweeper's re-check) holds the mutex of the key's stripe from its read to
-// the end of its write. Every writer of the database lives in this process
-// (the LOCK file keeps other processes out), so this is all the isolation the
-// contract needs. RocksDB's TransactionDB would give the same guarantee with a
-// per-key lock manager, snapshot validation and a two-phase commit on every
-// write: more CPU and code for nothing here. The cost of stripes is that two
-// keys hashing to one stripe serialise, which is rare with 256 stripes and
-// short critical sections. Get takes no lock: a point read is atomic.
-std::size_t EmbeddedStore::StripeOf(const std::string& key) const {
-  return std::hash<std::string>{}(key) % kStripes;
+// ---------------------------------------------------------------------------
+// The committer.
+
+// Resumes whoever waits for a Mutation. Done() is the committer's last touch
+// of the Mutation: the waiter may destroy it at once.
+class EmbeddedStore::Waiter {
+ public:
+  virtual ~Waiter() = default;
+  virtual void Done() = 0;
+};
+
+namespace {
+
+// Resumes an awaiting coroutine on its own executor.
+template <typename Handler>
+class HandlerWaiter final {
+ public:
+  explicit HandlerWaiter(Handler handler) : handler_(std::move(handler)) {}
+  void Done() {
+    auto executor = boost::asio::get_associated_executor(handler_);
+    boost::asio::post(executor, std::move(handler_));
+  }
+
+ private:
+  Handler handler_;
+};
+
+}  // namespace
+
+// One operation for the committer: its inputs, then its results.
+struct EmbeddedStore::Mutation {
+  enum class Kind { kReserve, kComplete, kRelease, kPurge, kGet, kPing, kSweep };
+  Kind kind = Kind::kGet;
+  std::string key;
+  std::string owner;   // kComplete, kRelease
+  Record record;       // kReserve: the reservation; kComplete: the completed record
+  UnixMillis now = 0;  // kReserve, kGet, kSweep
+  std::size_t sweep_max = 0;
+
+  Status status;
+  core::ReserveResult reserved;  // kReserve
+  std::optional<Record> found;   // kGet
+  bool purged = false;           // kPurge
+  SweepResult swept;             // kSweep
+  bool notify = false;           // wake the key's watchers once committed
+
+  std::unique_ptr<Waiter> waiter;
+};
+
+// The changes of one batch, visible to the operations after them.
+struct EmbeddedStore::Batch {
+  rocksdb::WriteBatch write;
+  std::unordered_map<std::string, std::optional<Record>> pending;  // key -> record after this batch
+};
+
+core::Task<void> EmbeddedStore::Commit(Mutation& m) {
+  namespace asio = boost::asio;
+  co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+      [this, &m](auto handler) {
+        using Impl = HandlerWaiter<std::decay_t<decltype(handler)>>;
+        struct Adapter final : Waiter {
+          explicit Adapter(Impl impl) : impl(std::move(impl)) {}
+          void Done() override { impl.Done(); }
+          Impl impl;
+        };
+        m.waiter = std::make_unique<Adapter>(Impl(std::move(handler)));
+        Enqueue(&m);
+      },
+      asio::use_awaitable);
+}
+
+void EmbeddedStore::CommitAndWait(Mutation& m) {
+  // Done() sets the flag under the lock, so the wait below cannot return (and
+  // the waiter be destroyed) before Done() has let go of it.
+  struct Blocking final : Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    void Done() override {
+      std::lock_guard lock(mu);
+      done = true;
+      cv.notify_one();
+    }
+  };
+  auto owned = std::make_unique<Blocking>();
+  Blocking* waiter = owned.get();
+  m.waiter = std::move(owned);
+  Enqueue(&m);
+  std::unique_lock lock(waiter->mu);
+  waiter->cv.wait(lock, [waiter] { return waiter->done; });
+}
+
+void EmbeddedStore::Enqueue(Mutation* m) {
+  bool wake = false;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(m);
+    wake = committer_waiting_;
+    committer_waiting_ = false;
+  }
+  if (wake) cv_.notify_one();
+}
+
+void EmbeddedStore::HoldCommitsForTesting(bool hold) {
+  {
+    std::lock_guard lock(mu_);
+    held_ = hold;
+  }
+  cv_.notify_all();
+}
+
+std::size_t EmbeddedStore::queued_for_testing() {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void EmbeddedStore::CommitterLoop() {
+  using SteadyClock = std::chrono::steady_clock;
+  const bool sweeping = options_.sweep_interval.count() > 0;
+  auto next_sweep = SteadyClock::now() + options_.sweep_interval;
+  std::size_t sweep_left = 0;  // entries the current background sweep may still consume
+  std::vector<Mutation*> ops;
+  std::vector<Mutation*> taken;
+  std::unique_lock lock(mu_);
+  while (true) {
+    if ((queue_.empty() || held_) && sweep_left == 0) {
+      if (stopping_ && queue_.empty()) break;
+      committer_waiting_ = true;
+      auto ready = [this] { return (!queue_.empty() && !held_) || stopping_; };
+      if (sweeping && !held_) {
+        cv_.wait_until(lock, next_sweep, ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
+      committer_waiting_ = false;
+    }
+    if (held_ && !stopping_) continue;
+    // Take at most max_batch operations, oldest first.
+    ops.clear();
+    if (queue_.size() <= options_.max_batch) {
+      ops.swap(queue_);
+    } else {
+      ops.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch));
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch));
+    }
+    lock.unlock();
+
+    if (!ops.empty()) CommitBatch(ops);
+    if (sweeping && sweep_left == 0 && SteadyClock::now() >= next_sweep) {
+      sweep_left = options_.sweep_batch;
+    }
+    if (sweep_left > 0) {
+      Status status;
+      const std::size_t slice = std::min(sweep_left, kSweepSlice);
+      const SweepResult r = SweepChunk(clock_.NowMillis(), slice, &status);
+      // Keep going while index entries remain, else wait for the next period.
+      sweep_left = (status.ok() && r.index_entries == slice) ? sweep_left - slice : 0;
+      if (sweep_left == 0) next_sweep = SteadyClock::now() + options_.sweep_interval;
+    }
+    lock.lock();
+    if (stopping_) sweep_left = 0;  // the next start sweeps what is left
+  }
+}
+
+void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
+  Batch batch;
+  for (Mutation* m : ops) {
+    if (m->kind != Mutation::Kind::kSweep) Apply(*m, batch);
+  }
+  if (batch.write.Count() > 0) {
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync;
+    rocksdb::Status s = db_->Write(wo, &batch.write);
+    commits_.fetch_add(1, std::memory_order_relaxed);
+    if (!s.ok()) {
+      // Operations after a failed change may have decided on it: none of the
+      // batch took effect, so each of them fails.
+      const Status error = FromRocks(s, "commit");
+      for (Mutation* m : ops) {
+        if (m->kind == Mutation::Kind::kSweep) continue;
+        m->status = error;
+        m->notify = false;
+      }
+    }
+  }
+  committed_ops_.fetch_add(ops.size(), std::memory_order_relaxed);
+  // Sweeps requested by SweepExpired run after the batch, with their own writes.
+  for (Mutation* m : ops) {
+    if (m->kind == Mutation::Kind::kSweep) m->swept = SweepChunk(m->now, m->sweep_max, &m->status);
+  }
+  for (Mutation* m : ops) {
+    if (m->notify) watchers_.Notify(m->key);
+    m->waiter->Done();  // the last touch: the waiter may free `m` now
+  }
+}
+
+// Decides one operation against the database and the batch's earlier
+// changes, and adds its own change to the batch.
+void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
+  auto pending = m.key.empty() ? batch.pending.end() : batch.pending.find(m.key);
+  std::optional<Record> current;
+  if (m.kind != Mutation::Kind::kPing) {
+    if (pending != batch.pending.end()) {
+      current = pending->second;
+    } else {
+      auto read = Read(m.key);
+      if (!read.ok()) {
+        // Purge removes what is there even when it cannot be decoded.
+        const bool undecodable_purge =
+            m.kind == Mutation::Kind::kPurge && read.status().code() == StatusCode::kInternal;
+        if (!undecodable_purge) {
+          m.status = read.status();
+          return;
+        }
+        current = Record{};
+      } else {
+        current = std::move(*read);
+      }
+    }
+  }
+  auto set = [&](std::optional<Record> after) {
+    if (pending != batch.pending.end()) {
+      pending->second = std::move(after);
+    } else {
+      batch.pending.emplace(m.key, std::move(after));
+    }
+  };
+
+  switch (m.kind) {
+    case Mutation::Kind::kReserve: {
+      if (m.record.state != RecordState::kInFlight) {
+        m.status = InvalidArgumentError("embedded store: a reservation must be in flight");
+        return;
+      }
+      if (current && !ExpiredAt(*current, m.now)) {
+        const bool take_over = current->LeaseEndedAt(m.now) && current->fingerprint == m.record.fingerprint;
+        m.reserved.outcome = take_over ? core::ReserveOutcome::kTakenOver : core::ReserveOutcome::kExists;
+        m.reserved.existing = std::move(current);
+        if (!take_over) return;
+      }
+      batch.write.Put(records_, m.key, EncodeValue(m.record));
+      set(std::move(m.record));
+      return;
+    }
+    case Mutation::Kind::kComplete: {
+      if (m.record.state != RecordState::kCompleted) {
+        m.status = InvalidArgumentError("embedded store: a completed record must be completed");
+        return;
+      }
+      if (!current) {
+        m.status = FailedPreconditionError("complete: the key is not reserved");
+        return;
+      }
+      if (current->state != RecordState::kInFlight) {
+        m.status = FailedPreconditionError("complete: the key is already completed");
+        return;
+      }
+      if (current->owner != m.owner) {
+        m.status = FailedPreconditionError("complete: the key is held by another owner (lease lost)");
+        return;
+      }
+      batch.write.Put(records_, m.key, EncodeValue(m.record));
+      if (m.record.expires_ms != 0) batch.write.Put(expiry_, ExpiryKey(m.record.expires_ms, m.key), "");
+      set(std::move(m.record));
+      m.notify = true;
+      return;
+    }
+    case Mutation::Kind::kRelease:
+      if (!current || current->state != RecordState::kInFlight || current->owner != m.owner) {
+        m.status = FailedPreconditionError("release: the key is not held by this owner");
+        return;
+      }
+      batch.write.Delete(records_, m.key);
+      set(std::nullopt);
+      m.notify = true;
+      return;
+    case Mutation::Kind::kPurge:
+      if (!current) return;
+      batch.write.Delete(records_, m.key);
+      set(std::nullopt);
+      m.purged = true;
+      m.notify = true;
+      return;
+    case Mutation::Kind::kGet:
+      if (current && !ExpiredAt(*current, m.now)) m.found = std::move(current);
+      return;
+    case Mutation::Kind::kPing:
+      // A small write: fails when RocksDB stopped writes after a background
+      // error (disk full, I/O error), which a read would not show.
+      batch.write.Put(default_, kPingKey, "");
+      return;
+    case Mutation::Kind::kSweep:
+      return;
+  }
 }
 
 StatusOr<std::optional<Record>> EmbeddedStore::Read(const std::string& key) const {
@@ -355,127 +629,92 @@ StatusOr<std::optional<Record>> EmbeddedStore::Read(const std::string& key) cons
   return std::optional<Record>(std::move(*record));
 }
 
-StatusOr<core::ReserveResult> EmbeddedStore::ReserveNow(const std::string& key, Record reservation,
-                                                        UnixMillis now) {
-  if (reservation.state != RecordState::kInFlight) {
-    return InvalidArgumentError("embedded store: a reservation must be in flight");
+std::optional<StatusOr<std::optional<Record>>> EmbeddedStore::ReadCached(const std::string& key) const {
+  rocksdb::ReadOptions ro;
+  ro.read_tier = rocksdb::kBlockCacheTier;  // Incomplete instead of a file read
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(ro, records_, key, &value);
+  if (s.IsIncomplete()) return std::nullopt;
+  if (s.IsNotFound()) return StatusOr<std::optional<Record>>(std::optional<Record>());
+  if (!s.ok()) return StatusOr<std::optional<Record>>(FromRocks(s, "read"));
+  auto record = DecodeValue(std::string_view(value.data(), value.size()));
+  if (!record.ok()) {
+    return StatusOr<std::optional<Record>>(
+        InternalError("embedded store: undecodable record: " + record.status().message()));
   }
-  std::lock_guard lock(stripes_[StripeOf(key)]);
-  auto current = Read(key);
-  if (!current.ok()) return current.status();
-  core::ReserveResult result;
-  if (current->has_value() && !ExpiredAt(**current, now)) {
-    Record& existing = **current;
-    const bool take_over =
-        existing.LeaseEndedAt(now) && existing.fingerprint == reservation.fingerprint;
-    result.outcome = take_over ? core::ReserveOutcome::kTakenOver : core::ReserveOutcome::kExists;
-    result.existing = std::move(existing);
-    if (!take_over) return result;
-  }
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  rocksdb::Status s = db_->Put(wo, records_, key, EncodeValue(reservation));
-  if (!s.ok()) return FromRocks(s, "reserve");
-  return result;
+  return StatusOr<std::optional<Record>>(std::optional<Record>(std::move(*record)));
 }
 
-Status EmbeddedStore::CompleteNow(const std::string& key, const std::string& owner,
-                                  Record completed) {
-  if (completed.state != RecordState::kCompleted) {
-    return InvalidArgumentError("embedded store: a completed record must be completed");
-  }
-  {
-    std::lock_guard lock(stripes_[StripeOf(key)]);
-    auto current = Read(key);
-    if (!current.ok()) return current.status();
-    if (!current->has_value()) return FailedPreconditionError("complete: the key is not reserved");
-    if ((*current)->state != RecordState::kInFlight) {
-      return FailedPreconditionError("complete: the key is already completed");
-    }
-    if ((*current)->owner != owner) {
-      return FailedPreconditionError("complete: the key is held by another owner (lease lost)");
-    }
-    rocksdb::WriteBatch batch;
-    batch.Put(records_, key, EncodeValue(completed));
-    if (completed.expires_ms != 0) batch.Put(expiry_, ExpiryKey(completed.expires_ms, key), "");
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
-    rocksdb::Status s = db_->Write(wo, &batch);
-    if (!s.ok()) return FromRocks(s, "complete");
-  }
-  watchers_.Notify(key);
-  return Status::Ok();
-}
+// ---------------------------------------------------------------------------
+// The Store operations.
 
-Status EmbeddedStore::ReleaseNow(const std::string& key, const std::string& owner) {
-  {
-    std::lock_guard lock(stripes_[StripeOf(key)]);
-    auto current = Read(key);
-    if (!current.ok()) return current.status();
-    if (!current->has_value() || (*current)->state != RecordState::kInFlight ||
-        (*current)->owner != owner) {
-      return FailedPreconditionError("release: the key is not held by this owner");
-    }
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
-    rocksdb::Status s = db_->Delete(wo, records_, key);
-    if (!s.ok()) return FromRocks(s, "release");
-  }
-  watchers_.Notify(key);
-  return Status::Ok();
-}
-
-StatusOr<std::optional<Record>> EmbeddedStore::GetNow(const std::string& key, UnixMillis now) {
-  auto current = Read(key);
-  if (!current.ok()) return current.status();
-  if (current->has_value() && ExpiredAt(**current, now)) return std::optional<Record>();
-  return current;
-}
-
-StatusOr<bool> EmbeddedStore::PurgeNow(const std::string& key) {
-  {
-    std::lock_guard lock(stripes_[StripeOf(key)]);
-    rocksdb::PinnableSlice value;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
-    if (s.IsNotFound()) return false;
-    if (!s.ok()) return FromRocks(s, "purge");
-    rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
-    s = db_->Delete(wo, records_, key);
-    if (!s.ok()) return FromRocks(s, "purge");
-  }
-  watchers_.Notify(key);
-  return true;
-}
-
-Status EmbeddedStore::PingNow() {
-  // A small unsynced write: fails when RocksDB stopped writes after a
-  // background error (disk full, I/O error), which a read would not show.
-  rocksdb::Status s = db_->Put(rocksdb::WriteOptions(), default_, kPingKey, "");
-  if (!s.ok()) return FromRocks(s, "ping");
-  return Status::Ok();
-}
-
-core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key,
-                                                                 Record reservation,
+core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key, Record reservation,
                                                                  UnixMillis now) {
-  co_return co_await Exec([&] { return ReserveNow(key, std::move(reservation), now); });
+  // A live record that may not be replaced answers without the committer:
+  // the answer is the state at this read (replays and conflicts take this path).
+  if (auto cached = ReadCached(key); cached && cached->ok() && (*cached)->has_value()) {
+    Record& existing = **(*cached);
+    const bool replaceable = ExpiredAt(existing, now) ||
+                             (existing.LeaseEndedAt(now) && existing.fingerprint == reservation.fingerprint);
+    if (!replaceable) {
+      core::ReserveResult result;
+      result.outcome = core::ReserveOutcome::kExists;
+      result.existing = std::move(existing);
+      co_return result;
+    }
+  }
+  Mutation m;
+  m.kind = Mutation::Kind::kReserve;
+  m.key = std::move(key);
+  m.record = std::move(reservation);
+  m.now = now;
+  co_await Commit(m);
+  if (!m.status.ok()) co_return m.status;
+  co_return std::move(m.reserved);
 }
 
 core::Task<Status> EmbeddedStore::Complete(std::string key, std::string owner, Record completed) {
-  co_return co_await Exec([&] { return CompleteNow(key, owner, std::move(completed)); });
+  Mutation m;
+  m.kind = Mutation::Kind::kComplete;
+  m.key = std::move(key);
+  m.owner = std::move(owner);
+  m.record = std::move(completed);
+  co_await Commit(m);
+  co_return m.status;
 }
 
 core::Task<Status> EmbeddedStore::Release(std::string key, std::string owner) {
-  co_return co_await Exec([&] { return ReleaseNow(key, owner); });
+  Mutation m;
+  m.kind = Mutation::Kind::kRelease;
+  m.key = std::move(key);
+  m.owner = std::move(owner);
+  co_await Commit(m);
+  co_return m.status;
 }
 
 core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::Get(std::string key, UnixMillis now) {
-  co_return co_await Exec([&] { return GetNow(key, now); });
+  if (auto cached = ReadCached(key)) {
+    if (!cached->ok()) co_return cached->status();
+    std::optional<Record>& found = **cached;
+    if (found && ExpiredAt(*found, now)) found.reset();
+    co_return std::move(found);
+  }
+  Mutation m;
+  m.kind = Mutation::Kind::kGet;
+  m.key = std::move(key);
+  m.now = now;
+  co_await Commit(m);
+  if (!m.status.ok()) co_return m.status;
+  co_return std::move(m.found);
 }
 
 core::Task<StatusOr<bool>> EmbeddedStore::Purge(std::string key) {
-  co_return co_await Exec([&] { return PurgeNow(key); });
+  Mutation m;
+  m.kind = Mutation::Kind::kPurge;
+  m.key = std::move(key);
+  co_await Commit(m);
+  if (!m.status.ok()) co_return m.status;
+  co_return m.purged;
 }
 
 core::Task<StatusOr<std::unique_ptr<core::Watch>>> EmbeddedStore::WatchKey(std::string key) {
@@ -483,7 +722,10 @@ core::Task<StatusOr<std::unique_ptr<core::Watch>>> EmbeddedStore::WatchKey(std::
 }
 
 core::Task<Status> EmbeddedStore::Ping() {
-  co_return co_await Exec([&] { return PingNow(); });
+  Mutation m;
+  m.kind = Mutation::Kind::kPing;
+  co_await Commit(m);
+  co_return m.status;
 }
 
 core::StoreStats EmbeddedStore::Stats() const {
@@ -495,6 +737,21 @@ core::StoreStats EmbeddedStore::Stats() const {
 }
 
 StatusOr<EmbeddedStore::SweepResult> EmbeddedStore::SweepExpired(UnixMillis now, std::size_t max) {
+  Mutation m;
+  m.kind = Mutation::Kind::kSweep;
+  m.now = now;
+  m.sweep_max = max;
+  CommitAndWait(m);
+  if (!m.status.ok()) return m.status;
+  return m.swept;
+}
+
+// Runs on the committer, so nothing else changes a record between its re-read
+// and its deletion. Expiry entries are hints: a record is deleted only if it
+// is still a completed record past retention (it may have been purged,
+// reserved or completed again since); the entry is deleted either way.
+// Unsynced: a lost sweep is simply redone after a restart.
+EmbeddedStore::SweepResult EmbeddedStore::SweepChunk(UnixMillis now, std::size_t max, Status* status) {
   SweepResult result;
   if (max == 0) return result;
   const UnixMillis bound = now == std::numeric_limits<UnixMillis>::max() ? now : now + 1;
@@ -509,43 +766,32 @@ StatusOr<EmbeddedStore::SweepResult> EmbeddedStore::SweepExpired(UnixMillis now,
     for (it->SeekToFirst(); it->Valid() && entries.size() < max; it->Next()) {
       entries.push_back(it->key().ToString());
     }
-    if (!it->status().ok()) return FromRocks(it->status(), "sweep");
-  }
-
-  // Expiry entries are hints: the record is re-read under its stripe lock and
-  // deleted only if it is still a completed record past retention (it may
-  // have been purged, re-reserved or completed again since). Stripes are
-  // locked in ascending order; other operations hold one stripe at a time,
-  // so this cannot deadlock. Unsynced: a lost sweep is redone after restart.
-  for (std::size_t begin = 0; begin < entries.size(); begin += kSweepChunk) {
-    const std::size_t end = std::min(entries.size(), begin + kSweepChunk);
-    std::vector<std::size_t> stripes;
-    for (std::size_t i = begin; i < end; ++i) {
-      stripes.push_back(StripeOf(entries[i].substr(8)));
+    if (!it->status().ok()) {
+      *status = FromRocks(it->status(), "sweep");
+      return result;
     }
-    std::sort(stripes.begin(), stripes.end());
-    stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
-    std::vector<std::unique_lock<std::mutex>> locks;
-    locks.reserve(stripes.size());
-    for (std::size_t stripe : stripes) locks.emplace_back(stripes_[stripe]);
-
-    rocksdb::WriteBatch batch;
-    std::unordered_set<std::string> deleted;
-    for (std::size_t i = begin; i < end; ++i) {
-      std::string key = entries[i].substr(8);
-      batch.Delete(expiry_, entries[i]);
-      if (deleted.count(key)) continue;
-      auto current = Read(key);
-      if (current.ok() && current->has_value() && ExpiredAt(**current, now)) {
-        batch.Delete(records_, key);
-        deleted.insert(std::move(key));
-      }
-    }
-    rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
-    if (!s.ok()) return FromRocks(s, "sweep");
-    result.index_entries += end - begin;
-    result.deleted += deleted.size();
   }
+  if (entries.empty()) return result;
+
+  rocksdb::WriteBatch batch;
+  std::unordered_set<std::string> deleted;
+  for (const std::string& entry : entries) {
+    std::string key = entry.substr(8);
+    batch.Delete(expiry_, entry);
+    if (deleted.count(key)) continue;
+    auto current = Read(key);
+    if (current.ok() && current->has_value() && ExpiredAt(**current, now)) {
+      batch.Delete(records_, key);
+      deleted.insert(std::move(key));
+    }
+  }
+  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+  if (!s.ok()) {
+    *status = FromRocks(s, "sweep");
+    return result;
+  }
+  result.index_entries = entries.size();
+  result.deleted = deleted.size();
   return result;
 }
 
@@ -569,21 +815,6 @@ StatusOr<std::uint64_t> EmbeddedStore::CountRecords() const {
   for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
   if (!it->status().ok()) return FromRocks(it->status(), "count");
   return n;
-}
-
-void EmbeddedStore::SweeperLoop() {
-  std::unique_lock lock(sweeper_mu_);
-  while (!sweeper_cv_.wait_for(lock, options_.sweep_interval, [this] { return stopping_; })) {
-    lock.unlock();
-    bool more = true;
-    while (more) {
-      auto swept = SweepExpired(clock_.NowMillis(), options_.sweep_batch);
-      more = swept.ok() && swept->index_entries == options_.sweep_batch;
-      std::lock_guard check(sweeper_mu_);
-      if (stopping_) more = false;
-    }
-    lock.lock();
-  }
 }
 
 }  // namespace idemgate::store::embedded

@@ -1,7 +1,6 @@
 #pragma once
 
-#include <array>
-#include <boost/asio/thread_pool.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -40,8 +40,20 @@ namespace idemgate::store::embedded {
 // RocksDB LOCK file enforces it, so every writer lives in this object and
 // watchers are in-process (core::LocalWatchers).
 //
-// Thread-safety: every method may be called concurrently from any thread. The
-// store must outlive every operation and Watch it handed out.
+// Concurrency: every change (Reserve, Complete, Release, Purge, the expiry
+// sweep) is carried out by one committer thread, in arrival order. It takes
+// whatever has queued up, decides each operation against the database plus
+// the changes made earlier in the same batch, and commits the batch with one
+// RocksDB write (one log append, one fsync with `sync`). One writer makes
+// each read-modify-write atomic without locks, and the caller's thread never
+// blocks on RocksDB. Reads that RocksDB can answer from memory (memtables and
+// block cache) run on the caller's thread; a read that would touch the disk
+// goes to the committer too. Reserve answers at once from such a read when it
+// finds a live record it must not replace (a replay, a conflict).
+//
+// Thread-safety: every method may be called concurrently from any thread;
+// coroutines resume on the executor they were awaited on. The store must
+// outlive every operation and Watch it handed out.
 class EmbeddedStore final : public core::Store {
  public:
   struct Options {
@@ -51,14 +63,10 @@ class EmbeddedStore final : public core::Store {
     // Time source for background expiry (compaction filter and sweeper).
     // nullptr: SystemClock. Must outlive the store.
     const Clock* clock = nullptr;
-    // Run RocksDB calls on a dedicated thread pool instead of the caller's
-    // thread. Unset: offload exactly when `sync` (an fsync takes milliseconds,
-    // a memtable write microseconds; see the measurements in
-    // docs/store-embedded.md).
-    std::optional<bool> offload;
-    std::size_t threads = 4;  // offload pool size
-    // Period of the background expiry sweep; zero disables the sweeper thread
-    // (SweepExpired can still be called).
+    // Most operations committed in one RocksDB write.
+    std::size_t max_batch = 256;
+    // Period of the background expiry sweep; zero disables it (SweepExpired
+    // can still be called).
     Duration sweep_interval = std::chrono::seconds(1);
     std::size_t sweep_batch = 10'000;  // index entries per sweep call
     std::uint64_t block_cache_bytes = 64ull << 20;
@@ -80,7 +88,7 @@ class EmbeddedStore final : public core::Store {
   // Unavailable (other I/O errors); the message names the path and the cause.
   static StatusOr<std::unique_ptr<EmbeddedStore>> Open(Options options);
 
-  // Stops the sweeper, waits for offloaded operations, closes the database.
+  // Commits what is queued, stops the committer, closes the database.
   ~EmbeddedStore() override;
   EmbeddedStore(const EmbeddedStore&) = delete;
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;
@@ -99,8 +107,9 @@ class EmbeddedStore final : public core::Store {
 
   // Deletes completed records whose retention ended at or before `now`,
   // consuming at most `max` expiry entries (stale entries of replaced or
-  // purged records are dropped without touching the record). Blocking; runs on
-  // the calling thread. The space is reclaimed by later compactions.
+  // purged records are dropped without touching the record). Blocking: runs
+  // on the committer and waits for it. The space is reclaimed by later
+  // compactions.
   StatusOr<SweepResult> SweepExpired(UnixMillis now, std::size_t max);
   // Flushes the memtables and compacts both column families fully, so that
   // deleted and expired records leave the disk now. Blocking; for tests and
@@ -111,30 +120,39 @@ class EmbeddedStore final : public core::Store {
   StatusOr<std::uint64_t> CountRecords() const;
 
   const std::string& path() const { return options_.path; }
-  bool offloaded() const { return pool_ != nullptr; }
+  // RocksDB writes made by the committer so far (each commits a whole batch).
+  std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+  // Operations that went through the committer so far.
+  std::uint64_t committed_operations() const { return committed_ops_.load(std::memory_order_relaxed); }
+  // While held, the committer takes no operations (they queue up); releasing
+  // lets it take everything queued as one batch (up to max_batch). For tests
+  // of batching.
+  void HoldCommitsForTesting(bool hold);
+  // Operations waiting for the committer.
+  std::size_t queued_for_testing();
 
  private:
-  static constexpr std::size_t kStripes = 256;
+  struct Mutation;
+  struct Batch;
+  class Waiter;
 
   explicit EmbeddedStore(Options options);
   Status OpenDb();
 
-  // Runs `fn` on the pool when offloading, else inline on the caller's thread.
-  template <typename F>
-  auto Exec(F fn) -> core::Task<decltype(fn())>;
+  // Hands `m` to the committer and resumes when it is done.
+  core::Task<void> Commit(Mutation& m);
+  // The same for a thread that may block (SweepExpired).
+  void CommitAndWait(Mutation& m);
+  void Enqueue(Mutation* m);
+  void CommitterLoop();
+  void CommitBatch(const std::vector<Mutation*>& ops);
+  void Apply(Mutation& m, Batch& batch);
+  SweepResult SweepChunk(UnixMillis now, std::size_t max, Status* status);
 
-  // The blocking halves of the Store operations.
-  StatusOr<core::ReserveResult> ReserveNow(const std::string& key, core::Record reservation,
-                                           UnixMillis now);
-  Status CompleteNow(const std::string& key, const std::string& owner, core::Record completed);
-  Status ReleaseNow(const std::string& key, const std::string& owner);
-  StatusOr<std::optional<core::Record>> GetNow(const std::string& key, UnixMillis now);
-  StatusOr<bool> PurgeNow(const std::string& key);
-  Status PingNow();
-
+  // The record under `key` in the database (no pending changes).
   StatusOr<std::optional<core::Record>> Read(const std::string& key) const;
-  std::size_t StripeOf(const std::string& key) const;
-  void SweeperLoop();
+  // The same from memory only: nullopt when RocksDB would have to read a file.
+  std::optional<StatusOr<std::optional<core::Record>>> ReadCached(const std::string& key) const;
 
   Options options_;
   const Clock& clock_;
@@ -146,15 +164,17 @@ class EmbeddedStore final : public core::Store {
   rocksdb::ColumnFamilyHandle* expiry_ = nullptr;
   rocksdb::ColumnFamilyHandle* default_ = nullptr;
 
-  // Serialises the read-modify-write of keys hashing to the same stripe.
-  mutable std::array<std::mutex, kStripes> stripes_;
   core::LocalWatchers watchers_;
-  std::unique_ptr<boost::asio::thread_pool> pool_;  // null: inline
 
-  std::mutex sweeper_mu_;
-  std::condition_variable sweeper_cv_;
-  bool stopping_ = false;
-  std::thread sweeper_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Mutation*> queue_;  // guarded by mu_
+  bool committer_waiting_ = false;  // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_
+  bool held_ = false;               // guarded by mu_
+  std::thread committer_;
+  std::atomic<std::uint64_t> commits_{0};
+  std::atomic<std::uint64_t> committed_ops_{0};
 };
 
 }  // namespace idemgate::store::embedded
