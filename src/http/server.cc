@@ -290,7 +290,11 @@ Task<void> ClientConnection::Run() {
       }
       if (failed) must_close = true;
       if (!exchange.responded()) {
-        co_await exchange.Respond(MakeProblem(ProblemCode::kInternal, "the request was not answered"), true);
+        if (w.watchdog.killing()) {
+          co_await exchange.Respond(MakeProblem(ProblemCode::kShuttingDown, "the gateway stopped; retry"), true);
+        } else {
+          co_await exchange.Respond(MakeProblem(ProblemCode::kInternal, "the request was not answered"), true);
+        }
       }
     }
     if (must_close) break;
@@ -436,8 +440,16 @@ Task<void> ExchangeImpl::Respond(Response response, bool close) {
 
 Task<void> ExchangeImpl::ForwardProblem(ForwardResult& result, ForwardOutcome outcome, ProblemCode code) {
   if (c_.w.watchdog.killing()) {
-    // Past shutdown_grace: every operation is being cancelled; no answer.
+    // Past shutdown_grace: every operation is being cancelled. The client
+    // still learns why if its socket takes the answer at once (the write
+    // does not wait: the watchdog cuts anything that would).
     Fail(result, ForwardOutcome::kShutdown);
+    if (!responded_) {
+      co_await Respond(MakeProblem(ProblemCode::kShuttingDown,
+                                   "the gateway stopped before the upstream answered; retry"),
+                       true);
+      result.status = status_sent_;
+    }
     co_return;
   }
   result.outcome = outcome;
