@@ -233,7 +233,7 @@ PipelineResult Summarize(const http::ForwardResult& result, const RouteEntry& ro
 
 void MergeHeaderChanges(RequestContext& ctx, http::ForwardRequest& fr) {
   for (auto& h : ctx.set_headers) fr.set_headers.push_back(std::move(h));
-  for (auto& n : ctx.remove_headers) fr.remove_headers.push_back(std::move(n));
+  for (const auto& n : ctx.remove_headers) fr.remove_headers.push_back(n);
 }
 
 Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const Snapshot& snap,

@@ -342,7 +342,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       }
       ctx.log.operation_id = reservation.operation_id;
       ctx.log.cache_hit = false;
-      fr.strip_response_headers = {rules.terminal_header, rules.replay_header, std::string(core::kOperationIdHeader)};
+      fr.strip_response_headers = rules.strip_response_headers;
       fr.add_response_headers.push_back({std::string(core::kOperationIdHeader), reservation.operation_id});
       fr.capture_max_body_bytes = rules.max_response_bytes;
       decision.observer =

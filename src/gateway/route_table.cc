@@ -73,6 +73,8 @@ RouteIdempotency MakeRouteIdempotency(const config::Config& config, const config
   out.store_server_errors = in.store_server_errors;
   out.terminal_header = in.terminal_header;
   out.replay_header = in.replay_header;
+  // Views into the config, which the snapshot keeps in place (not into `out`, which moves).
+  out.strip_response_headers = {in.terminal_header, in.replay_header, core::kOperationIdHeader};
   out.dedup = in.dedup;
   out.forward_key = in.forward_key;
   return out;

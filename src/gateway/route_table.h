@@ -51,6 +51,9 @@ struct RouteIdempotency {
   bool store_server_errors = false;
   std::string terminal_header;
   std::string replay_header;
+  // What a forwarded keyed request strips from the upstream's response:
+  // terminal_header, replay_header and X-Operation-Id (views into the config).
+  std::vector<std::string_view> strip_response_headers;
   config::DedupMode dedup = config::DedupMode::kGateway;
   config::ForwardKey forward_key = config::ForwardKey::kNamespaced;
 

@@ -3,6 +3,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,11 +85,13 @@ class ForwardObserver {
 struct ForwardRequest {
   // Added to the upstream request; client lines with the same names are dropped.
   std::vector<Header> set_headers;
-  // Client request lines dropped before forwarding.
-  std::vector<std::string> remove_headers;
+  // Client request lines dropped before forwarding. The names must outlive
+  // the Forward call.
+  std::vector<std::string_view> remove_headers;
   // Upstream response lines dropped before the client sees them; reported in
   // CapturedResponse::stripped.
-  std::vector<std::string> strip_response_headers;
+  // The names must outlive the Forward call.
+  std::span<const std::string_view> strip_response_headers;
   // Added to the response the client sees (after stripping).
   std::vector<Header> add_response_headers;
   // When non-empty, sent upstream instead of the client's path and query

@@ -36,7 +36,8 @@ using ResponseMessage = bhttp::response<bhttp::buffer_body>;
 
 std::string_view View(beast::string_view s) { return std::string_view(s.data(), s.size()); }
 
-bool InList(const std::vector<std::string>& names, std::string_view name) {
+template <typename Names>
+bool InList(const Names& names, std::string_view name) {
   for (const auto& n : names) {
     if (NameEquals(n, name)) return true;
   }

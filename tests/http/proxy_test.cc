@@ -131,7 +131,8 @@ TEST(InProcessProxyTest, ForwardRequestHeaderChangesApply) {
   options.base.set_headers = {{"Idempotency-Key", "t-_:_:_:r:abc"}, {"X-Tenant-Id", "acme"}};
   options.base.remove_headers = {"X-Remove-Me"};
   options.base.request_id = "generated-id";
-  options.base.strip_response_headers = {"x-secret"};
+  static constexpr std::string_view kStrip[] = {"x-secret"};
+  options.base.strip_response_headers = kStrip;
   options.base.add_response_headers = {{"X-Operation-Id", "op_1"}};
   Harness h(options);
   HttpRequest req{.method = "POST", .target = "/echo"};
@@ -227,7 +228,8 @@ TEST(InProcessProxyTest, CaptureHandsTheWholeResponseToTheObserver) {
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
   options.capture = true;
-  options.base.strip_response_headers = {"X-Secret"};
+  static constexpr std::string_view kStrip[] = {"X-Secret"};
+  options.base.strip_response_headers = kStrip;
   Harness h(options);
   HttpRequest req{.method = "POST", .target = "/echo", .body = "captured body"};
   auto res = SendRequest(h.endpoint(), req);

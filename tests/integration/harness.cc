@@ -3,7 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <iostream>
 
@@ -121,6 +128,24 @@ void GatewayProcess::DumpLogs(std::size_t max_bytes) const {
     if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
     std::cerr << "---- " << path << " ----\n" << text << "\n";
   }
+}
+
+RefusingPort::RefusingPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot bind a loopback socket: " << std::strerror(errno);
+    return;
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+RefusingPort::~RefusingPort() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 HttpRequest KeyedPost(std::string target, std::string_view key, std::string body) {

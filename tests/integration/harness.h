@@ -66,6 +66,22 @@ class GatewayProcess {
   std::string stderr_path_;
 };
 
+// A loopback port where connections are refused for as long as this object
+// lives: a socket is bound to it but never listens, so no other process can
+// take the port meanwhile (PickFreePort alone leaves that race open).
+class RefusingPort {
+ public:
+  RefusingPort();
+  ~RefusingPort();
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
 // A POST with `Idempotency-Key: "<key>"` (no header when `key` is empty),
 // Content-Type application/json and `body`.
 HttpRequest KeyedPost(std::string target, std::string_view key, std::string body = "{}");

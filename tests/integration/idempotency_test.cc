@@ -465,11 +465,10 @@ TEST_F(IdempotencyTest, FullMemoryStoreFailsClosedOrOpen) {
 }
 
 TEST_F(IdempotencyTest, UnreachableUpstreamReleasesTheKey) {
-  auto port = PickFreePort();
-  ASSERT_TRUE(port.ok());
+  RefusingPort dead;
   std::ostringstream y;
   y << "listen: 127.0.0.1:0\nadmin: { listen: 127.0.0.1:0 }\nstore: { kind: memory }\n"
-    << "upstreams:\n  dead: { url: http://127.0.0.1:" << *port << ", connect_timeout: 500ms }\n"
+    << "upstreams:\n  dead: { url: http://127.0.0.1:" << dead.port() << ", connect_timeout: 500ms }\n"
     << "routes:\n  - id: api\n    match: { path_prefix: / }\n    upstream: dead\n"
     << "    idempotency: { policy: required }\n";
   auto g = GatewayProcess::Start(dir_, y.str());

@@ -97,12 +97,13 @@ class ProxyTest : public ::testing::Test {
                             fake_dir_->Join("fake.ready"));
     ASSERT_TRUE(fake.ok()) << fake.status().ToString();
     fake_ = new Server(std::move(*fake));
-    auto port = PickFreePort();
-    ASSERT_TRUE(port.ok());
-    dead_port_ = *port;
+    dead_ = new RefusingPort();
+    dead_port_ = dead_->port();
   }
 
   static void TearDownTestSuite() {
+    delete dead_;
+    dead_ = nullptr;
     delete fake_;
     fake_ = nullptr;
     delete fake_dir_;
@@ -165,6 +166,7 @@ class ProxyTest : public ::testing::Test {
 
   static TempDir* fake_dir_;
   static Server* fake_;
+  static RefusingPort* dead_;
   static std::uint16_t dead_port_;
 
   TempDir dir_;
@@ -175,6 +177,7 @@ class ProxyTest : public ::testing::Test {
 
 TempDir* ProxyTest::fake_dir_ = nullptr;
 Server* ProxyTest::fake_ = nullptr;
+RefusingPort* ProxyTest::dead_ = nullptr;
 std::uint16_t ProxyTest::dead_port_ = 0;
 
 TEST_F(ProxyTest, ReadyFileNamesBothListeners) {
