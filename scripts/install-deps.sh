@@ -9,7 +9,7 @@ PACKAGES=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libboost-system1.81-dev libboost-program-options1.81-dev
   libyaml-cpp-dev libssl-dev librocksdb-dev libhiredis-dev libsqlite3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   redis-server nginx-light wrk procps python3
 )
 

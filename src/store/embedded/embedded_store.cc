@@ -23,6 +23,8 @@
 #include <vector>
 
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -43,6 +45,8 @@ constexpr char kPingKey[] = "idemgate:ping";
 // Expiry entries the background sweep handles between two batches of the
 // committer, so that a large sweep never holds requests up for long.
 constexpr std::size_t kSweepSlice = 512;
+// Threads for reads that miss RocksDB's memory (memtables and block cache).
+constexpr std::size_t kReaderThreads = 2;
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
@@ -187,6 +191,10 @@ rocksdb::DBOptions MakeDbOptions(const EmbeddedStore::Options& o) {
   // File deletions after flush or compaction happen in the background, not in
   // a writer's (possibly I/O) thread.
   db.avoid_unnecessary_blocking_io = true;
+  // The committer is the only writer: no concurrent memtable inserts to
+  // coordinate, and no write group to spin for.
+  db.allow_concurrent_memtable_write = false;
+  db.enable_write_thread_adaptive_yield = false;
   return db;
 }
 
@@ -194,9 +202,13 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
                                                bool bloom, std::uint64_t write_buffer) {
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;
-  // Index and filters live in the block cache, split into small partitions
-  // under a pinned top level: one big index block per file would be evicted
-  // by data blocks in its cache shard and re-read on every lookup.
+  // Index and filter blocks live in the block cache (so their memory is
+  // bounded too), in its high-priority pool so data blocks do not evict them,
+  // and pinned for L0 files, which every lookup consults. Whole-file filters
+  // and a binary-search index: most lookups are of new keys that exist
+  // nowhere, so each lookup probes the filter of every L0 file and level, and
+  // partitioned filters (an index lookup before each probe) cost a fifth of
+  // the gateway's CPU per request more (docs/store-embedded.md).
   table.cache_index_and_filter_blocks = true;
   table.cache_index_and_filter_blocks_with_high_priority = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
@@ -204,7 +216,6 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
   table.index_type = rocksdb::BlockBasedTableOptions::IndexType::kTwoLevelIndexSearch;
   if (bloom) {
     table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-    table.partition_filters = true;
     table.optimize_filters_for_memory = true;
   }
   rocksdb::ColumnFamilyOptions cf;
@@ -212,6 +223,9 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
   cf.write_buffer_size = write_buffer;
   cf.max_write_buffer_number = 3;
   cf.level_compaction_dynamic_level_bytes = true;
+  // LZ4: stored responses (JSON, repeated headers) compress several-fold,
+  // and LZ4 costs the least CPU per byte saved on flushes and compactions.
+  cf.compression = rocksdb::kLZ4Compression;
   cf.table_properties_collector_factories.push_back(
       rocksdb::NewCompactOnDeletionCollectorFactory(10'000, 4'000, 0.5));
   if (bloom) {
@@ -228,6 +242,7 @@ EmbeddedStore::EmbeddedStore(Options options)
       clock_(options_.clock ? *options_.clock : SystemClock::Instance()),
       filter_(std::make_unique<ExpiredRecordFilter>(clock_)) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
+  readers_ = std::make_unique<boost::asio::thread_pool>(kReaderThreads);
 }
 
 StatusOr<std::unique_ptr<EmbeddedStore>> EmbeddedStore::Open(Options options) {
@@ -312,6 +327,7 @@ EmbeddedStore::~EmbeddedStore() {
   }
   cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+  readers_->join();
   if (db_) {
     for (auto* h : {expiry_, records_, default_}) {
       if (h) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
@@ -352,17 +368,16 @@ class HandlerWaiter final {
 
 // One operation for the committer: its inputs, then its results.
 struct EmbeddedStore::Mutation {
-  enum class Kind { kReserve, kComplete, kRelease, kPurge, kGet, kPing, kSweep };
-  Kind kind = Kind::kGet;
+  enum class Kind { kReserve, kComplete, kRelease, kPurge, kPing, kSweep };
+  Kind kind = Kind::kPing;
   std::string key;
   std::string owner;   // kComplete, kRelease
   Record record;       // kReserve: the reservation; kComplete: the completed record
-  UnixMillis now = 0;  // kReserve, kGet, kSweep
+  UnixMillis now = 0;  // kReserve, kSweep
   std::size_t sweep_max = 0;
 
   Status status;
   core::ReserveResult reserved;  // kReserve
-  std::optional<Record> found;   // kGet
   bool purged = false;           // kPurge
   SweepResult swept;             // kSweep
   bool notify = false;           // wake the key's watchers once committed
@@ -604,9 +619,6 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
       m.purged = true;
       m.notify = true;
       return;
-    case Mutation::Kind::kGet:
-      if (current && !ExpiredAt(*current, m.now)) m.found = std::move(current);
-      return;
     case Mutation::Kind::kPing:
       // A small write: fails when RocksDB stopped writes after a background
       // error (disk full, I/O error), which a read would not show.
@@ -645,6 +657,22 @@ std::optional<StatusOr<std::optional<Record>>> EmbeddedStore::ReadCached(const s
   return StatusOr<std::optional<Record>>(std::optional<Record>(std::move(*record)));
 }
 
+core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::ReadOnReader(const std::string& key) {
+  namespace asio = boost::asio;
+  auto caller = co_await asio::this_coro::executor;
+  // Binding the token to the pool's executor moves the coroutine there; a
+  // plain post(pool, use_awaitable) would resume on the caller's executor.
+  co_await asio::post(asio::bind_executor(readers_->get_executor(), asio::use_awaitable));
+  auto result = Read(key);
+  co_await asio::post(asio::bind_executor(caller, asio::use_awaitable));
+  co_return result;
+}
+
+core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::ReadAnywhere(const std::string& key) {
+  if (auto cached = ReadCached(key)) co_return std::move(*cached);
+  co_return co_await ReadOnReader(key);
+}
+
 // ---------------------------------------------------------------------------
 // The Store operations.
 
@@ -652,8 +680,8 @@ core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key
                                                                  UnixMillis now) {
   // A live record that may not be replaced answers without the committer:
   // the answer is the state at this read (replays and conflicts take this path).
-  if (auto cached = ReadCached(key); cached && cached->ok() && (*cached)->has_value()) {
-    Record& existing = **(*cached);
+  if (auto read = co_await ReadAnywhere(key); read.ok() && read->has_value()) {
+    Record& existing = **read;
     const bool replaceable = ExpiredAt(existing, now) ||
                              (existing.LeaseEndedAt(now) && existing.fingerprint == reservation.fingerprint);
     if (!replaceable) {
@@ -693,19 +721,11 @@ core::Task<Status> EmbeddedStore::Release(std::string key, std::string owner) {
 }
 
 core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::Get(std::string key, UnixMillis now) {
-  if (auto cached = ReadCached(key)) {
-    if (!cached->ok()) co_return cached->status();
-    std::optional<Record>& found = **cached;
-    if (found && ExpiredAt(*found, now)) found.reset();
-    co_return std::move(found);
-  }
-  Mutation m;
-  m.kind = Mutation::Kind::kGet;
-  m.key = std::move(key);
-  m.now = now;
-  co_await Commit(m);
-  if (!m.status.ok()) co_return m.status;
-  co_return std::move(m.found);
+  auto read = co_await ReadAnywhere(key);
+  if (!read.ok()) co_return read.status();
+  std::optional<Record>& found = *read;
+  if (found && ExpiredAt(*found, now)) found.reset();
+  co_return std::move(found);
 }
 
 core::Task<StatusOr<bool>> EmbeddedStore::Purge(std::string key) {

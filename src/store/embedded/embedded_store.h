@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/thread_pool.hpp>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +49,10 @@ namespace idemgate::store::embedded {
 // each read-modify-write atomic without locks, and the caller's thread never
 // blocks on RocksDB. Reads that RocksDB can answer from memory (memtables and
 // block cache) run on the caller's thread; a read that would touch the disk
-// goes to the committer too. Reserve answers at once from such a read when it
-// finds a live record it must not replace (a replay, a conflict).
+// runs on a small pool of reader threads. Reserve answers at once from such a
+// read when it finds a live record it must not replace (a replay, a
+// conflict); otherwise the committer decides (its own read then finds the
+// blocks cached).
 //
 // Thread-safety: every method may be called concurrently from any thread;
 // coroutines resume on the executor they were awaited on. The store must
@@ -153,6 +156,10 @@ class EmbeddedStore final : public core::Store {
   StatusOr<std::optional<core::Record>> Read(const std::string& key) const;
   // The same from memory only: nullopt when RocksDB would have to read a file.
   std::optional<StatusOr<std::optional<core::Record>>> ReadCached(const std::string& key) const;
+  // Read() on a reader thread; resumes on the caller's executor.
+  core::Task<StatusOr<std::optional<core::Record>>> ReadOnReader(const std::string& key);
+  // ReadCached(), else ReadOnReader().
+  core::Task<StatusOr<std::optional<core::Record>>> ReadAnywhere(const std::string& key);
 
   Options options_;
   const Clock& clock_;
@@ -165,6 +172,9 @@ class EmbeddedStore final : public core::Store {
   rocksdb::ColumnFamilyHandle* default_ = nullptr;
 
   core::LocalWatchers watchers_;
+  // Reads that must touch a file run here, in parallel, off the I/O threads
+  // and off the committer.
+  std::unique_ptr<boost::asio::thread_pool> readers_;
 
   std::mutex mu_;
   std::condition_variable cv_;
