@@ -48,19 +48,27 @@ Task<std::unique_ptr<Watch>> LocalWatchers::Make(std::string key) {
   auto entry = std::make_shared<Entry>(ex);
   {
     std::lock_guard lock(mu_);
-    by_key_[key].push_back(entry);
+    auto& list = by_key_[key];
+    if (list.empty()) watched_keys_.fetch_add(1, std::memory_order_seq_cst);
+    list.push_back(entry);
   }
   co_return std::make_unique<LocalWatch>(this, std::move(key), std::move(entry));
 }
 
-void LocalWatchers::Notify(const std::string& key) {
+void LocalWatchers::Notify(std::string_view key) {
+  // Orders the caller's write of the key before this load (a store-load
+  // pair, which only a full fence orders), against Make's increment before
+  // its caller's read.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (watched_keys_.load(std::memory_order_seq_cst) == 0) return;
   std::vector<std::shared_ptr<Entry>> woken;
   {
     std::lock_guard lock(mu_);
-    auto it = by_key_.find(key);
+    auto it = by_key_.find(std::string(key));
     if (it == by_key_.end()) return;
     woken.swap(it->second);
     by_key_.erase(it);
+    watched_keys_.fetch_sub(1, std::memory_order_seq_cst);
   }
   for (auto& e : woken) {
     asio::post(e->executor, [e] {
@@ -76,7 +84,10 @@ void LocalWatchers::Remove(const std::string& key, const Entry* entry) {
   if (it == by_key_.end()) return;
   auto& v = it->second;
   v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& e) { return e.get() == entry; }), v.end());
-  if (v.empty()) by_key_.erase(it);
+  if (v.empty()) {
+    by_key_.erase(it);
+    watched_keys_.fetch_sub(1, std::memory_order_seq_cst);
+  }
 }
 
 std::size_t LocalWatchers::size() const {

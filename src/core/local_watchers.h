@@ -1,7 +1,9 @@
 #pragma once
 
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,8 +24,9 @@ class LocalWatchers {
 
   // Must be awaited on the executor that will await Watch::Changed.
   Task<std::unique_ptr<Watch>> Make(std::string key);
-  // Wakes every current watch of `key`.
-  void Notify(const std::string& key);
+  // Wakes every current watch of `key`. Costs one atomic load when nobody
+  // watches anything.
+  void Notify(std::string_view key);
   // Number of registered watches (for tests).
   std::size_t size() const;
 
@@ -34,6 +37,11 @@ class LocalWatchers {
   void Remove(const std::string& key, const Entry* entry);
 
   mutable std::mutex mu_;
+  // Keys in by_key_, readable without mu_. A watch is registered (an atomic
+  // increment) before its caller reads the key; a notifier writes the key,
+  // then (after a full fence) reads this. So either the watcher's read sees
+  // the write or the notifier sees the watch: nothing is missed.
+  std::atomic<std::size_t> watched_keys_{0};
   std::unordered_map<std::string, std::vector<std::shared_ptr<Entry>>> by_key_;
 };
 

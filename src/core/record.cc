@@ -62,6 +62,29 @@ class Reader {
 
 }  // namespace
 
+StatusOr<RecordOwnership> PeekOwnership(std::string_view bytes) {
+  // version (1), state (1), fingerprint (u32 length + bytes), owner (u32 length + bytes)
+  auto u32 = [&bytes](std::size_t at, std::uint32_t* v) {
+    if (bytes.size() < at + 4) return false;
+    *v = 0;
+    for (int i = 0; i < 4; ++i) *v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(bytes[at + i])) << (8 * i);
+    return true;
+  };
+  if (bytes.size() < 2 || static_cast<std::uint8_t>(bytes[0]) != kVersion) {
+    return InvalidArgumentError("record: unknown version or truncated");
+  }
+  const auto state = static_cast<std::uint8_t>(bytes[1]);
+  if (state != static_cast<std::uint8_t>(RecordState::kInFlight) &&
+      state != static_cast<std::uint8_t>(RecordState::kCompleted)) {
+    return InvalidArgumentError("record: bad state");
+  }
+  std::uint32_t fp_len = 0, owner_len = 0;
+  if (!u32(2, &fp_len) || !u32(6 + fp_len, &owner_len) || bytes.size() < 10 + std::size_t{fp_len} + owner_len) {
+    return InvalidArgumentError("record: truncated");
+  }
+  return RecordOwnership{static_cast<RecordState>(state), bytes.substr(10 + fp_len, owner_len)};
+}
+
 std::string EncodeRecord(const Record& r) {
   std::string out;
   out.reserve(EncodedSize(r));

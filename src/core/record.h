@@ -53,6 +53,15 @@ struct Record {
 std::string EncodeRecord(const Record& record);
 // Fails with InvalidArgument on truncated, corrupt or unknown-version input.
 StatusOr<Record> DecodeRecord(std::string_view bytes);
+// The state and owner of an encoded record, read without decoding the rest
+// (for compare-and-set on the owner). `owner` views into `bytes`.
+struct RecordOwnership {
+  RecordState state = RecordState::kInFlight;
+  std::string_view owner;
+};
+// Fails like DecodeRecord on a truncated or unknown-version prefix.
+StatusOr<RecordOwnership> PeekOwnership(std::string_view bytes);
+
 // Bytes a record occupies once encoded, for store accounting.
 std::size_t EncodedSize(const Record& record);
 

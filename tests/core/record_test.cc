@@ -90,5 +90,32 @@ TEST(RecordTest, ExpiryPredicates) {
   EXPECT_FALSE(r.LeaseEndedAt(r.lease_expires_ms));
 }
 
+TEST(RecordTest, PeekOwnershipReadsStateAndOwnerOfEveryPrefixThatHoldsThem) {
+  Record r = Full();
+  const std::string bytes = EncodeRecord(r);
+  auto peek = PeekOwnership(bytes);
+  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  EXPECT_EQ(peek->state, r.state);
+  EXPECT_EQ(peek->owner, r.owner);
+  r.state = RecordState::kInFlight;
+  r.owner = "another-owner";
+  peek = PeekOwnership(EncodeRecord(r));
+  ASSERT_TRUE(peek.ok());
+  EXPECT_EQ(peek->state, RecordState::kInFlight);
+  EXPECT_EQ(peek->owner, "another-owner");
+  // The prefix up to the owner is enough; anything shorter is refused.
+  const std::size_t needed = 2 + 4 + Full().fingerprint.size() + 4 + Full().owner.size();
+  EXPECT_TRUE(PeekOwnership(std::string_view(bytes).substr(0, needed)).ok());
+  for (std::size_t n = 0; n < needed; ++n) {
+    EXPECT_FALSE(PeekOwnership(std::string_view(bytes).substr(0, n)).ok()) << n;
+  }
+  std::string bad_version = bytes;
+  bad_version[0] = 9;
+  EXPECT_FALSE(PeekOwnership(bad_version).ok());
+  std::string bad_state = bytes;
+  bad_state[1] = 7;
+  EXPECT_FALSE(PeekOwnership(bad_state).ok());
+}
+
 }  // namespace
 }  // namespace idemgate::core

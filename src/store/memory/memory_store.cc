@@ -41,9 +41,15 @@ struct Entry {
   }
 };
 
+// The entry's retention end is kept beside its pointer so that the
+// incremental sweep scans the slot array without touching the entries
+// (one cache miss each).
 struct Slot {
   std::uint64_t hash = 0;
   Entry* entry = nullptr;
+  UnixMillis expires_ms = 0;  // entry->expires_ms
+
+  bool ExpiredAt(UnixMillis now) const { return expires_ms != 0 && expires_ms <= now; }
 };
 
 std::uint64_t HashKey(std::string_view key) {
@@ -94,6 +100,7 @@ class MemoryStore::Shard {
     Slot& s = slots_[static_cast<std::size_t>(index)];
     Entry* old = s.entry;
     s.entry = e;
+    s.expires_ms = e->expires_ms;
     return old;
   }
 
@@ -132,7 +139,7 @@ class MemoryStore::Shard {
     for (std::size_t n = 0; n < budget; ++n) {
       cursor_ &= mask;
       Entry* e = slots_[cursor_].entry;
-      if (e != nullptr && e->ExpiredAt(now)) {
+      if (e != nullptr && slots_[cursor_].ExpiredAt(now)) {
         // Backward shift may move a later entry into this slot; look again.
         EraseAt(static_cast<std::ptrdiff_t>(cursor_));
         freed += e->charged();
@@ -185,7 +192,7 @@ class MemoryStore::Shard {
     const std::size_t mask = slots_.size() - 1;
     std::size_t i = hash & mask;
     while (slots_[i].entry != nullptr) i = (i + 1) & mask;
-    slots_[i] = Slot{hash, e};
+    slots_[i] = Slot{hash, e, e->expires_ms};
   }
 
   void Resize(std::size_t capacity) {
@@ -325,7 +332,7 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
     std::ptrdiff_t index = shard.Find(hash, key);
     if (index < 0) return FailedPreconditionError("memory store: key is not reserved");
     const Entry* e = shard.At(index);
-    StatusOr<core::Record> current = core::DecodeRecord(e->value());
+    StatusOr<core::RecordOwnership> current = core::PeekOwnership(e->value());
     if (!current.ok()) return InternalError("memory store: " + current.status().message());
     if (current->state != core::RecordState::kInFlight || current->owner != owner) {
       return FailedPreconditionError("memory store: reservation not held by this owner");
@@ -341,7 +348,7 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
     index = shard.Find(hash, key);
     Entry::Free(shard.ReplaceAt(index, Entry::Make(key, value, SweepDeadline(completed))));
   }
-  watchers_.Notify(std::string(key));
+  watchers_.Notify(key);
   return Status::Ok();
 }
 
@@ -356,7 +363,7 @@ Status MemoryStore::ReleaseNow(std::string_view key, std::string_view owner) {
 
     const std::ptrdiff_t index = shard.Find(hash, key);
     if (index < 0) return FailedPreconditionError("memory store: key is not reserved");
-    StatusOr<core::Record> current = core::DecodeRecord(shard.At(index)->value());
+    StatusOr<core::RecordOwnership> current = core::PeekOwnership(shard.At(index)->value());
     if (!current.ok()) return InternalError("memory store: " + current.status().message());
     if (current->state != core::RecordState::kInFlight || current->owner != owner) {
       return FailedPreconditionError("memory store: reservation not held by this owner");
@@ -367,7 +374,7 @@ Status MemoryStore::ReleaseNow(std::string_view key, std::string_view owner) {
     Entry::Free(e);
     shard.MaybeShrink();
   }
-  watchers_.Notify(std::string(key));
+  watchers_.Notify(key);
   return Status::Ok();
 }
 
@@ -407,7 +414,7 @@ bool MemoryStore::PurgeNow(std::string_view key) {
     Entry::Free(e);
     shard.MaybeShrink();
   }
-  watchers_.Notify(std::string(key));
+  watchers_.Notify(key);
   return true;
 }
 
