@@ -245,7 +245,7 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   if (!ex.SetBodyLimit(route->max_request_bytes)) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
 
   if (options.identity != nullptr) {
-    std::optional<http::Response> answer = co_await options.identity->Identify(ctx);
+    std::optional<http::Response> answer = options.identity->Identify(ctx);
     if (answer) co_return co_await Answer(ex, std::move(*answer), "identity_refused");
   }
 

@@ -68,11 +68,13 @@ struct RequestContext {
 };
 
 // SPEC §2 step 3. nullopt: continue (identity fields set); a response: send
-// it instead (401 problem).
+// it instead (401 problem). Synchronous: every identity mode verifies
+// locally (headers, signatures, key files loaded at start), and a coroutine
+// frame on every request would cost more than the check.
 class IdentityHook {
  public:
   virtual ~IdentityHook() = default;
-  virtual Task<std::optional<http::Response>> Identify(RequestContext& ctx) = 0;
+  virtual std::optional<http::Response> Identify(RequestContext& ctx) = 0;
 };
 
 // SPEC §2 step 4 on `policy: webhook` routes.

@@ -5,18 +5,18 @@
 
 namespace idemgate::gateway {
 
-Task<std::optional<http::Response>> IdentityStage::Identify(RequestContext& ctx) {
+std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   const config::Identity& identity = ctx.config->identity;
-  if (identity.mode != config::IdentityMode::kTrustedHeaders) co_return std::nullopt;
+  if (identity.mode != config::IdentityMode::kTrustedHeaders) return std::nullopt;
   StatusOr<core::Caller> caller = identity::CallerFromTrustedHeaders(ctx.head->headers, identity.trusted_headers);
   if (!caller.ok()) {
     ctx.log.outcome = "unauthenticated";
-    co_return http::MakeProblem(http::ProblemCode::kUnauthenticated, caller.status().message());
+    return http::MakeProblem(http::ProblemCode::kUnauthenticated, caller.status().message());
   }
   ctx.tenant = std::move(caller->tenant);
   ctx.project = std::move(caller->project);
   ctx.subject = std::move(caller->subject);
-  co_return std::nullopt;
+  return std::nullopt;
 }
 
 }  // namespace idemgate::gateway

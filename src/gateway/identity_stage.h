@@ -11,7 +11,7 @@ namespace idemgate::gateway {
 
 class IdentityStage final : public IdentityHook {
  public:
-  Task<std::optional<http::Response>> Identify(RequestContext& ctx) override;
+  std::optional<http::Response> Identify(RequestContext& ctx) override;
 };
 
 }  // namespace idemgate::gateway

@@ -375,7 +375,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     bool failed = false;
     error_code ec;
     for (int attempt = 0;; ++attempt) {
-      Acquired acquired = co_await p.Acquire(fresh_only);
+      Acquired acquired;
+      if (!fresh_only) acquired.connection = p.TakeIdle();
+      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only);
       if (!acquired.connection) {
         detail_ = std::move(acquired.error);
         fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);

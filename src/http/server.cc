@@ -382,7 +382,7 @@ Task<BodyStatus> ExchangeImpl::ReadBody() {
     c_.linger = true;
     co_return BodyStatus::kTooLarge;
   }
-  if (!co_await SendContinueIfNeeded()) {
+  if (c_.head.expect_continue && !continue_sent_ && !co_await SendContinueIfNeeded()) {
     body_state_ = BodyState::kFailed;
     c_.must_close = true;
     co_return BodyStatus::kClientGone;

@@ -78,28 +78,33 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   co_return result;
 }
 
+std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle() {
+  const auto now = internal::SteadyClock::now();
+  while (!idle.empty()) {
+    std::unique_ptr<internal::UpstreamConnection> c = std::move(idle.back());
+    idle.pop_back();
+    // A connection back in the pool for under a second is not checked:
+    // upstreams close idle connections after seconds, and the one retry
+    // on a fresh connection covers the rare exception. This saves a
+    // system call per request under load.
+    const auto idle_for = now - c->idle_since;
+    if (idle_for > target.idle_timeout || (idle_for > kPeekAfter && LooksStale(c->socket))) {
+      error_code ec;
+      c->socket.close(ec);
+      --open;
+      continue;
+    }
+    c->reused = true;
+    return c;
+  }
+  return nullptr;
+}
+
 Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
   const auto give_up = internal::SteadyClock::now() + target.connect_timeout;
   for (;;) {
     if (!fresh_only) {
-      const auto now = internal::SteadyClock::now();
-      while (!idle.empty()) {
-        std::unique_ptr<internal::UpstreamConnection> c = std::move(idle.back());
-        idle.pop_back();
-        // A connection back in the pool for under a second is not checked:
-        // upstreams close idle connections after seconds, and the one retry
-        // on a fresh connection covers the rare exception. This saves a
-        // system call per request under load.
-        const auto idle_for = now - c->idle_since;
-        if (idle_for > target.idle_timeout || (idle_for > kPeekAfter && LooksStale(c->socket))) {
-          error_code ec;
-          c->socket.close(ec);
-          --open;
-          continue;
-        }
-        c->reused = true;
-        co_return internal::Acquired{std::move(c), false, {}};
-      }
+      if (auto c = TakeIdle()) co_return internal::Acquired{std::move(c), false, {}};
     } else if (!idle.empty() && open >= target.max_connections) {
       // A fresh connection is needed and the pool is full: make room.
       error_code ec;

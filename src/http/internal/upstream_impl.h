@@ -47,6 +47,9 @@ struct UpstreamPool::Impl {
   // below max_connections, else waits up to connect_timeout for one to be
   // returned.
   Task<internal::Acquired> Acquire(bool fresh_only);
+  // The idle part of Acquire without a coroutine (the common case under
+  // load): an idle connection that still looks alive, or null.
+  std::unique_ptr<internal::UpstreamConnection> TakeIdle();
   // Gives a connection back: kept idle when `reusable`, else closed. Wakes
   // one waiter.
   void Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable);
