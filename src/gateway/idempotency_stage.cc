@@ -127,6 +127,8 @@ class Settlement final : public http::ForwardObserver {
                                                                        : ReleaseReason::kResponseError);
   }
 
+  Task<void> OnNoResponse(const http::ForwardResult& result) override { co_await OnFinished(result); }
+
   Task<void> OnFinished(const http::ForwardResult& result) override {
     if (settled_) co_return;
     settled_ = true;

@@ -76,6 +76,11 @@ class ForwardObserver {
   // response nothing has been written yet. Not called when the upstream
   // failed, timed out, or could not be reached.
   virtual Task<void> OnResponse(CapturedResponse& captured) = 0;
+  // No upstream response will be relayed: Forward is about to send its own
+  // error (502, 504, 413, 400, or 503 at shutdown); `result.outcome` says
+  // why. Called before that error is written, so that a client that retries
+  // as soon as it has it finds the outcome recorded. OnFinished still follows.
+  virtual Task<void> OnNoResponse(const ForwardResult& /*result*/) { co_return; }
   // Called exactly once, last, whatever happened (also when the request was
   // refused before forwarding, with outcome and status set by the refuser).
   virtual Task<void> OnFinished(const ForwardResult& result) = 0;

@@ -623,7 +623,13 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
   } while (false);
 
   result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started);
-  if (problem) co_await ForwardProblem(result, result.outcome, *problem);
+  if (problem) {
+    // Let the observer settle first: a client that retries the moment it
+    // has the error must find the key released.
+    if (c_.w.watchdog.killing()) result.outcome = ForwardOutcome::kShutdown;
+    if (fr.observer != nullptr) co_await fr.observer->OnNoResponse(result);
+    co_await ForwardProblem(result, result.outcome, *problem);
+  }
   co_return result;
 }
 

@@ -26,16 +26,26 @@ class RecordingObserver final : public http::ForwardObserver {
     ++on_response_calls;
     co_return;
   }
+  http::Task<void> OnNoResponse(const http::ForwardResult& result) override {
+    no_response = result;
+    ++on_no_response_calls;
+    answered_before_no_response = exchange != nullptr && exchange->responded();
+    co_return;
+  }
   http::Task<void> OnFinished(const http::ForwardResult& result) override {
     finished = result;
     ++on_finished_calls;
     co_return;
   }
 
+  http::Exchange* exchange = nullptr;  // the exchange forwarding, while it runs
   std::optional<http::CapturedResponse> captured;
+  std::optional<http::ForwardResult> no_response;
   std::optional<http::ForwardResult> finished;
   int on_response_calls = 0;
+  int on_no_response_calls = 0;
   int on_finished_calls = 0;
+  bool answered_before_no_response = false;
 };
 
 struct HandlerOptions {
@@ -71,11 +81,13 @@ class ForwardHandler final : public http::Handler {
     http::ForwardRequest request = options_.base;
     RecordingObserver observer;
     if (options_.capture) {
+      observer.exchange = &ex;
       request.observer = &observer;
       request.capture_max_body_bytes = options_.capture_cap;
     }
     http::ForwardResult result = co_await ex.Forward(*pool, request);
     if (options_.capture) co_await observer.OnFinished(result);
+    observer.exchange = nullptr;
     std::lock_guard lock(mu_);
     results_.push_back(result);
     if (options_.capture) observers_.push_back(std::move(observer));

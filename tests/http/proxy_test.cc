@@ -369,6 +369,13 @@ TEST(InProcessProxyTest, ConnectRefusedIs502) {
   ASSERT_TRUE(observers[0].finished.has_value());
   EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kConnectFailed);
   EXPECT_EQ(observers[0].finished->status, 502);
+  // Regression: the observer (the idempotency engine) learnt that no response
+  // would come only after the 502 was written, so a client retrying at once
+  // could find its key still reserved. It is told before anything is sent.
+  EXPECT_EQ(observers[0].on_no_response_calls, 1);
+  ASSERT_TRUE(observers[0].no_response.has_value());
+  EXPECT_EQ(observers[0].no_response->outcome, http::ForwardOutcome::kConnectFailed);
+  EXPECT_FALSE(observers[0].answered_before_no_response);
   // The client connection survives a gateway-made error.
   EXPECT_TRUE(res->keep_alive);
 }
