@@ -217,17 +217,47 @@ TEST_F(RedisStoreTest, BinaryKeysFingerprintsAndLargeBodiesSurvive) {
 
 TEST_F(RedisStoreTest, ScriptsRunAsEvalshaAndRecoverFromAFlushedScriptCache) {
   const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
-  ASSERT_EQ(Reserve(*store_, "k1", r)->outcome, ReserveOutcome::kReserved);  // NOSCRIPT, then EVAL
-  ASSERT_EQ(Reserve(*store_, "k2", r)->outcome, ReserveOutcome::kReserved);  // EVALSHA only
-  ASSERT_EQ(Reserve(*store_, "k3", r)->outcome, ReserveOutcome::kReserved);
+  for (const char* key : {"k1", "k2", "k3", "k4"}) {
+    ASSERT_EQ(Reserve(*store_, key, r)->outcome, ReserveOutcome::kReserved);
+  }
+  EXPECT_TRUE(io_.Run(store_->Release("k1", "owner-a")).ok());  // NOSCRIPT, then EVAL
+  EXPECT_TRUE(io_.Run(store_->Release("k2", "owner-a")).ok());  // EVALSHA only
+  EXPECT_TRUE(io_.Run(store_->Release("k3", "owner-a")).ok());
   EXPECT_EQ(Calls(server_, "evalsha"), 3);
   EXPECT_EQ(Calls(server_, "eval"), 1);
   ASSERT_TRUE(server_.Run({"SCRIPT", "FLUSH"}).str == "OK");
-  ASSERT_EQ(Reserve(*store_, "k4", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_TRUE(io_.Run(store_->Release("k4", "owner-a")).ok());
   EXPECT_EQ(Calls(server_, "eval"), 2);
   const auto gets = Calls(server_, "get");
   ASSERT_TRUE(Get(*store_, "k4").ok());
   EXPECT_EQ(Calls(server_, "get"), gets + 1) << "the hit path is one GET";
+}
+
+TEST_F(RedisStoreTest, ReserveIsOneSetNxGetUnlessTheRecordFoundMayBeReplaced) {
+  const UnixMillis now = clock_.NowMillis();
+  const Record a = InFlight("owner-a", Fingerprint('a'), now, 1000);
+  const auto sets = Calls(server_, "set");
+  // A new key: one SET, no script.
+  ASSERT_EQ(Reserve(*store_, "k", a)->outcome, ReserveOutcome::kReserved);
+  // A live reservation (another fingerprint, or lease not ended): answered by the same command.
+  const Record b = InFlight("owner-b", Fingerprint('b'), now, 1000);
+  auto exists = Reserve(*store_, "k", b);
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ(exists->outcome, ReserveOutcome::kExists);
+  ASSERT_TRUE(exists->existing.has_value());
+  EXPECT_EQ(exists->existing->owner, "owner-a");
+  EXPECT_EQ(Calls(server_, "set"), sets + 2);
+  EXPECT_EQ(Calls(server_, "evalsha") + Calls(server_, "eval"), 0);
+  // An ended lease with the same fingerprint needs the script, which takes it over.
+  clock_.Advance(1000ms);
+  const Record a2 = InFlight("owner-a2", Fingerprint('a'), clock_.NowMillis(), 1000);
+  auto taken = Reserve(*store_, "k", a2);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->outcome, ReserveOutcome::kTakenOver);
+  EXPECT_GE(Calls(server_, "evalsha") + Calls(server_, "eval"), 1);
+  auto got = Get(*store_, "k");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->owner, "owner-a2");
 }
 
 TEST_F(RedisStoreTest, CorruptValuesAreInternalErrors) {

@@ -153,6 +153,11 @@ StatusOr<Record> DecodeStored(const std::string& bytes) {
 }
 
 // Built outside coroutines: g++ 12 miscompiles braced lists in co_await expressions.
+Command SetNxGetCommand(const std::string& record_key, const std::string& value, std::int64_t ttl_ms) {
+  std::vector<std::string> args{"SET", record_key, value, "NX", "PX", std::to_string(ttl_ms), "GET"};
+  return MakeCommand(args, 1);
+}
+
 Command GetCommand(const std::string& record_key) {
   std::vector<std::string> args{"GET", record_key};
   return MakeCommand(args, 1);
@@ -341,16 +346,52 @@ Task<StatusOr<Reply>> RedisStore::RunScript(const Script& script, std::string ke
 }
 
 Task<StatusOr<core::ReserveResult>> RedisStore::Reserve(std::string key, Record reservation, UnixMillis now) {
-  static const Script kScript(kReserveBody);
   if (reservation.state != RecordState::kInFlight) {
     co_return InvalidArgumentError("redis store: Reserve needs an in-flight record");
   }
   const std::int64_t ttl =
       std::max<std::int64_t>(1, reservation.lease_expires_ms - now) + options_.reservation_grace.count();
+  std::string encoded = core::EncodeRecord(reservation);
+  if (set_nx_get_.load(std::memory_order_relaxed)) {
+    // One native command decides the common cases: a new key is written
+    // (nil reply), and a live record that may not be replaced comes back
+    // untouched. Only an expired record or an ended lease needs the script,
+    // which looks again atomically. Cheaper for Redis than running Lua.
+    Command set = SetNxGetCommand(RecordKey(key), encoded, ttl);
+    auto reply = co_await client_->Execute(std::move(set));
+    if (!reply.ok()) co_return reply.status();
+    if (reply->is_nil()) co_return core::ReserveResult{};
+    if (reply->type == Reply::Type::kString) {
+      auto existing = DecodeStored(reply->str);
+      if (!existing.ok()) co_return existing.status();
+      const bool replaceable =
+          (existing->state == RecordState::kCompleted && existing->ExpiredAt(now)) ||
+          (existing->LeaseEndedAt(now) && existing->fingerprint == reservation.fingerprint);
+      if (!replaceable) {
+        core::ReserveResult result;
+        result.outcome = core::ReserveOutcome::kExists;
+        result.existing = std::move(existing).value();
+        co_return result;
+      }
+    } else if (reply->IsErrorCode("ERR") && reply->str.find("syntax") != std::string::npos) {
+      // A server without NX+GET (before 7.0) refuses the syntax: use the script from now on.
+      set_nx_get_.store(false, std::memory_order_relaxed);
+    } else {
+      co_return UnexpectedReply(*reply, "reserve");
+    }
+  }
+  co_return co_await ReserveByScript(std::move(key), std::move(encoded), now, std::move(reservation.fingerprint),
+                                     ttl);
+}
+
+Task<StatusOr<core::ReserveResult>> RedisStore::ReserveByScript(std::string key, std::string encoded,
+                                                                UnixMillis now, std::string fingerprint,
+                                                                std::int64_t ttl) {
+  static const Script kScript(kReserveBody);
   std::vector<std::string> argv;
-  argv.push_back(core::EncodeRecord(reservation));
+  argv.push_back(std::move(encoded));
   argv.push_back(std::to_string(now));
-  argv.push_back(reservation.fingerprint);
+  argv.push_back(std::move(fingerprint));
   argv.push_back(std::to_string(ttl));
   auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
   if (!reply.ok()) co_return reply.status();

@@ -99,12 +99,18 @@ class RedisStore final : public core::Store {
   // Runs `script` with KEYS[1] = record key of `key` and ARGV = `argv`.
   Task<StatusOr<Reply>> RunScript(const Script& script, std::string key, std::vector<std::string> argv);
   Task<void> RefreshStats() const;
+  // The reserve script, for what `SET NX GET` cannot decide alone.
+  Task<StatusOr<core::ReserveResult>> ReserveByScript(std::string key, std::string encoded, UnixMillis now,
+                                                      std::string fingerprint, std::int64_t ttl);
 
   const Options options_;
   std::unique_ptr<Client> client_;
   mutable std::atomic<std::uint64_t> stats_keys_{0}, stats_bytes_{0};
   mutable std::atomic<std::int64_t> stats_at_ms_{0};  // steady ms of last refresh start
   mutable std::atomic<bool> stats_busy_{false};
+  // False once a server refused `SET ... NX GET` (Redis before 7.0): every
+  // reserve then runs the script.
+  std::atomic<bool> set_nx_get_{true};
 };
 
 }  // namespace idemgate::store::redis
