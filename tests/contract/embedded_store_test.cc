@@ -164,6 +164,40 @@ TEST_F(EmbeddedStoreTest, OperationsQueuedTogetherCommitAsOneWriteAndSeeEachOthe
   EXPECT_EQ(MustGet(*store, "other").owner, "owner-b");
 }
 
+TEST_F(EmbeddedStoreTest, ReservesOfNewKeysSkipTheCommittersReadOnlyWhenNoLaterBatchWroteTheKey) {
+  auto o = Opts();
+  o.max_batch = 1;  // one operation per batch: A and B below are committed apart
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  const UnixMillis now = clock_.NowMillis();
+  const Record a = contract::Reservation("owner-a", contract::Fingerprint(1), now);
+  const Record b = contract::Reservation("owner-b", contract::Fingerprint(2), now);
+  store->HoldCommitsForTesting(true);
+  // Both find "k" absent before either is committed.
+  std::optional<StatusOr<core::ReserveResult>> first, second;
+  boost::asio::co_spawn(io_, [&]() -> core::Task<void> {
+    first.emplace(co_await store->Reserve("k", a, now));
+  }, boost::asio::detached);
+  boost::asio::co_spawn(io_, [&]() -> core::Task<void> {
+    second.emplace(co_await store->Reserve("k", b, now));
+  }, boost::asio::detached);
+  io_.poll();
+  ASSERT_EQ(store->queued_for_testing(), 2u);
+  store->HoldCommitsForTesting(false);
+  io_.restart();
+  while (!(first && second)) io_.run_one();
+  ASSERT_TRUE(first->ok() && second->ok());
+  EXPECT_EQ((*first)->outcome, core::ReserveOutcome::kReserved);
+  // The second was decided after a batch that wrote "k": the committer read it again.
+  EXPECT_EQ((*second)->outcome, core::ReserveOutcome::kExists);
+  ASSERT_TRUE((*second)->existing.has_value());
+  EXPECT_EQ((*second)->existing->owner, "owner-a");
+  EXPECT_EQ(store->rereads_skipped(), 1u);
+  // A new key on its own is decided without a second read.
+  ASSERT_EQ(Run(store->Reserve("other", a, now))->outcome, core::ReserveOutcome::kReserved);
+  EXPECT_EQ(store->rereads_skipped(), 2u);
+}
+
 class EmbeddedRestartTest : public EmbeddedStoreTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(EmbeddedRestartTest, RecordsSurviveARestart) {

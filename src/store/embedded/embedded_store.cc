@@ -47,6 +47,8 @@ constexpr char kPingKey[] = "idemgate:ping";
 constexpr std::size_t kSweepSlice = 512;
 // Threads for reads that miss RocksDB's memory (memtables and block cache).
 constexpr std::size_t kReaderThreads = 2;
+// Batches whose written keys the committer remembers (see StillAbsent).
+constexpr std::size_t kRecentBatches = 64;
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
@@ -381,6 +383,9 @@ struct EmbeddedStore::Mutation {
   bool purged = false;           // kPurge
   SweepResult swept;             // kSweep
   bool notify = false;           // wake the key's watchers once committed
+  // kReserve: the caller found the key absent after batch `absent_as_of`
+  // was visible, so only a later batch can have written it.
+  std::optional<std::uint64_t> absent_as_of;
 
   std::unique_ptr<Waiter> waiter;
 };
@@ -510,7 +515,17 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
     wo.sync = options_.sync;
     rocksdb::Status s = db_->Write(wo, &batch.write);
     commits_.fetch_add(1, std::memory_order_relaxed);
-    if (!s.ok()) {
+    if (s.ok()) {
+      // Remember which keys this batch wrote before publishing its number:
+      // a reader that sees the number may rely on the list.
+      std::vector<std::uint64_t> hashes;
+      hashes.reserve(batch.pending.size());
+      for (const auto& [key, record] : batch.pending) hashes.push_back(std::hash<std::string>{}(key));
+      const std::uint64_t seq = batches_applied_.load(std::memory_order_relaxed) + 1;
+      recent_writes_.emplace_back(seq, std::move(hashes));
+      if (recent_writes_.size() > kRecentBatches) recent_writes_.pop_front();
+      batches_applied_.store(seq, std::memory_order_release);
+    } else {
       // Operations after a failed change may have decided on it: none of the
       // batch took effect, so each of them fails.
       const Status error = FromRocks(s, "commit");
@@ -540,6 +555,8 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   if (m.kind != Mutation::Kind::kPing) {
     if (pending != batch.pending.end()) {
       current = pending->second;
+    } else if (m.absent_as_of && StillAbsent(m.key, *m.absent_as_of)) {
+      rereads_skipped_.fetch_add(1, std::memory_order_relaxed);
     } else {
       auto read = Read(m.key);
       if (!read.ok()) {
@@ -629,6 +646,19 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   }
 }
 
+// True when no batch after `as_of` wrote `key` (by hash, so a collision only
+// costs a read), as far as the remembered batches go back.
+bool EmbeddedStore::StillAbsent(const std::string& key, std::uint64_t as_of) const {
+  const std::uint64_t applied = batches_applied_.load(std::memory_order_relaxed);
+  if (applied == as_of) return true;
+  if (recent_writes_.empty() || recent_writes_.front().first > as_of + 1) return false;  // forgotten
+  const std::uint64_t hash = std::hash<std::string>{}(key);
+  for (auto it = recent_writes_.rbegin(); it != recent_writes_.rend() && it->first > as_of; ++it) {
+    if (std::find(it->second.begin(), it->second.end(), hash) != it->second.end()) return false;
+  }
+  return true;
+}
+
 StatusOr<std::optional<Record>> EmbeddedStore::Read(const std::string& key) const {
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
@@ -680,7 +710,9 @@ core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key
                                                                  UnixMillis now) {
   // A live record that may not be replaced answers without the committer:
   // the answer is the state at this read (replays and conflicts take this path).
-  if (auto read = co_await ReadAnywhere(key); read.ok() && read->has_value()) {
+  const std::uint64_t visible = batches_applied_.load(std::memory_order_acquire);
+  auto read = co_await ReadAnywhere(key);
+  if (read.ok() && read->has_value()) {
     Record& existing = **read;
     const bool replaceable = ExpiredAt(existing, now) ||
                              (existing.LeaseEndedAt(now) && existing.fingerprint == reservation.fingerprint);
@@ -692,6 +724,7 @@ core::Task<StatusOr<core::ReserveResult>> EmbeddedStore::Reserve(std::string key
     }
   }
   Mutation m;
+  if (read.ok() && !read->has_value()) m.absent_as_of = visible;
   m.kind = Mutation::Kind::kReserve;
   m.key = std::move(key);
   m.record = std::move(reservation);

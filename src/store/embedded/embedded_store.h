@@ -3,6 +3,7 @@
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <condition_variable>
+#include <deque>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -127,6 +129,9 @@ class EmbeddedStore final : public core::Store {
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
   // Operations that went through the committer so far.
   std::uint64_t committed_operations() const { return committed_ops_.load(std::memory_order_relaxed); }
+  // Reserves of new keys the committer decided without reading the database
+  // again (the caller's read had found the key absent; see Apply).
+  std::uint64_t rereads_skipped() const { return rereads_skipped_.load(std::memory_order_relaxed); }
   // While held, the committer takes no operations (they queue up); releasing
   // lets it take everything queued as one batch (up to max_batch). For tests
   // of batching.
@@ -154,6 +159,8 @@ class EmbeddedStore final : public core::Store {
 
   // The record under `key` in the database (no pending changes).
   StatusOr<std::optional<core::Record>> Read(const std::string& key) const;
+  // Committer only; see Mutation::absent_as_of.
+  bool StillAbsent(const std::string& key, std::uint64_t as_of) const;
   // The same from memory only: nullopt when RocksDB would have to read a file.
   std::optional<StatusOr<std::optional<core::Record>>> ReadCached(const std::string& key) const;
   // Read() on a reader thread; resumes on the caller's executor.
@@ -185,6 +192,12 @@ class EmbeddedStore final : public core::Store {
   std::thread committer_;
   std::atomic<std::uint64_t> commits_{0};
   std::atomic<std::uint64_t> committed_ops_{0};
+  std::atomic<std::uint64_t> rereads_skipped_{0};
+  // Batches the committer has written and made visible (release).
+  std::atomic<std::uint64_t> batches_applied_{0};
+  // Committer only: the hashes of the keys written by each of the latest
+  // batches (sequence number, hashes), oldest first.
+  std::deque<std::pair<std::uint64_t, std::vector<std::uint64_t>>> recent_writes_;
 };
 
 }  // namespace idemgate::store::embedded
