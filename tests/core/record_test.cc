@@ -99,7 +99,8 @@ TEST(RecordTest, PeekOwnershipReadsStateAndOwnerOfEveryPrefixThatHoldsThem) {
   EXPECT_EQ(peek->owner, r.owner);
   r.state = RecordState::kInFlight;
   r.owner = "another-owner";
-  peek = PeekOwnership(EncodeRecord(r));
+  const std::string other = EncodeRecord(r);  // the peeked owner views into these bytes
+  peek = PeekOwnership(other);
   ASSERT_TRUE(peek.ok());
   EXPECT_EQ(peek->state, RecordState::kInFlight);
   EXPECT_EQ(peek->owner, "another-owner");
