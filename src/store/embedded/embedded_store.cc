@@ -552,7 +552,35 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
 void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   auto pending = m.key.empty() ? batch.pending.end() : batch.pending.find(m.key);
   std::optional<Record> current;
-  if (m.kind != Mutation::Kind::kPing) {
+  // Complete and Release only compare the state and owner: without a change
+  // earlier in the batch, they peek at the stored bytes instead of decoding.
+  const bool owner_check = m.kind == Mutation::Kind::kComplete || m.kind == Mutation::Kind::kRelease;
+  std::optional<core::RecordState> held_state;
+  bool held_by_owner = false;
+  if (owner_check && pending == batch.pending.end()) {
+    rocksdb::PinnableSlice value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, m.key, &value);
+    if (!s.ok() && !s.IsNotFound()) {
+      m.status = FromRocks(s, "read");
+      return;
+    }
+    if (s.ok()) {
+      auto peek = value.size() < kValuePrefix
+                      ? StatusOr<core::RecordOwnership>(InvalidArgumentError("record: missing prefix"))
+                      : core::PeekOwnership(std::string_view(value.data(), value.size()).substr(kValuePrefix));
+      if (!peek.ok()) {
+        m.status = InternalError("embedded store: undecodable record: " + peek.status().message());
+        return;
+      }
+      held_state = peek->state;
+      held_by_owner = peek->owner == m.owner;
+    }
+  } else if (owner_check) {
+    if (pending->second) {
+      held_state = pending->second->state;
+      held_by_owner = pending->second->owner == m.owner;
+    }
+  } else if (m.kind != Mutation::Kind::kPing) {
     if (pending != batch.pending.end()) {
       current = pending->second;
     } else if (m.absent_as_of && StillAbsent(m.key, *m.absent_as_of)) {
@@ -602,15 +630,15 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
         m.status = InvalidArgumentError("embedded store: a completed record must be completed");
         return;
       }
-      if (!current) {
+      if (!held_state) {
         m.status = FailedPreconditionError("complete: the key is not reserved");
         return;
       }
-      if (current->state != RecordState::kInFlight) {
+      if (*held_state != RecordState::kInFlight) {
         m.status = FailedPreconditionError("complete: the key is already completed");
         return;
       }
-      if (current->owner != m.owner) {
+      if (!held_by_owner) {
         m.status = FailedPreconditionError("complete: the key is held by another owner (lease lost)");
         return;
       }
@@ -621,7 +649,7 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
       return;
     }
     case Mutation::Kind::kRelease:
-      if (!current || current->state != RecordState::kInFlight || current->owner != m.owner) {
+      if (!held_state || *held_state != RecordState::kInFlight || !held_by_owner) {
         m.status = FailedPreconditionError("release: the key is not held by this owner");
         return;
       }
