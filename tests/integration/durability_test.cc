@@ -84,7 +84,7 @@ struct LoadOutcome {
   std::atomic<int> completed{0};  // requests that got a full response
 };
 
-class DurabilityTest : public ::testing::Test {
+class DurabilityTest : public FakeUpstreamSuite {
  protected:
   static constexpr int kThreads = 4;
   static constexpr int kRequestsPerThread = 150;
@@ -94,23 +94,8 @@ class DurabilityTest : public ::testing::Test {
   static constexpr const char* kSentinelTarget = "/slow?ms=4000";
   static constexpr const char* kSentinelKey = "k-sentinel";
 
-  static void SetUpTestSuite() {
-    fake_dir_ = new TempDir();
-    auto fake = StartFakeUpstream(*fake_dir_, 4);
-    ASSERT_TRUE(fake.ok()) << fake.status().ToString();
-    fake_ = new Server(std::move(*fake));
-  }
-  static void TearDownTestSuite() {
-    delete fake_;
-    fake_ = nullptr;
-    delete fake_dir_;
-    fake_dir_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(fake_, nullptr);
-    fake_endpoint_ = fake_->Endpoint().value();
-    ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
+    FakeUpstreamSuite::SetUp();
     setup_.data_path = dir_.Join("data");
   }
 
@@ -325,18 +310,12 @@ class DurabilityTest : public ::testing::Test {
     EXPECT_NE(log.find("\"msg\":\"stopped\",\"clean\":false"), std::string::npos);
   }
 
-  static TempDir* fake_dir_;
-  static Server* fake_;
-
   TempDir dir_;
-  HostPort fake_endpoint_;
   GatewaySetup setup_;
   std::optional<GatewayProcess> first_;    // the interrupted run, kept for its logs
   std::optional<GatewayProcess> gateway_;  // the running one
 };
 
-TempDir* DurabilityTest::fake_dir_ = nullptr;
-Server* DurabilityTest::fake_ = nullptr;
 
 TEST_F(DurabilityTest, KillNineLosesNoReceivedResponseAndStrandsNoKey) {
   Start("first");

@@ -130,6 +130,29 @@ void GatewayProcess::DumpLogs(std::size_t max_bytes) const {
   }
 }
 
+TempDir* FakeUpstreamSuite::fake_dir_ = nullptr;
+Server* FakeUpstreamSuite::fake_ = nullptr;
+
+void FakeUpstreamSuite::StartFake(int threads) {
+  fake_dir_ = new TempDir();
+  auto fake = StartFakeUpstream(*fake_dir_, threads);
+  ASSERT_TRUE(fake.ok()) << fake.status().ToString();
+  fake_ = new Server(std::move(*fake));
+}
+
+void FakeUpstreamSuite::TearDownTestSuite() {
+  delete fake_;
+  fake_ = nullptr;
+  delete fake_dir_;
+  fake_dir_ = nullptr;
+}
+
+void FakeUpstreamSuite::SetUp() {
+  ASSERT_NE(fake_, nullptr);
+  fake_endpoint_ = fake_->Endpoint().value();
+  ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
+}
+
 RefusingPort::RefusingPort() {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <boost/json.hpp>
 #include <optional>
 #include <string>
@@ -80,6 +82,22 @@ class RefusingPort {
  private:
   int fd_ = -1;
   std::uint16_t port_ = 0;
+};
+
+// A suite whose tests share one fake_upstream, started before the first
+// test and stopped after the last; its counters are zeroed before each test.
+// Suites that need more in SetUpTestSuite call the base's first.
+class FakeUpstreamSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { StartFake(4); }
+  static void TearDownTestSuite();
+  // Starts the shared fake_upstream with `threads` I/O threads.
+  static void StartFake(int threads);
+  void SetUp() override;
+
+  static TempDir* fake_dir_;
+  static Server* fake_;
+  HostPort fake_endpoint_;  // set by SetUp
 };
 
 // A POST with `Idempotency-Key: "<key>"` (no header when `key` is empty),

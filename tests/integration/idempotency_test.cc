@@ -45,27 +45,8 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
   return y.str();
 }
 
-class IdempotencyTest : public ::testing::Test {
+class IdempotencyTest : public FakeUpstreamSuite {
  protected:
-  static void SetUpTestSuite() {
-    fake_dir_ = new TempDir();
-    auto fake = StartFakeUpstream(*fake_dir_, 4);
-    ASSERT_TRUE(fake.ok()) << fake.status().ToString();
-    fake_ = new Server(std::move(*fake));
-  }
-  static void TearDownTestSuite() {
-    delete fake_;
-    fake_ = nullptr;
-    delete fake_dir_;
-    fake_dir_ = nullptr;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(fake_, nullptr);
-    fake_endpoint_ = fake_->Endpoint().value();
-    ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
-  }
-
   void TearDown() override {
     if (!gateway_) return;
     if (HasFailure()) gateway_->DumpLogs();
@@ -97,16 +78,10 @@ class IdempotencyTest : public ::testing::Test {
     return res.ok() ? res->body : "";
   }
 
-  static TempDir* fake_dir_;
-  static Server* fake_;
-
   TempDir dir_;
-  HostPort fake_endpoint_;
   std::optional<GatewayProcess> gateway_;
 };
 
-TempDir* IdempotencyTest::fake_dir_ = nullptr;
-Server* IdempotencyTest::fake_ = nullptr;
 
 TEST_F(IdempotencyTest, ReplayedKeyExecutesOnceAndReplaysTheOriginal) {
   Start({});

@@ -89,14 +89,10 @@ std::string Pattern(std::size_t n) {
   return s;
 }
 
-class ProxyTest : public ::testing::Test {
+class ProxyTest : public FakeUpstreamSuite {
  protected:
   static void SetUpTestSuite() {
-    fake_dir_ = new TempDir();
-    auto fake = StartServer(IDEMGATE_FAKE_UPSTREAM_PATH, {"--port", "0", "--threads", "2"},
-                            fake_dir_->Join("fake.ready"));
-    ASSERT_TRUE(fake.ok()) << fake.status().ToString();
-    fake_ = new Server(std::move(*fake));
+    StartFake(2);
     dead_ = new RefusingPort();
     dead_port_ = dead_->port();
   }
@@ -104,16 +100,7 @@ class ProxyTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete dead_;
     dead_ = nullptr;
-    delete fake_;
-    fake_ = nullptr;
-    delete fake_dir_;
-    fake_dir_ = nullptr;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(fake_, nullptr);
-    fake_endpoint_ = fake_->Endpoint().value();
-    ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
+    FakeUpstreamSuite::TearDownTestSuite();
   }
 
   void TearDown() override {
@@ -164,19 +151,14 @@ class ProxyTest : public ::testing::Test {
     return stats.ok() ? *stats : FakeStats{};
   }
 
-  static TempDir* fake_dir_;
-  static Server* fake_;
   static RefusingPort* dead_;
   static std::uint16_t dead_port_;
 
   TempDir dir_;
-  HostPort fake_endpoint_;
   std::optional<Server> gateway_;
   HostPort endpoint_;
 };
 
-TempDir* ProxyTest::fake_dir_ = nullptr;
-Server* ProxyTest::fake_ = nullptr;
 RefusingPort* ProxyTest::dead_ = nullptr;
 std::uint16_t ProxyTest::dead_port_ = 0;
 
