@@ -1,5 +1,6 @@
 #include "gateway/route_table.h"
 
+#include <algorithm>
 #include <map>
 
 #include "config/resolve.h"
@@ -13,20 +14,18 @@ bool RouteEntry::MatchesPath(std::string_view request_path) const {
   return request_path.size() == path.size() || request_path[path.size()] == '/';
 }
 
-bool RouteEntry::AllowsMethod(std::string_view method) const {
-  if (methods.empty()) return true;
-  for (const auto& m : methods) {
-    if (m == method) return true;
-  }
-  return false;
+namespace {
+
+// Methods are compared exactly: they are case-sensitive in HTTP.
+bool InMethods(const std::vector<std::string>& methods, std::string_view method) {
+  return std::find(methods.begin(), methods.end(), method) != methods.end();
 }
 
-bool RouteIdempotency::HandlesMethod(std::string_view method) const {
-  for (const auto& m : methods) {
-    if (m == method) return true;
-  }
-  return false;
-}
+}  // namespace
+
+bool RouteEntry::AllowsMethod(std::string_view method) const { return methods.empty() || InMethods(methods, method); }
+
+bool RouteIdempotency::HandlesMethod(std::string_view method) const { return InMethods(methods, method); }
 
 std::string_view PolicyCaseName(config::Policy policy) {
   switch (policy) {

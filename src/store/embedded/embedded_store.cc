@@ -688,31 +688,27 @@ bool EmbeddedStore::StillAbsent(const std::string& key, std::uint64_t as_of) con
 }
 
 StatusOr<std::optional<Record>> EmbeddedStore::Read(const std::string& key) const {
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, key, &value);
-  if (s.IsNotFound()) return std::optional<Record>();
-  if (!s.ok()) return FromRocks(s, "read");
-  auto record = DecodeValue(std::string_view(value.data(), value.size()));
-  if (!record.ok()) {
-    return InternalError("embedded store: undecodable record: " + record.status().message());
-  }
-  return std::optional<Record>(std::move(*record));
+  // A read that may touch files never comes back Incomplete.
+  return *ReadWith(key, rocksdb::ReadOptions());
 }
 
 std::optional<StatusOr<std::optional<Record>>> EmbeddedStore::ReadCached(const std::string& key) const {
   rocksdb::ReadOptions ro;
   ro.read_tier = rocksdb::kBlockCacheTier;  // Incomplete instead of a file read
+  return ReadWith(key, ro);
+}
+
+std::optional<StatusOr<std::optional<Record>>> EmbeddedStore::ReadWith(const std::string& key,
+                                                                        const rocksdb::ReadOptions& ro) const {
+  using Result = StatusOr<std::optional<Record>>;
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db_->Get(ro, records_, key, &value);
   if (s.IsIncomplete()) return std::nullopt;
-  if (s.IsNotFound()) return StatusOr<std::optional<Record>>(std::optional<Record>());
-  if (!s.ok()) return StatusOr<std::optional<Record>>(FromRocks(s, "read"));
+  if (s.IsNotFound()) return Result(std::optional<Record>());
+  if (!s.ok()) return Result(FromRocks(s, "read"));
   auto record = DecodeValue(std::string_view(value.data(), value.size()));
-  if (!record.ok()) {
-    return StatusOr<std::optional<Record>>(
-        InternalError("embedded store: undecodable record: " + record.status().message()));
-  }
-  return StatusOr<std::optional<Record>>(std::optional<Record>(std::move(*record)));
+  if (!record.ok()) return Result(InternalError("embedded store: undecodable record: " + record.status().message()));
+  return Result(std::optional<Record>(std::move(*record)));
 }
 
 core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::ReadOnReader(const std::string& key) {

@@ -25,6 +25,7 @@ namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
 class CompactionFilter;
+struct ReadOptions;
 }  // namespace rocksdb
 
 namespace idemgate::store::embedded {
@@ -161,6 +162,9 @@ class EmbeddedStore final : public core::Store {
   StatusOr<std::optional<core::Record>> Read(const std::string& key) const;
   // Committer only; see Mutation::absent_as_of.
   bool StillAbsent(const std::string& key, std::uint64_t as_of) const;
+  // Read() with `ro`; nullopt when `ro` forbids the file read it would need.
+  std::optional<StatusOr<std::optional<core::Record>>> ReadWith(const std::string& key,
+                                                                const rocksdb::ReadOptions& ro) const;
   // The same from memory only: nullopt when RocksDB would have to read a file.
   std::optional<StatusOr<std::optional<core::Record>>> ReadCached(const std::string& key) const;
   // Read() on a reader thread; resumes on the caller's executor.
