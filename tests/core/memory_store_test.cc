@@ -232,6 +232,36 @@ TEST(MemoryStoreBoundTest, FullStoreSweepsExpiredRecordsFirst) {
   EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("new", big));
 }
 
+TEST(MemoryStoreBoundTest, FullStoreOfLiveRecordsDoesNotRescanOnEveryWrite) {
+  // A store full of records whose retention has not ended: refusing a write
+  // must not scan every shard each time (that made each refused request cost
+  // a pass over every slot of the store).
+  FakeClock clock(kT0);
+  const Record res = Reservation("o1");
+  const Record done = Completion(res, kT0 + 60'000);
+  const std::uint64_t per_record = MemoryStore::ChargedBytes("k000", done);
+  MemoryStore store(40 * per_record, clock, 8);
+  int stored = 0;
+  for (int i = 100; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    if (!store.ReserveNow(key, res, kT0).ok()) break;
+    ASSERT_TRUE(store.CompleteNow(key, "o1", done).ok());
+    ++stored;
+  }
+  ASSERT_GT(stored, 30);
+  const std::uint64_t scans_when_full = store.full_sweeps();
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(store.ReserveNow("x" + std::to_string(i), res, kT0).status().code(),
+              StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(store.full_sweeps(), scans_when_full);
+  // Once retention ends, the next write scans, frees and succeeds.
+  clock.Set(kT0 + 60'000);
+  EXPECT_TRUE(store.ReserveNow("after", res, kT0 + 60'000).ok());
+  EXPECT_GT(store.full_sweeps(), scans_when_full);
+  EXPECT_FALSE(store.GetNow("k100", kT0 + 60'000)->has_value());
+}
+
 TEST(MemoryStoreSweepTest, SweepRemovesOnlyExpiredCompletedRecords) {
   FakeClock clock(kT0);
   MemoryStore store(64 << 20, clock);

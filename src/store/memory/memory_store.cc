@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -101,6 +102,7 @@ class MemoryStore::Shard {
     Entry* old = s.entry;
     s.entry = e;
     s.expires_ms = e->expires_ms;
+    NoteExpiry(e->expires_ms);
     return old;
   }
 
@@ -152,8 +154,17 @@ class MemoryStore::Shard {
     return freed;
   }
 
+  // False when no entry can be past retention at `now` (every retention end
+  // seen since the last full sweep lies later), so SweepAll would find nothing.
+  bool MayHoldExpired(UnixMillis now) const { return earliest_expiry_ <= now; }
+
+  // Full sweeps so far (each scans every slot).
+  std::uint64_t full_sweeps() const { return full_sweeps_; }
+
   // Removes every entry past retention; returns their charged bytes.
   std::uint64_t SweepAll(UnixMillis now, std::size_t* removed) {
+    ++full_sweeps_;
+    earliest_expiry_ = kNoExpiry;  // recomputed as the kept entries are placed
     std::uint64_t freed = 0;
     std::vector<Entry*> keep;
     keep.reserve(count_);
@@ -193,6 +204,11 @@ class MemoryStore::Shard {
     std::size_t i = hash & mask;
     while (slots_[i].entry != nullptr) i = (i + 1) & mask;
     slots_[i] = Slot{hash, e, e->expires_ms};
+    NoteExpiry(e->expires_ms);
+  }
+
+  void NoteExpiry(UnixMillis expires_ms) {
+    if (expires_ms != 0 && expires_ms < earliest_expiry_) earliest_expiry_ = expires_ms;
   }
 
   void Resize(std::size_t capacity) {
@@ -205,9 +221,17 @@ class MemoryStore::Shard {
     cursor_ = 0;
   }
 
+  static constexpr UnixMillis kNoExpiry = std::numeric_limits<UnixMillis>::max();
+
   std::vector<Slot> slots_;
   std::size_t count_ = 0;
   std::size_t cursor_ = 0;
+  // A lower bound of the retention ends of the entries (exact after a full
+  // sweep; removals leave it low). Lets a full store skip scanning shards
+  // where nothing can have expired: without it every write to a store full of
+  // live records would scan every slot of every shard.
+  UnixMillis earliest_expiry_ = kNoExpiry;
+  std::uint64_t full_sweeps_ = 0;
 };
 
 MemoryStore::MemoryStore(std::uint64_t max_bytes, const Clock& clock, std::size_t shards)
@@ -248,7 +272,8 @@ void MemoryStore::Uncharge(std::uint64_t bytes) { bytes_.fetch_sub(bytes, std::m
 bool MemoryStore::AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now) {
   if (TryCharge(delta)) return true;
   std::size_t removed = 0;
-  std::uint64_t freed = locked->SweepAll(now, &removed);
+  std::uint64_t freed = 0;
+  if (locked->MayHoldExpired(now)) freed += locked->SweepAll(now, &removed);
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     Shard& s = shards_[i];
     if (&s == locked) continue;
@@ -256,7 +281,7 @@ bool MemoryStore::AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now)
     // against a thread sweeping the other way. A busy shard is skipped.
     std::unique_lock lock(s.mu, std::try_to_lock);
     if (!lock.owns_lock()) continue;
-    freed += s.SweepAll(now, &removed);
+    if (s.MayHoldExpired(now)) freed += s.SweepAll(now, &removed);
   }
   Uncharge(freed);
   keys_.fetch_sub(removed, std::memory_order_relaxed);
@@ -418,6 +443,15 @@ bool MemoryStore::PurgeNow(std::string_view key) {
   return true;
 }
 
+std::uint64_t MemoryStore::full_sweeps() const {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    std::lock_guard lock(shards_[i].mu);
+    n += shards_[i].full_sweeps();
+  }
+  return n;
+}
+
 std::size_t MemoryStore::Sweep(UnixMillis now) {
   std::size_t removed = 0;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
@@ -426,7 +460,7 @@ std::size_t MemoryStore::Sweep(UnixMillis now) {
     std::uint64_t freed = 0;
     {
       std::lock_guard lock(s.mu);
-      freed = s.SweepAll(now, &n);
+      if (s.MayHoldExpired(now)) freed = s.SweepAll(now, &n);
     }
     Uncharge(freed);
     keys_.fetch_sub(n, std::memory_order_relaxed);

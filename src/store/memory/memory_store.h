@@ -71,6 +71,9 @@ class MemoryStore final : public core::Store {
   std::size_t Sweep(UnixMillis now);
 
   std::uint64_t max_bytes() const { return max_bytes_; }
+  // Shard scans made to free space or by Sweep() so far. A shard is scanned
+  // only when one of its records may be past retention (for tests).
+  std::uint64_t full_sweeps() const;
   // Watches currently registered (for tests).
   std::size_t watchers() const { return watchers_.size(); }
 
