@@ -199,6 +199,10 @@ int Run(const Args& args) {
   http::ServerOptions server_options;
   server_options.workers = config.workers;
   server_options.limits = gateway::LimitsFromConfig(config);
+  // Stores may keep per-thread resources on the I/O threads (the Redis store
+  // keeps a connection per node there). The store outlives the server.
+  server_options.on_worker_start = [store_ptr](boost::asio::io_context& io) { store_ptr->AttachWorker(io); };
+  server_options.on_worker_stop = [store_ptr](boost::asio::io_context& io) { store_ptr->DetachWorker(io); };
   http::Server server(server_options);
 
   gateway::GatewayOptions gateway_options;

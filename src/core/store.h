@@ -11,6 +11,10 @@
 #include "common/units.h"
 #include "core/record.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace idemgate::core {
 
 template <typename T>
@@ -88,6 +92,16 @@ class Store {
   virtual Task<Status> Ping() = 0;
 
   virtual StoreStats Stats() const = 0;
+
+  // Worker threads (the gateway's I/O threads) announce themselves: Attach on
+  // the thread, before it first runs `io`; Detach on the same thread after
+  // it stopped running `io` for good, while `io` still exists. A store may
+  // keep resources bound to `io` for operations called on that thread (the
+  // Redis store keeps its connections there, so a command needs no hand-off
+  // to another thread) and must release them in DetachWorker. Stores that
+  // need nothing of the kind ignore both.
+  virtual void AttachWorker(boost::asio::io_context& io) { (void)io; }
+  virtual void DetachWorker(boost::asio::io_context& io) { (void)io; }
 };
 
 }  // namespace idemgate::core

@@ -532,7 +532,11 @@ void Server::Start() {
     }
   }
   for (auto& worker : workers_) {
-    threads_.emplace_back([&w = worker->impl()] { w.io.run(); });
+    threads_.emplace_back([&w = worker->impl(), this] {
+      if (options_.on_worker_start) options_.on_worker_start(w.io);
+      w.io.run();
+      if (options_.on_worker_stop) options_.on_worker_stop(w.io);
+    });
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,10 @@
 // connection and everything its requests do (upstream calls included) stay
 // on one thread. Keep-alive; pipelined requests are answered in order, one
 // at a time (the next request is read after the response).
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace idemgate::http {
 
 using namespace std::chrono_literals;
@@ -64,6 +69,11 @@ struct ServerOptions {
   // How often the per-worker watchdog checks deadlines; timeouts fire up to
   // this late.
   Duration tick = 100ms;
+  // Called on each worker thread before it starts running its io_context,
+  // and after it stopped (the io_context still exists then); e.g. for
+  // core::Store::AttachWorker / DetachWorker.
+  std::function<void(boost::asio::io_context&)> on_worker_start;
+  std::function<void(boost::asio::io_context&)> on_worker_stop;
 };
 
 struct BoundAddress {

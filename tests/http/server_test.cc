@@ -1,6 +1,10 @@
 // The server alone: keep-alive, pipelining, limits, timeouts, drain.
 #include <gtest/gtest.h>
 
+#include <boost/asio/io_context.hpp>
+#include <map>
+#include <mutex>
+
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -251,6 +255,44 @@ TEST_F(ServerTest, EphemeralPortIsSharedByEveryWorker) {
     EXPECT_EQ(res->status, 200);
   }
   EXPECT_TRUE(server.Stop(1s));
+}
+
+TEST_F(ServerTest, WorkerHooksRunOnEachWorkerThreadAroundItsLoop) {
+  // on_worker_start runs on the worker thread before it serves anything;
+  // on_worker_stop on the same thread after it stopped, with its
+  // io_context still there (stores bind per-thread resources to it).
+  struct Seen {
+    std::mutex mu;
+    std::map<boost::asio::io_context*, std::thread::id> started;
+    std::map<boost::asio::io_context*, std::thread::id> stopped;
+  } seen;
+  http::ServerOptions options;
+  options.workers = 3;
+  options.on_worker_start = [&seen](boost::asio::io_context& io) {
+    std::lock_guard lock(seen.mu);
+    seen.started[&io] = std::this_thread::get_id();
+  };
+  options.on_worker_stop = [&seen](boost::asio::io_context& io) {
+    EXPECT_TRUE(io.stopped());
+    std::lock_guard lock(seen.mu);
+    seen.stopped[&io] = std::this_thread::get_id();
+  };
+  http::Server server(options);
+  TestHandler handler;
+  auto bound = server.Listen("127.0.0.1", 0, handler, true);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  server.Start();
+  auto res = SendRequest({"127.0.0.1", bound->port}, HttpRequest{.target = "/w"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  {
+    std::lock_guard lock(seen.mu);
+    EXPECT_EQ(seen.started.size(), 3u);
+    EXPECT_TRUE(seen.stopped.empty());
+    for (const auto& [io, thread] : seen.started) EXPECT_NE(thread, std::this_thread::get_id());
+  }
+  EXPECT_TRUE(server.Stop(1s));
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.stopped, seen.started);
 }
 
 }  // namespace

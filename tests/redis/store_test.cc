@@ -2,6 +2,11 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <algorithm>
+#include <thread>
+#include <future>
 #include <iostream>
 
 #include "store/redis/redis_store.h"
@@ -544,6 +549,120 @@ TEST_F(RedisStoreAuthTest, NeedsThePassword) {
   ASSERT_TRUE(with.ok());
   EXPECT_TRUE(io_.Run((*with)->Ping()).ok());
   EXPECT_TRUE(io_.Run((*with)->Purge("x")).ok());
+}
+
+// A gateway worker as the server runs one: attaches to the store on its own
+// thread, runs its io_context, detaches on the same thread once stopped.
+class AttachedWorker {
+ public:
+  explicit AttachedWorker(core::Store& store)
+      : store_(store), work_(io_.get_executor()), thread_([this] {
+          store_.AttachWorker(io_);
+          attached_.set_value();
+          io_.run();
+          store_.DetachWorker(io_);
+        }) {
+    attached_.get_future().wait();
+  }
+  ~AttachedWorker() { Stop(); }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  void Spawn(core::Task<void> task) { boost::asio::co_spawn(io_, std::move(task), boost::asio::detached); }
+
+  template <typename T>
+  T Run(core::Task<T> task) {
+    std::promise<T> done;
+    auto result = done.get_future();
+    boost::asio::co_spawn(
+        io_, [&done, t = std::move(task)]() mutable -> core::Task<void> { done.set_value(co_await std::move(t)); },
+        boost::asio::detached);
+    return result.get();
+  }
+
+ private:
+  core::Store& store_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::promise<void> attached_;
+  std::thread thread_;
+};
+
+TEST_F(RedisStoreTest, AnAttachedWorkerRunsItsCommandsOnItsOwnConnection) {
+  auto count = [](const std::string& list) { return std::count(list.begin(), list.end(), '\n'); };
+  ASSERT_TRUE(Get(*store_, "warm-up").ok());  // the store's own connection is up
+  const auto clients_before = count(server_.Run({"CLIENT", "LIST"}).str);
+  auto worker = std::make_unique<AttachedWorker>(*store_);
+  EXPECT_EQ(store_->attached_workers(), 1u);
+  const std::uint64_t shared_before = store_->client().commands();
+
+  const Record r = InFlight("w", Fingerprint('a'), clock_.NowMillis());
+  auto reserved = worker->Run(store_->Reserve("k", r, clock_.NowMillis()));
+  ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+  EXPECT_EQ(reserved->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(worker->Run(store_->Complete("k", "w", CompletedFrom(r, clock_.NowMillis(), 60'000))).ok());
+  auto got = worker->Run(store_->Get("k", clock_.NowMillis()));
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->state, core::RecordState::kCompleted);
+  EXPECT_TRUE(worker->Run(store_->Ping()).ok());
+  // None of it went through the store's own client (its thread)...
+  EXPECT_EQ(store_->client().commands(), shared_before);
+  // ...which callers on other threads still use, seeing the same data.
+  EXPECT_EQ((*Get(*store_, "k"))->state, core::RecordState::kCompleted);
+  EXPECT_GT(store_->client().commands(), shared_before);
+  // The worker has a connection of its own.
+  EXPECT_EQ(count(server_.Run({"CLIENT", "LIST"}).str), clients_before + 1);
+
+  // A watch made on the worker is woken by a change made elsewhere.
+  const Record r2 = InFlight("o", Fingerprint('b'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k2", r2)->outcome, ReserveOutcome::kReserved);
+  std::promise<bool> woken;
+  auto woken_future = woken.get_future();
+  std::thread waiter([&] {
+    woken.set_value(worker->Run([](RedisStore& s) -> core::Task<bool> {
+      auto watch = co_await s.WatchKey("k2");
+      if (!watch.ok()) co_return false;
+      co_return co_await (*watch)->Changed(30s);
+    }(*store_)));
+  });
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(Complete(*store_, "k2", "o", CompletedFrom(r2, clock_.NowMillis(), 60'000)).ok());
+  EXPECT_TRUE(woken_future.get());
+  waiter.join();
+
+  // Detaching on stop closes the worker's connection; the store goes on.
+  const auto clients_attached = count(server_.Run({"CLIENT", "LIST"}).str);
+  worker.reset();
+  EXPECT_EQ(store_->attached_workers(), 0u);
+  EXPECT_TRUE(WaitUntil([&] { return count(server_.Run({"CLIENT", "LIST"}).str) == clients_attached - 1; }));
+  EXPECT_EQ((*Get(*store_, "k"))->state, core::RecordState::kCompleted);
+}
+
+TEST_F(RedisStoreTest, AWorkerStoppedWithACommandOutstandingDetachesCleanly) {
+  // The server stops a worker whatever is pending; the worker's client and
+  // its connection must go with it, and nothing may touch them afterwards.
+  auto worker = std::make_unique<AttachedWorker>(*store_);
+  const Record r = InFlight("w", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_TRUE(worker->Run(store_->Ping()).ok());  // its connection is up
+  server_.Run({"CLIENT", "PAUSE", "700", "ALL"});  // Redis holds every reply
+  std::atomic<bool> finished{false};
+  worker->Spawn([](RedisStore* s, Record rec, UnixMillis now, std::atomic<bool>* f) -> core::Task<void> {
+    (void)co_await s->Reserve("paused", std::move(rec), now);
+    *f = true;
+  }(store_.get(), r, clock_.NowMillis(), &finished));
+  std::this_thread::sleep_for(100ms);  // the command is on the wire
+  worker.reset();                      // stop and detach with it outstanding
+  EXPECT_FALSE(finished.load());
+  EXPECT_EQ(store_->attached_workers(), 0u);
+  // The store's own client is unaffected once Redis answers again.
+  auto after = Reserve(*store_, "after", r);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->outcome, ReserveOutcome::kReserved);
 }
 
 }  // namespace

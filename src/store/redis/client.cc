@@ -40,29 +40,51 @@ Command MakeCommand(const std::vector<std::string>& args, int key_index) {
 }
 
 Client::Client(ClientOptions options)
-    : options_(std::move(options)), work_(std::in_place, io_.get_executor()), refresh_timer_(io_) {
+    : options_(std::move(options)),
+      own_io_(std::make_unique<asio::io_context>()),
+      io_(*own_io_),
+      work_(std::in_place, io_.get_executor()),
+      refresh_timer_(io_) {
   if (options_.cluster) slots_.assign(kSlotCount, nullptr);
   subscriber_ = std::make_shared<Subscriber>(
       io_.get_executor(), options_.connection, [this] { return NextSubscriberAddress(); },
       options_.subscriber_ping);
-  asio::post(io_, [this] {
-    for (const Address& seed : options_.seeds) Node(seed);
-    if (!options_.cluster) standalone_ = Node(options_.seeds.front());
-    RequestRefresh();
-  });
+  asio::post(io_, [this] { Seed(); });
   thread_ = std::thread([this] { io_.run(); });
+}
+
+Client::Client(ClientOptions options, asio::io_context& io)
+    : options_(std::move(options)), io_(io), refresh_timer_(io_) {
+  if (options_.cluster) slots_.assign(kSlotCount, nullptr);
+  Seed();  // on the worker thread: the connections start dialling once `io` runs
+}
+
+void Client::Seed() {
+  for (const Address& seed : options_.seeds) Node(seed);
+  if (!options_.cluster) standalone_ = Node(options_.seeds.front());
+  RequestRefresh();
 }
 
 Client::~Client() { Shutdown(); }
 
 void Client::Shutdown() {
-  if (!thread_.joinable()) return;
-  asio::post(io_, [this] {
+  auto close = [this] {
     closed_ = true;
     refresh_timer_.cancel();
-    for (auto& [name, conn] : nodes_) conn->Close();
-    subscriber_->Close();
-  });
+    for (auto& [name, conn] : nodes_) {
+      conn->set_on_failure(nullptr);  // a connection may outlive this client in a pending handler
+      conn->Close();
+    }
+    if (subscriber_) subscriber_->Close();
+  };
+  if (worker_bound()) {
+    if (shut_down_) return;
+    shut_down_ = true;
+    close();
+    return;
+  }
+  if (!thread_.joinable()) return;
+  asio::post(io_, close);
   work_.reset();
   thread_.join();
 }
@@ -115,6 +137,8 @@ Address Client::NextSubscriberAddress() {
 
 Task<StatusOr<Reply>> Client::Execute(Command command) {
   const SteadyTime deadline = SteadyClock::now() + options_.timeout;
+  commands_.fetch_add(1, std::memory_order_relaxed);
+  if (worker_bound()) co_return co_await Route(std::move(command), deadline);  // already on io_
   auto result = co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline)), asio::use_awaitable);
   co_return std::move(*result);
 }
@@ -165,6 +189,8 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
 }
 
 Task<std::vector<StatusOr<Reply>>> Client::ExecuteOnMasters(std::vector<std::string> args) {
+  commands_.fetch_add(1, std::memory_order_relaxed);
+  if (worker_bound()) co_return co_await OnMasters(std::move(args));
   co_return co_await asio::co_spawn(io_, OnMasters(std::move(args)), asio::use_awaitable);
 }
 
@@ -196,6 +222,7 @@ Task<std::vector<StatusOr<Reply>>> Client::OnMasters(std::vector<std::string> ar
 }
 
 Task<Status> Client::RefreshSlots() {
+  if (worker_bound()) co_return co_await RefreshOnce();
   co_return co_await asio::co_spawn(io_, RefreshOnce(), asio::use_awaitable);
 }
 

@@ -41,10 +41,16 @@ struct Command {
 // `args` as a Command routed by args[key_index] (-1: unrouted).
 Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 
-// Redis (standalone or Cluster) client. It owns one I/O thread running its
-// own io_context, with one pipelined Connection per node and one shared
-// pub/sub Subscriber; callers on any executor hop onto it per command and
-// resume on their own executor.
+// Redis (standalone or Cluster) client with one pipelined Connection per
+// node. Two modes:
+//  - owned thread (Client(options)): it runs one I/O thread with its own
+//    io_context and a shared pub/sub Subscriber; callers on any executor hop
+//    onto it per command and resume on their own executor;
+//  - worker-bound (Client(options, io)): it lives on a caller's io_context
+//    (a gateway worker thread), has no thread and no Subscriber, and runs
+//    each command inline on the calling coroutine, without a hand-off. Every
+//    call, Shutdown and the destructor must then be made on the one thread
+//    that runs `io`, and the client must go before `io` does.
 //
 // Cluster: commands go to the master of their slot (slot map from CLUSTER
 // SLOTS, loaded in the background at start). -MOVED updates that slot at
@@ -58,6 +64,8 @@ Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 class Client {
  public:
   explicit Client(ClientOptions options);
+  // Worker-bound: on the thread that runs (or is about to run) `io`.
+  Client(ClientOptions options, boost::asio::io_context& io);
   // Shutdown().
   ~Client();
   Client(const Client&) = delete;
@@ -78,12 +86,18 @@ class Client {
   // Unavailable), lets the I/O thread finish what is running and joins it.
   // Idempotent; not on the I/O thread; no call may be made afterwards. The
   // object stays valid, for owners whose background work still reads it
-  // while the thread winds down.
+  // while the thread winds down. Worker-bound: closes the connections at
+  // once (on the worker thread); their waiters resume when `io` runs again,
+  // or are destroyed with it.
   void Shutdown();
 
   // The I/O thread's executor; Subscriber calls must run on it.
   boost::asio::any_io_executor executor() { return io_.get_executor(); }
+  // Owned-thread mode only.
   Subscriber& subscriber() { return *subscriber_; }
+  bool worker_bound() const { return own_io_ == nullptr; }
+  // Commands this client has run (for tests).
+  std::uint64_t commands() const { return commands_.load(std::memory_order_relaxed); }
   const ClientOptions& options() const { return options_; }
 
   // Counters, for tests and metrics.
@@ -102,8 +116,11 @@ class Client {
   std::vector<std::shared_ptr<Connection>> Masters() const;
   Address NextSubscriberAddress();
 
+  void Seed();
+
   const ClientOptions options_;
-  boost::asio::io_context io_;
+  std::unique_ptr<boost::asio::io_context> own_io_;  // owned-thread mode
+  boost::asio::io_context& io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   // I/O thread only:
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by Address::ToString()
@@ -115,7 +132,8 @@ class Client {
   boost::asio::steady_timer refresh_timer_;
   std::size_t subscriber_rr_ = 0;
   std::shared_ptr<Subscriber> subscriber_;
-  std::atomic<std::uint64_t> moved_{0}, ask_{0}, refreshes_{0};
+  std::atomic<std::uint64_t> moved_{0}, ask_{0}, refreshes_{0}, commands_{0};
+  bool shut_down_ = false;
   std::thread thread_;  // last: started once everything above exists
 };
 

@@ -238,7 +238,7 @@ class RedisStore::RedisWatch final : public core::Watch {
       auto cs = co_await asio::this_coro::cancellation_state;
       if (cs.cancelled() != asio::cancellation_type::none) co_return false;
       if (SteadyClock::now() >= deadline) co_return false;
-      auto reply = co_await store_->client_->Execute(GetCommand(record_key_));
+      auto reply = co_await store_->Here().Execute(GetCommand(record_key_));
       if (reply.ok() && (reply->type == Reply::Type::kString || reply->is_nil())) {
         std::optional<std::string> current;
         if (!reply->is_nil()) current = std::move(reply->str);
@@ -301,16 +301,56 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
   co.connection.reconnect_min = options.reconnect_min;
   co.connection.reconnect_max = options.reconnect_max;
   co.connection.stall_timeout = std::max<Duration>(std::chrono::seconds(1), 2 * options.timeout);
-  auto client = std::make_unique<Client>(std::move(co));
-  return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(client)));
+  auto client = std::make_unique<Client>(co);
+  return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(co), std::move(client)));
 }
 
-RedisStore::RedisStore(Options options, std::unique_ptr<Client> client)
-    : options_(std::move(options)), client_(std::move(client)) {}
+RedisStore::RedisStore(Options options, ClientOptions client_options, std::unique_ptr<Client> client)
+    : options_(std::move(options)), client_options_(std::move(client_options)), client_(std::move(client)) {}
 
 RedisStore::~RedisStore() {
   // Joins the I/O thread first: background work (stats) still uses members.
   client_->Shutdown();
+}
+
+namespace {
+// The worker-bound client of the calling thread, and the store it belongs to.
+struct ThreadClient {
+  const RedisStore* store = nullptr;
+  Client* client = nullptr;
+};
+thread_local ThreadClient this_thread_client;
+}  // namespace
+
+Client& RedisStore::Here() {
+  if (this_thread_client.store == this) return *this_thread_client.client;
+  return *client_;
+}
+
+void RedisStore::AttachWorker(boost::asio::io_context& io) {
+  auto client = std::make_unique<Client>(client_options_, io);
+  this_thread_client = ThreadClient{this, client.get()};
+  std::lock_guard lock(workers_mu_);
+  worker_clients_.emplace_back(&io, std::move(client));
+}
+
+void RedisStore::DetachWorker(boost::asio::io_context& io) {
+  std::unique_ptr<Client> client;
+  {
+    std::lock_guard lock(workers_mu_);
+    auto it = std::find_if(worker_clients_.begin(), worker_clients_.end(),
+                           [&io](const auto& entry) { return entry.first == &io; });
+    if (it == worker_clients_.end()) return;
+    client = std::move(it->second);
+    worker_clients_.erase(it);
+  }
+  if (this_thread_client.client == client.get()) this_thread_client = ThreadClient{};
+  client.reset();  // closes its connections, here on the worker thread, before `io` goes
+}
+
+std::size_t RedisStore::attached_workers() const {
+  std::lock_guard lock(workers_mu_);
+  return worker_clients_.size();
 }
 
 std::string RedisStore::RecordKey(std::string_view key) const {
@@ -335,12 +375,12 @@ Task<StatusOr<Reply>> RedisStore::RunScript(const Script& script, std::string ke
   args.push_back("1");
   args.push_back(RecordKey(key));
   for (auto& a : argv) args.push_back(std::move(a));
-  auto reply = co_await client_->Execute(MakeCommand(args, 3));
+  auto reply = co_await Here().Execute(MakeCommand(args, 3));
   if (reply.ok() && reply->IsErrorCode("NOSCRIPT")) {
     // First use on this node, or the node restarted: EVAL also caches it.
     args[0] = "EVAL";
     args[1] = script.text;
-    reply = co_await client_->Execute(MakeCommand(args, 3));
+    reply = co_await Here().Execute(MakeCommand(args, 3));
   }
   co_return reply;
 }
@@ -358,7 +398,7 @@ Task<StatusOr<core::ReserveResult>> RedisStore::Reserve(std::string key, Record 
     // untouched. Only an expired record or an ended lease needs the script,
     // which looks again atomically. Cheaper for Redis than running Lua.
     Command set = SetNxGetCommand(RecordKey(key), encoded, ttl);
-    auto reply = co_await client_->Execute(std::move(set));
+    auto reply = co_await Here().Execute(std::move(set));
     if (!reply.ok()) co_return reply.status();
     if (reply->is_nil()) co_return core::ReserveResult{};
     if (reply->type == Reply::Type::kString) {
@@ -456,7 +496,7 @@ Task<Status> RedisStore::Release(std::string key, std::string owner) {
 
 Task<StatusOr<std::optional<Record>>> RedisStore::Get(std::string key, UnixMillis now) {
   Command get = GetCommand(RecordKey(key));
-  auto reply = co_await client_->Execute(std::move(get));
+  auto reply = co_await Here().Execute(std::move(get));
   if (!reply.ok()) co_return reply.status();
   if (reply->is_nil()) co_return std::optional<Record>();
   if (reply->type != Reply::Type::kString) co_return UnexpectedReply(*reply, "get");
@@ -487,7 +527,7 @@ Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string ke
   auto subscribe = SubscribeAndWait(sub, channel, listener, deadline);
   co_await asio::co_spawn(client_->executor(), std::move(subscribe), asio::use_awaitable);
   Command get = GetCommand(record_key);
-  auto reply = co_await client_->Execute(std::move(get));
+  auto reply = co_await Here().Execute(std::move(get));
   Status failed;
   if (!reply.ok()) {
     failed = reply.status();
@@ -506,7 +546,7 @@ Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string ke
 
 Task<Status> RedisStore::Ping() {
   std::vector<std::string> ping = Args({"PING"});
-  auto replies = co_await client_->ExecuteOnMasters(std::move(ping));
+  auto replies = co_await Here().ExecuteOnMasters(std::move(ping));
   for (auto& r : replies) {
     if (!r.ok()) co_return r.status();
     if (r->type != Reply::Type::kStatus || r->str != "PONG") co_return UnexpectedReply(*r, "ping");

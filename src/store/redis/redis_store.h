@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -32,8 +34,13 @@ namespace idemgate::store::redis {
 // delays a waiter.
 //
 // Threading: the store runs its own I/O thread (see Client); operations may
-// be called from any executor and resume on it. Destroy the store only when
-// no operation is running and every Watch is gone.
+// be called from any executor and resume on it. A worker thread that
+// attached (AttachWorker) gets its own worker-bound Client on its
+// io_context, with its own connection per node, so its operations run
+// without a hand-off to the store's thread; pub/sub, Watch notifications
+// and the stats refresh stay on the store's own client. Destroy the store
+// only when no operation is running, every Watch is gone and every attached
+// worker has detached.
 class RedisStore final : public core::Store {
  public:
   struct Options {
@@ -84,6 +91,10 @@ class RedisStore final : public core::Store {
   // masters. Both cover the whole database, not only this store's keys, and
   // are refreshed in the background at most every 5 s (0 until the first).
   core::StoreStats Stats() const override;
+  void AttachWorker(boost::asio::io_context& io) override;
+  void DetachWorker(boost::asio::io_context& io) override;
+  // Workers attached now (for tests).
+  std::size_t attached_workers() const;
 
   // The Redis key and pub/sub channel of a record (for tests and operators).
   std::string RecordKey(std::string_view key) const;
@@ -95,7 +106,10 @@ class RedisStore final : public core::Store {
   class RedisWatch;
   class WatchListener;
 
-  RedisStore(Options options, std::unique_ptr<Client> client);
+  RedisStore(Options options, ClientOptions client_options, std::unique_ptr<Client> client);
+  // The calling thread's worker-bound client when it attached, else the
+  // store's own.
+  Client& Here();
   // Runs `script` with KEYS[1] = record key of `key` and ARGV = `argv`.
   Task<StatusOr<Reply>> RunScript(const Script& script, std::string key, std::vector<std::string> argv);
   Task<void> RefreshStats() const;
@@ -104,7 +118,10 @@ class RedisStore final : public core::Store {
                                                       std::string fingerprint, std::int64_t ttl);
 
   const Options options_;
+  const ClientOptions client_options_;
   std::unique_ptr<Client> client_;
+  mutable std::mutex workers_mu_;
+  std::vector<std::pair<boost::asio::io_context*, std::unique_ptr<Client>>> worker_clients_;  // guarded
   mutable std::atomic<std::uint64_t> stats_keys_{0}, stats_bytes_{0};
   mutable std::atomic<std::int64_t> stats_at_ms_{0};  // steady ms of last refresh start
   mutable std::atomic<bool> stats_busy_{false};
