@@ -49,6 +49,16 @@ local function parse(s)
   local expires = u32(s, pos + 16) + u32(s, pos + 20) * 4294967296
   return state, fields[1], fields[2], lease, expires
 end
+-- The state and owner only (Complete, Release): no table, one substring.
+local function owner_of(s)
+  local n = #s
+  if n < 6 or string.byte(s, 1) ~= 1 then return nil end
+  local at = 7 + u32(s, 3)
+  if at + 3 > n then return nil end
+  local len = u32(s, at)
+  if at + 3 + len > n then return nil end
+  return string.byte(s, 2), string.sub(s, at + 4, at + 3 + len)
+end
 local function corrupt()
   return redis.error_reply('IDEMGATE corrupt record at ' .. KEYS[1])
 end
@@ -86,7 +96,7 @@ return {2, cur}
 constexpr std::string_view kCompleteBody = R"lua(
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
-local state, fp, owner = parse(cur)
+local state, owner = owner_of(cur)
 if not state then return corrupt() end
 if state ~= 1 then return -1 end
 if owner ~= ARGV[1] then return -2 end
@@ -103,7 +113,7 @@ return 1
 constexpr std::string_view kReleaseBody = R"lua(
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
-local state, fp, owner = parse(cur)
+local state, owner = owner_of(cur)
 if not state then return corrupt() end
 if state ~= 1 then return -1 end
 if owner ~= ARGV[1] then return -2 end
