@@ -12,15 +12,15 @@
 #include "common/units.h"
 #include "http/exchange.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 // The HTTP/1.1 server (SPEC §2 step 1): one io_context per worker thread,
 // each with its own acceptor on the same address (SO_REUSEPORT), so a
 // connection and everything its requests do (upstream calls included) stay
 // on one thread. Keep-alive; pipelined requests are answered in order, one
 // at a time (the next request is read after the response).
-namespace boost::asio {
-class io_context;
-}  // namespace boost::asio
-
 namespace idemgate::http {
 
 using namespace std::chrono_literals;

@@ -316,7 +316,6 @@ class DurabilityTest : public FakeUpstreamSuite {
   std::optional<GatewayProcess> gateway_;  // the running one
 };
 
-
 TEST_F(DurabilityTest, KillNineLosesNoReceivedResponseAndStrandsNoKey) {
   Start("first");
   LoadOutcome out;

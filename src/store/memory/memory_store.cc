@@ -154,15 +154,14 @@ class MemoryStore::Shard {
     return freed;
   }
 
-  // False when no entry can be past retention at `now` (every retention end
-  // seen since the last full sweep lies later), so SweepAll would find nothing.
-  bool MayHoldExpired(UnixMillis now) const { return earliest_expiry_ <= now; }
-
   // Full sweeps so far (each scans every slot).
   std::uint64_t full_sweeps() const { return full_sweeps_; }
 
-  // Removes every entry past retention; returns their charged bytes.
+  // Removes every entry past retention; returns their charged bytes. Scans
+  // nothing when no entry can be past retention at `now` (every retention
+  // end seen since the last full sweep lies later).
   std::uint64_t SweepAll(UnixMillis now, std::size_t* removed) {
+    if (earliest_expiry_ > now) return 0;
     ++full_sweeps_;
     earliest_expiry_ = kNoExpiry;  // recomputed as the kept entries are placed
     std::uint64_t freed = 0;
@@ -272,8 +271,7 @@ void MemoryStore::Uncharge(std::uint64_t bytes) { bytes_.fetch_sub(bytes, std::m
 bool MemoryStore::AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now) {
   if (TryCharge(delta)) return true;
   std::size_t removed = 0;
-  std::uint64_t freed = 0;
-  if (locked->MayHoldExpired(now)) freed += locked->SweepAll(now, &removed);
+  std::uint64_t freed = locked->SweepAll(now, &removed);
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     Shard& s = shards_[i];
     if (&s == locked) continue;
@@ -281,7 +279,7 @@ bool MemoryStore::AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now)
     // against a thread sweeping the other way. A busy shard is skipped.
     std::unique_lock lock(s.mu, std::try_to_lock);
     if (!lock.owns_lock()) continue;
-    if (s.MayHoldExpired(now)) freed += s.SweepAll(now, &removed);
+    freed += s.SweepAll(now, &removed);
   }
   Uncharge(freed);
   keys_.fetch_sub(removed, std::memory_order_relaxed);
@@ -460,7 +458,7 @@ std::size_t MemoryStore::Sweep(UnixMillis now) {
     std::uint64_t freed = 0;
     {
       std::lock_guard lock(s.mu);
-      if (s.MayHoldExpired(now)) freed = s.SweepAll(now, &n);
+      freed = s.SweepAll(now, &n);
     }
     Uncharge(freed);
     keys_.fetch_sub(n, std::memory_order_relaxed);

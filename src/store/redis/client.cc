@@ -78,9 +78,7 @@ void Client::Shutdown() {
     if (subscriber_) subscriber_->Close();
   };
   if (worker_bound()) {
-    if (shut_down_) return;
-    shut_down_ = true;
-    close();
+    if (!closed_) close();
     return;
   }
   if (!thread_.joinable()) return;

@@ -133,7 +133,6 @@ class Client {
   std::size_t subscriber_rr_ = 0;
   std::shared_ptr<Subscriber> subscriber_;
   std::atomic<std::uint64_t> moved_{0}, ask_{0}, refreshes_{0}, commands_{0};
-  bool shut_down_ = false;
   std::thread thread_;  // last: started once everything above exists
 };
 

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
