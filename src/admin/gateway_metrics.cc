@@ -63,7 +63,8 @@ std::string_view StoreOpName(StoreOp op) {
 std::string_view BuildVersion() { return IDEMGATE_VERSION_STRING; }
 
 GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
-    : tenant_labels_(options.tenant_labels),
+    : uid_(detail::NextUid()),
+      tenant_labels_(options.tenant_labels),
       registry_(Registry::Options{.max_series_per_family = options.max_series_per_family}) {
   const bool t = tenant_labels_;
   key_present_ = &registry_.AddCounter(
@@ -127,6 +128,58 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
 
 GatewayMetrics::~GatewayMetrics() = default;
 
+// The series one thread resolved for one scope. Pointers into the registry
+// and the route stats stay valid for the life of the GatewayMetrics (series
+// are never removed), and an entry is only used by the object whose uid it
+// carries.
+struct GatewayMetrics::ScopeSeries {
+  std::uint64_t owner = 0;  // uid of the GatewayMetrics; 0: empty
+  std::string tenant;
+  std::string project;
+  std::string route;
+  std::array<Metric*, kPlainCount> plain{};
+  // Per labelled family, the series of the extra value used last.
+  struct Last {
+    std::string value;
+    Metric* metric = nullptr;
+  };
+  std::array<Last, kExtraCount> extra{};
+  RouteCounters* route_counters = nullptr;
+
+  bool Holds(std::uint64_t uid, const MetricScope& s) const {
+    return owner == uid && route == s.route && tenant == s.tenant && project == s.project;
+  }
+};
+
+namespace {
+// Scopes a thread keeps, direct-mapped by a hash of the scope. A miss costs
+// the lookups every event made before; the slots bound the memory.
+constexpr std::size_t kScopeSlots = 32;
+}  // namespace
+
+GatewayMetrics::ScopeSeries& GatewayMetrics::Cached(const MetricScope& scope) {
+  thread_local std::array<ScopeSeries, kScopeSlots> slots;
+  // The events of one request come one after another: the slot used last is
+  // usually the one, found without hashing.
+  thread_local ScopeSeries* last = &slots[0];
+  if (last->Holds(uid_, scope)) return *last;
+  const std::hash<std::string_view> h;
+  const std::size_t index =
+      (h(scope.route) ^ (h(scope.tenant) * 31) ^ (h(scope.project) * 961)) % kScopeSlots;
+  ScopeSeries& slot = slots[index];
+  if (!slot.Holds(uid_, scope)) {
+    slot.owner = uid_;
+    slot.tenant.assign(scope.tenant);
+    slot.project.assign(scope.project);
+    slot.route.assign(scope.route);
+    slot.plain.fill(nullptr);
+    for (ScopeSeries::Last& last : slot.extra) last.metric = nullptr;
+    slot.route_counters = nullptr;
+  }
+  last = &slot;
+  return slot;
+}
+
 template <typename T>
 T& GatewayMetrics::Series(Family<T>& family, const MetricScope& scope, std::string_view extra,
                           bool has_extra) {
@@ -141,80 +194,105 @@ T& GatewayMetrics::Series(Family<T>& family, const MetricScope& scope, std::stri
   return family.WithLabelValues(std::span<const std::string_view>(values.data(), n));
 }
 
+template <typename T>
+T& GatewayMetrics::Series(Plain which, Family<T>& family, const MetricScope& scope) {
+  Metric*& cached = Cached(scope).plain[which];
+  if (cached == nullptr) cached = &Series(family, scope);
+  return static_cast<T&>(*cached);
+}
+
+template <typename T>
+T& GatewayMetrics::Series(Extra which, Family<T>& family, const MetricScope& scope,
+                          std::string_view extra) {
+  ScopeSeries::Last& last = Cached(scope).extra[which];
+  if (last.metric == nullptr || last.value != extra) {
+    last.metric = &Series(family, scope, extra, true);
+    last.value.assign(extra);
+  }
+  return static_cast<T&>(*last.metric);
+}
+
+RouteCounters& GatewayMetrics::Route(const MetricScope& scope) {
+  RouteCounters*& cached = Cached(scope).route_counters;
+  if (cached == nullptr) cached = &stats_.ForRoute(scope.route);
+  return *cached;
+}
+
 void GatewayMetrics::RegisterRoute(std::string_view route) { stats_.ForRoute(route); }
 
 void GatewayMetrics::RequestCompleted(const MetricScope& scope, double seconds) {
-  Series(*request_duration_, scope).Observe(seconds);
+  Series(kRequestDurationSeries, *request_duration_, scope).Observe(seconds);
   Route(scope).requests.Inc();
 }
 
 void GatewayMetrics::UpstreamCompleted(const MetricScope& scope, double seconds) {
-  Series(*upstream_duration_, scope).Observe(seconds);
+  Series(kUpstreamDurationSeries, *upstream_duration_, scope).Observe(seconds);
 }
 
 void GatewayMetrics::KeyPresent(const MetricScope& scope, std::string_view idempotency_case) {
-  Series(*key_present_, scope, idempotency_case, true).Inc();
+  Series(kKeyPresentSeries, *key_present_, scope, idempotency_case).Inc();
 }
 
 void GatewayMetrics::KeyMissing(const MetricScope& scope, std::string_view missing_class) {
-  Series(*key_missing_, scope, missing_class, true).Inc();
+  Series(kKeyMissingSeries, *key_missing_, scope, missing_class).Inc();
   Route(scope).invalid.Inc();
 }
 
 void GatewayMetrics::KeyInvalid(const MetricScope& scope, std::string_view reason) {
-  Series(*key_invalid_, scope, reason, true).Inc();
+  Series(kKeyInvalidSeries, *key_invalid_, scope, reason).Inc();
   Route(scope).invalid.Inc();
 }
 
 void GatewayMetrics::TranslationFailed(const MetricScope& scope, std::string_view provider) {
-  Series(*translation_failed_, scope, provider, true).Inc();
+  Series(kTranslationFailedSeries, *translation_failed_, scope, provider).Inc();
   Route(scope).invalid.Inc();
 }
 
 void GatewayMetrics::CacheHit(const MetricScope& scope, int status) {
   char buf[16];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, status);
-  Series(*cache_hit_, scope, std::string_view(buf, static_cast<std::size_t>(end - buf)), true)
+  Series(kCacheHitSeries, *cache_hit_, scope,
+         std::string_view(buf, static_cast<std::size_t>(end - buf)))
       .Inc();
   Route(scope).hits.Inc();
 }
 
 void GatewayMetrics::CacheMiss(const MetricScope& scope) {
-  Series(*cache_miss_, scope).Inc();
+  Series(kCacheMissSeries, *cache_miss_, scope).Inc();
   Route(scope).misses.Inc();
 }
 
 void GatewayMetrics::Waited(const MetricScope& scope) {
-  Series(*wait_, scope).Inc();
+  Series(kWaitSeries, *wait_, scope).Inc();
   Route(scope).waits.Inc();
 }
 
 void GatewayMetrics::Conflict(const MetricScope& scope, ConflictReason reason) {
-  Series(*conflict_, scope, ConflictReasonName(reason), true).Inc();
+  Series(kConflictSeries, *conflict_, scope, ConflictReasonName(reason)).Inc();
   RouteCounters& route = Route(scope);
   (reason == ConflictReason::kFingerprintMismatch ? route.mismatches : route.conflicts).Inc();
 }
 
 void GatewayMetrics::ReservationReleased(const MetricScope& scope, core::ReleaseReason reason) {
   if (reason == core::ReleaseReason::kNone) return;
-  Series(*released_, scope, core::ReleaseReasonName(reason), true).Inc();
+  Series(kReleasedSeries, *released_, scope, core::ReleaseReasonName(reason)).Inc();
 }
 
 void GatewayMetrics::Stored(const MetricScope& scope) {
-  Series(*stored_, scope).Inc();
+  Series(kStoredSeries, *stored_, scope).Inc();
   Route(scope).stored.Inc();
 }
 
 void GatewayMetrics::StoreError(const MetricScope& scope, StoreOp op) {
-  Series(*store_errors_, scope, StoreOpName(op), true).Inc();
+  Series(kStoreErrorsSeries, *store_errors_, scope, StoreOpName(op)).Inc();
   Route(scope).store_errors.Inc();
 }
 
 void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
-  Series(*lease_expired_, scope).Inc();
+  Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
 }
 
-void GatewayMetrics::FailOpen(const MetricScope& scope) { Series(*fail_open_, scope).Inc(); }
+void GatewayMetrics::FailOpen(const MetricScope& scope) { Series(kFailOpenSeries, *fail_open_, scope).Inc(); }
 
 void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> source) {
   if (!source) {

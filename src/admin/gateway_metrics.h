@@ -13,7 +13,8 @@
 // The gateway's metrics (SPEC §9) behind one method per event, so callers
 // never spell a metric name or a label. Every event method is thread-safe,
 // never throws, and costs a per-thread cache lookup plus a few relaxed atomic
-// adds. docs/operations.md lists every metric with its labels and meaning.
+// adds: each thread keeps the series of the (tenant, project, route) scopes it
+// saw last, so the events of one request resolve their labels once. docs/operations.md lists every metric with its labels and meaning.
 namespace idemgate::admin {
 
 // Metric names, for tests and tools; callers use the GatewayMetrics methods.
@@ -157,11 +158,28 @@ class GatewayMetrics {
   const RouteStats& stats() const { return stats_; }
 
  private:
+  struct ScopeSeries;
+  // The families labelled by scope only, and those with one more label; the
+  // index of each in a ScopeSeries.
+  enum Plain { kCacheMissSeries, kWaitSeries, kStoredSeries, kLeaseExpiredSeries, kFailOpenSeries,
+               kRequestDurationSeries, kUpstreamDurationSeries, kPlainCount };
+  enum Extra { kKeyPresentSeries, kKeyMissingSeries, kKeyInvalidSeries, kTranslationFailedSeries,
+               kCacheHitSeries, kConflictSeries, kReleasedSeries, kStoreErrorsSeries, kExtraCount };
+
+  // This thread's cached series of `scope` (found or made).
+  ScopeSeries& Cached(const MetricScope& scope);
   template <typename T>
   T& Series(Family<T>& family, const MetricScope& scope, std::string_view extra = {},
             bool has_extra = false);
-  RouteCounters& Route(const MetricScope& scope) { return stats_.ForRoute(scope.route); }
+  template <typename T>
+  T& Series(Plain which, Family<T>& family, const MetricScope& scope);
+  template <typename T>
+  T& Series(Extra which, Family<T>& family, const MetricScope& scope, std::string_view extra);
+  RouteCounters& Route(const MetricScope& scope);
 
+  // Tells this object's entries in the per-thread caches from those of a
+  // destroyed one at the same address; never reused.
+  const std::uint64_t uid_;
   const bool tenant_labels_;
   Registry registry_;
   RouteStats stats_;

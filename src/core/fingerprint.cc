@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/json/basic_parser_impl.hpp>
 #include <cstdint>
+#include <cstring>
 #include <array>
 #include <limits>
 #include <memory>
@@ -31,13 +32,30 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// True when one of the 8 bytes at `p` is a control character, '"' or '\\'
+// (the bytes JSON strings escape). Exact: a byte-wise test of "some byte is
+// below 0x20" and "some byte is zero" on the word, never a false answer.
+bool NeedsEscapeIn8(const char* p) {
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+  std::uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  const auto has_zero = [](std::uint64_t x) { return ((x - kOnes) & ~x & kHigh) != 0; };
+  const bool control = ((w - kOnes * 0x20) & ~w & kHigh) != 0;
+  return control || has_zero(w ^ (kOnes * '"')) || has_zero(w ^ (kOnes * '\\'));
+}
+
 template <typename String>
 void AppendQuoted(String* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->reserve(out->size() + s.size() + 2);
   out->push_back('"');
   std::size_t run = 0;  // start of the characters not yet written, none of which needs escaping
-  for (std::size_t i = 0; i < s.size(); ++i) {
+  std::size_t i = 0;
+  for (; i < s.size(); ++i) {
+    // Eight bytes at a time while none of them needs escaping.
+    while (i + 8 <= s.size() && !NeedsEscapeIn8(s.data() + i)) i += 8;
+    if (i >= s.size()) break;
     const auto u = static_cast<unsigned char>(s[i]);
     if (u >= 0x20 && u != '"' && u != '\\') continue;
     out->append(s.data() + run, i - run);
@@ -116,10 +134,13 @@ class CanonicalHandler {
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kMembersReserved = 8;
+  static constexpr std::size_t kFramesReserved = 8;
 
   CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr)
       : pointers_(pointers), mr_(mr), frames_(mr), part_(mr), root_(mr), order_(mr) {
     if (pointers_ != nullptr) captures_.resize(pointers_->size());
+    frames_.reserve(kFramesReserved);
   }
 
   bool on_document_begin(json::error_code&) { return true; }
@@ -143,6 +164,8 @@ class CanonicalHandler {
     BeginValue();
     frames_.emplace_back(mr_);
     frames_.back().is_object = true;
+    // Most objects have a few members: no regrowth (and moves of the members) below that.
+    frames_.back().members.reserve(kMembersReserved);
     return true;
   }
   bool on_object_end(std::size_t, json::error_code&) {
@@ -177,11 +200,16 @@ class CanonicalHandler {
     return true;
   }
   bool on_string(json::string_view s, std::size_t, json::error_code&) {
-    part_.append(s.data(), s.size());
     BeginValue();
     PString text(mr_);
-    AppendQuoted(&text, part_);
-    part_.clear();
+    if (part_.empty()) {
+      // The whole string came in one piece (the usual case): quote it in place.
+      AppendQuoted(&text, std::string_view(s.data(), s.size()));
+    } else {
+      part_.append(s.data(), s.size());
+      AppendQuoted(&text, part_);
+      part_.clear();
+    }
     EndValue(std::move(text));
     return true;
   }
@@ -191,9 +219,14 @@ class CanonicalHandler {
     return true;
   }
   bool on_key(json::string_view s, std::size_t, json::error_code&) {
-    part_.append(s.data(), s.size());
-    frames_.back().key = std::move(part_);
-    part_.clear();
+    PString& key = frames_.back().key;
+    if (part_.empty()) {
+      key.assign(s.data(), s.size());
+    } else {
+      part_.append(s.data(), s.size());
+      key.assign(part_);
+      part_.clear();
+    }
     return true;
   }
 

@@ -180,12 +180,18 @@ bool IsAcceptableRequestId(std::string_view value) {
 
 void AppendRandomHex(std::size_t n, std::string& out) {
   FastRandom& random = ThreadRandom();
+  const std::size_t start = out.size();
+  out.resize(start + n);
+  char* p = out.data() + start;
   while (n > 0) {
     std::uint64_t v = random.Next();
-    for (int i = 0; i < 16 && n > 0; ++i, --n) {
-      out += kHexDigits[v & 15];
+    const std::size_t chunk = n < 16 ? n : 16;
+    for (std::size_t i = 0; i < chunk; ++i) {
+      p[i] = kHexDigits[v & 15];
       v >>= 4;
     }
+    p += chunk;
+    n -= chunk;
   }
 }
 

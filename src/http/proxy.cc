@@ -181,7 +181,12 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
   }
   out.clear();
   AppendStatusLine(out, version, res.result_int(), View(res.reason()));
-  if (capture) captured.response.status = static_cast<int>(res.result_int());
+  if (capture) {
+    captured.response.status = static_cast<int>(res.result_int());
+    std::size_t fields = fr.add_response_headers.size();
+    for (auto it = res.begin(); it != res.end(); ++it) ++fields;
+    captured.response.headers.reserve(fields);
+  }
   for (const auto& f : res) {
     const std::string_view name = View(f.name_string());
     if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -204,6 +205,77 @@ TEST(GatewayMetrics, InFlightGuardCountsItsLifetime) {
     EXPECT_EQ(metrics.requests_in_flight().Value(), 2);
   }
   EXPECT_EQ(metrics.requests_in_flight().Value(), 0);
+}
+
+// Each thread caches the series of the scopes it saw last, in fewer slots
+// than scopes here: interleaved events of many scopes (colliding in the
+// cache) still land on their own series, and an extra label that changes
+// (status, reason) is not taken for the one before.
+TEST(GatewayMetrics, InterleavedScopesAndExtraLabelsKeepTheirOwnSeries) {
+  GatewayMetrics metrics;
+  constexpr int kScopes = 100;
+  std::vector<std::string> routes, tenants;
+  for (int i = 0; i < kScopes; ++i) {
+    routes.push_back("r" + std::to_string(i % 10));
+    tenants.push_back("t" + std::to_string(i / 10));
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kScopes; ++i) {
+      const MetricScope scope{.route = routes[i], .tenant = tenants[i], .project = "p"};
+      for (int k = 0; k <= i % 3; ++k) metrics.CacheMiss(scope);
+      metrics.CacheHit(scope, 200 + i % 2);
+      metrics.CacheHit(scope, 200);
+      metrics.Conflict(scope, ConflictReason::kInFlight);
+      metrics.Conflict(scope, ConflictReason::kFingerprintMismatch);
+    }
+  }
+  const std::string text = metrics.RenderPrometheus();
+  for (int i = 0; i < kScopes; ++i) {
+    const std::string labels =
+        "{tenant=\"" + tenants[i] + "\",project=\"p\",route=\"" + routes[i] + "\"";
+    EXPECT_TRUE(Contains(text, "idempotency_cache_miss_total" + labels + "} " +
+                                   std::to_string(3 * (i % 3 + 1)) + "\n"))
+        << labels;
+    if (i % 2 == 0) {
+      EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total" + labels + ",status=\"200\"} 6\n"))
+          << labels;
+      EXPECT_FALSE(Contains(text, "idempotency_cache_hit_total" + labels + ",status=\"201\"}"))
+          << labels;
+    } else {
+      EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total" + labels + ",status=\"200\"} 3\n"))
+          << labels;
+      EXPECT_TRUE(Contains(text, "idempotency_cache_hit_total" + labels + ",status=\"201\"} 3\n"))
+          << labels;
+    }
+    EXPECT_TRUE(
+        Contains(text, "idempotency_conflict_total" + labels + ",reason=\"in_flight\"} 3\n"))
+        << labels;
+    EXPECT_TRUE(Contains(
+        text, "idempotency_conflict_total" + labels + ",reason=\"fingerprint_mismatch\"} 3\n"))
+        << labels;
+  }
+  // Route stats: each route saw 10 scopes (tenants) x 3 rounds of hits.
+  for (const RouteStatsRow& row : metrics.stats().Snapshot()) EXPECT_EQ(row.hits, 60u) << row.route;
+}
+
+// A GatewayMetrics made where an earlier one was (same address, same thread)
+// never sees the earlier one's cached series.
+TEST(GatewayMetrics, ANewObjectDoesNotReuseAnEarlierObjectsCachedSeries) {
+  alignas(GatewayMetrics) unsigned char storage[sizeof(GatewayMetrics)];
+  auto* first = new (storage) GatewayMetrics();
+  first->CacheMiss(kPay);
+  first->Stored(kPay);
+  first->~GatewayMetrics();
+  auto* second = new (storage) GatewayMetrics();
+  second->CacheMiss(kPay);
+  const std::string text = second->RenderPrometheus();
+  EXPECT_TRUE(Contains(
+      text, "idempotency_cache_miss_total{tenant=\"acme\",project=\"shop\",route=\"payments\"} 1\n"));
+  const auto rows = second->stats().Snapshot();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].misses, 1u);
+  EXPECT_EQ(rows[0].stored, 0u);
+  second->~GatewayMetrics();
 }
 
 TEST(GatewayMetrics, ConcurrentEventsFromFourThreadsAddUp) {

@@ -270,6 +270,26 @@ TEST(CanonicalJsonTest, EscapesOnlyWhatMustBe) {
   EXPECT_EQ(Canon(R"("\n")"), Canon(R"("\u000A")"));
 }
 
+// Strings are scanned eight bytes at a time; a character that must be
+// escaped is found at every offset, in keys and values, beside UTF-8 bytes.
+TEST(CanonicalJsonTest, EscapesAtEveryOffsetOfLongStrings) {
+  const std::vector<std::pair<std::string, std::string>> specials = {
+      {"\\\"", "\\\""}, {"\\\\", "\\\\"}, {"\\u0001", "\\u0001"}, {"\\u001f", "\\u001f"},
+      {"\\n", "\\u000a"}, {"\xc3\xa9", "\xc3\xa9"}, {"\x7f", "\x7f"}, {" ", " "}};
+  for (const auto& [in, out] : specials) {
+    for (std::size_t at = 0; at <= 19; ++at) {
+      const std::string before(at, 'a');
+      const std::string after(19 - at, 'z');
+      const std::string text = before + in + after;
+      const std::string want = before + out + after;
+      EXPECT_EQ(Canon("\"" + text + "\""), "\"" + want + "\"") << in << " at " << at;
+      EXPECT_EQ(Canon("{\"" + text + "\":\"" + text + "\"}"),
+                "{\"" + want + "\":\"" + want + "\"}")
+          << in << " at " << at;
+    }
+  }
+}
+
 TEST(CanonicalJsonTest, RepeatedKeysKeepTheLast) {
   EXPECT_EQ(Canon(R"({"a":1,"b":2,"a":3})"), R"({"a":3,"b":2})");
   EXPECT_EQ(Canon(R"({"a":1,"a":3})"), Canon(R"({"a":3})"));
