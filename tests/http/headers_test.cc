@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 namespace idemgate::http {
 namespace {
@@ -74,6 +75,26 @@ TEST(HeadersTest, RequestIdAcceptance) {
   EXPECT_EQ(id.size(), 32u);
   EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(NewRequestId(), id);
+}
+
+// Whole words become 16 digits through a byte table, the rest digit by
+// digit: every length keeps what was there, appends n lowercase hex digits,
+// and over many draws every digit shows up at every position.
+TEST(HeadersTest, AppendRandomHexAppendsEveryLengthWithEveryDigitEverywhere) {
+  for (std::size_t n = 0; n <= 40; ++n) {
+    std::string out = "prefix-";
+    AppendRandomHex(n, out);
+    ASSERT_EQ(out.size(), 7 + n);
+    EXPECT_TRUE(out.starts_with("prefix-"));
+    EXPECT_EQ(out.find_first_not_of("0123456789abcdef", 7), std::string::npos) << out;
+  }
+  std::vector<std::set<char>> digits(40);
+  for (int draw = 0; draw < 2000; ++draw) {
+    std::string out;
+    AppendRandomHex(40, out);
+    for (std::size_t i = 0; i < out.size(); ++i) digits[i].insert(out[i]);
+  }
+  for (std::size_t i = 0; i < digits.size(); ++i) EXPECT_EQ(digits[i].size(), 16u) << "position " << i;
 }
 
 TEST(HeadersTest, TraceparentValidation) {
