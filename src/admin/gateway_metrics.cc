@@ -173,7 +173,7 @@ GatewayMetrics::ScopeSeries& GatewayMetrics::Cached(const MetricScope& scope) {
     slot.project.assign(scope.project);
     slot.route.assign(scope.route);
     slot.plain.fill(nullptr);
-    for (ScopeSeries::Last& last : slot.extra) last.metric = nullptr;
+    for (ScopeSeries::Last& extra : slot.extra) extra.metric = nullptr;
     slot.route_counters = nullptr;
   }
   last = &slot;
@@ -292,7 +292,9 @@ void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
   Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
 }
 
-void GatewayMetrics::FailOpen(const MetricScope& scope) { Series(kFailOpenSeries, *fail_open_, scope).Inc(); }
+void GatewayMetrics::FailOpen(const MetricScope& scope) {
+  Series(kFailOpenSeries, *fail_open_, scope).Inc();
+}
 
 void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> source) {
   if (!source) {

@@ -13,8 +13,9 @@
 // The gateway's metrics (SPEC §9) behind one method per event, so callers
 // never spell a metric name or a label. Every event method is thread-safe,
 // never throws, and costs a per-thread cache lookup plus a few relaxed atomic
-// adds: each thread keeps the series of the (tenant, project, route) scopes it
-// saw last, so the events of one request resolve their labels once. docs/operations.md lists every metric with its labels and meaning.
+// adds: each thread keeps the resolved series of the (tenant, project, route)
+// scopes it reported for recently, so the events of one request resolve their
+// labels once. docs/operations.md lists every metric with its labels and meaning.
 namespace idemgate::admin {
 
 // Metric names, for tests and tools; callers use the GatewayMetrics methods.

@@ -51,8 +51,7 @@ void AppendQuoted(String* out, std::string_view s) {
   out->reserve(out->size() + s.size() + 2);
   out->push_back('"');
   std::size_t run = 0;  // start of the characters not yet written, none of which needs escaping
-  std::size_t i = 0;
-  for (; i < s.size(); ++i) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
     // Eight bytes at a time while none of them needs escaping.
     while (i + 8 <= s.size() && !NeedsEscapeIn8(s.data() + i)) i += 8;
     if (i >= s.size()) break;
@@ -202,14 +201,8 @@ class CanonicalHandler {
   bool on_string(json::string_view s, std::size_t, json::error_code&) {
     BeginValue();
     PString text(mr_);
-    if (part_.empty()) {
-      // The whole string came in one piece (the usual case): quote it in place.
-      AppendQuoted(&text, std::string_view(s.data(), s.size()));
-    } else {
-      part_.append(s.data(), s.size());
-      AppendQuoted(&text, part_);
-      part_.clear();
-    }
+    AppendQuoted(&text, Whole(s));
+    part_.clear();
     EndValue(std::move(text));
     return true;
   }
@@ -219,14 +212,8 @@ class CanonicalHandler {
     return true;
   }
   bool on_key(json::string_view s, std::size_t, json::error_code&) {
-    PString& key = frames_.back().key;
-    if (part_.empty()) {
-      key.assign(s.data(), s.size());
-    } else {
-      part_.append(s.data(), s.size());
-      key.assign(part_);
-      part_.clear();
-    }
+    frames_.back().key.assign(Whole(s));
+    part_.clear();
     return true;
   }
 
@@ -264,10 +251,18 @@ class CanonicalHandler {
     std::pmr::vector<std::pair<PString, PString>> members;
   };
 
-  bool Number(json::string_view s) {
+  // The string, key or number whose last piece is `s`: `s` itself when it
+  // came in one piece (the usual case, no copy), else the pieces gathered in
+  // part_. The caller clears part_ once it is done with the view.
+  std::string_view Whole(json::string_view s) {
+    if (part_.empty()) return {s.data(), s.size()};
     part_.append(s.data(), s.size());
+    return part_;
+  }
+
+  bool Number(json::string_view s) {
     BeginValue();
-    const std::string number = CanonicalJsonNumber(part_);
+    const std::string number = CanonicalJsonNumber(Whole(s));
     part_.clear();
     EndValue(PString(number, mr_));
     return true;

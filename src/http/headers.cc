@@ -13,6 +13,15 @@ namespace idemgate::http {
 namespace {
 
 constexpr char kHexDigits[] = "0123456789abcdef";
+// Two hex digits per byte value, so a random word becomes 16 digits in 8 lookups.
+constexpr std::array<char, 512> kHexPairs = [] {
+  std::array<char, 512> t{};
+  for (std::size_t i = 0; i < 256; ++i) {
+    t[2 * i] = kHexDigits[i >> 4];
+    t[2 * i + 1] = kHexDigits[i & 15];
+  }
+  return t;
+}();
 
 char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c; }
 
@@ -179,16 +188,6 @@ bool IsAcceptableRequestId(std::string_view value) {
   }
   return true;
 }
-
-// Two hex digits per byte value, so a random word becomes 16 digits in 8 lookups.
-constexpr std::array<char, 512> kHexPairs = [] {
-  std::array<char, 512> t{};
-  for (std::size_t i = 0; i < 256; ++i) {
-    t[2 * i] = kHexDigits[i >> 4];
-    t[2 * i + 1] = kHexDigits[i & 15];
-  }
-  return t;
-}();
 
 void AppendRandomHex(std::size_t n, std::string& out) {
   FastRandom& random = ThreadRandom();

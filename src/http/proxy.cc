@@ -176,15 +176,15 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
 void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& fr, int version, bool chunked,
                              bool keep_alive, std::string& out, CapturedResponse& captured, bool capture) {
   HopByHopFilter filter;
+  std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
   for (const auto& f : res) {
+    ++fields;
     if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
   }
   out.clear();
   AppendStatusLine(out, version, res.result_int(), View(res.reason()));
   if (capture) {
     captured.response.status = static_cast<int>(res.result_int());
-    std::size_t fields = fr.add_response_headers.size();
-    for (auto it = res.begin(); it != res.end(); ++it) ++fields;
     captured.response.headers.reserve(fields);
   }
   for (const auto& f : res) {
