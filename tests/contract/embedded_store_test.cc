@@ -198,6 +198,93 @@ TEST_F(EmbeddedStoreTest, ReservesOfNewKeysSkipTheCommittersReadOnlyWhenNoLaterB
   EXPECT_EQ(store->rereads_skipped(), 2u);
 }
 
+TEST_F(EmbeddedStoreTest, OwnerChecksOfReservationsThisStoreWroteSkipTheRead) {
+  const UnixMillis now = Now();
+  {
+    auto store = OpenOrDie(Opts());
+    ASSERT_NE(store, nullptr);
+    // Reserved here: Complete checks the owner without reading.
+    const Record k = Reservation("owner-k", Fingerprint(1), now);
+    ASSERT_EQ(Run(store->Reserve("k", k, now))->outcome, ReserveOutcome::kReserved);
+    const Record done = Completion(k, now, 24h, 201, "created");
+    Status s = Run(store->Complete("k", "someone-else", done));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("lease lost"), std::string::npos) << s.ToString();
+    EXPECT_EQ(store->owner_reads_skipped(), 1u);
+    ASSERT_TRUE(Run(store->Complete("k", "owner-k", done)).ok());
+    EXPECT_EQ(store->owner_reads_skipped(), 2u);
+    // Completed: forgotten, so the second Complete reads and is refused.
+    s = Run(store->Complete("k", "owner-k", done));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("already completed"), std::string::npos) << s.ToString();
+    EXPECT_EQ(store->owner_reads_skipped(), 2u);
+
+    // A takeover replaces the remembered owner: the first owner has lost it.
+    const Record first = Reservation("owner-1", Fingerprint(2), now, 1s);
+    ASSERT_EQ(Run(store->Reserve("t", first, now))->outcome, ReserveOutcome::kReserved);
+    const UnixMillis later = now + 5'000;
+    const Record second = Reservation("owner-2", Fingerprint(2), later);
+    ASSERT_EQ(Run(store->Reserve("t", second, later))->outcome, ReserveOutcome::kTakenOver);
+    s = Run(store->Complete("t", "owner-1", Completion(first, later, 24h, 201, "late")));
+    EXPECT_NE(s.message().find("lease lost"), std::string::npos) << s.ToString();
+    ASSERT_TRUE(Run(store->Complete("t", "owner-2", Completion(second, later, 24h, 201, "x"))).ok());
+    EXPECT_EQ(store->owner_reads_skipped(), 4u);
+    auto got = Run(store->Get("t", later));
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->owner, "owner-2");
+
+    // Released and purged reservations are forgotten.
+    const Record r = Reservation("owner-r", Fingerprint(3), now);
+    ASSERT_EQ(Run(store->Reserve("r", r, now))->outcome, ReserveOutcome::kReserved);
+    ASSERT_TRUE(Run(store->Release("r", "owner-r")).ok());
+    EXPECT_EQ(store->owner_reads_skipped(), 5u);
+    EXPECT_EQ(Run(store->Release("r", "owner-r")).code(), StatusCode::kFailedPrecondition);
+    const Record q = Reservation("owner-q", Fingerprint(4), now);
+    ASSERT_EQ(Run(store->Reserve("q", q, now))->outcome, ReserveOutcome::kReserved);
+    ASSERT_TRUE(*Run(store->Purge("q")));
+    s = Run(store->Complete("q", "owner-q", Completion(q, now, 24h, 201, "x")));
+    EXPECT_NE(s.message().find("not reserved"), std::string::npos) << s.ToString();
+    EXPECT_EQ(store->owner_reads_skipped(), 5u);
+
+    // Left in flight across the restart below.
+    const Record p = Reservation("owner-p", Fingerprint(5), now);
+    ASSERT_EQ(Run(store->Reserve("p", p, now))->outcome, ReserveOutcome::kReserved);
+  }
+  // A reopened store remembers nothing: the owner check reads the record.
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  const Record p = Reservation("owner-p", Fingerprint(5), now);
+  Status s = Run(store->Complete("p", "owner-x", Completion(p, now, 24h, 201, "x")));
+  EXPECT_NE(s.message().find("lease lost"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(Run(store->Complete("p", "owner-p", Completion(p, now, 24h, 201, "x"))).ok());
+  EXPECT_EQ(store->owner_reads_skipped(), 0u);
+}
+
+TEST_F(EmbeddedStoreTest, BeyondTheRememberedReservationsOwnerChecksRead) {
+  EmbeddedStore::Options o = Opts();
+  o.remembered_reservations = 2;
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  const UnixMillis now = Now();
+  std::vector<Record> reserved;
+  for (const char* key : {"a", "b", "c"}) {
+    reserved.push_back(Reservation(std::string("owner-") + key, Fingerprint(1), now));
+    ASSERT_EQ(Run(store->Reserve(key, reserved.back(), now))->outcome, ReserveOutcome::kReserved);
+  }
+  // "c" came third: not remembered, read; still decided right.
+  EXPECT_NE(Run(store->Release("c", "owner-a")).message().find("not held"), std::string::npos);
+  ASSERT_TRUE(Run(store->Complete("c", "owner-c", Completion(reserved[2], now, 24h, 201, "c"))).ok());
+  EXPECT_EQ(store->owner_reads_skipped(), 0u);
+  ASSERT_TRUE(Run(store->Complete("a", "owner-a", Completion(reserved[0], now, 24h, 201, "a"))).ok());
+  EXPECT_EQ(store->owner_reads_skipped(), 1u);
+  // Settling "a" made room: a new reservation is remembered again.
+  const Record d = Reservation("owner-d", Fingerprint(1), now);
+  ASSERT_EQ(Run(store->Reserve("d", d, now))->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Run(store->Release("d", "owner-d")).ok());
+  ASSERT_TRUE(Run(store->Release("b", "owner-b")).ok());
+  EXPECT_EQ(store->owner_reads_skipped(), 3u);
+}
+
 class EmbeddedRestartTest : public EmbeddedStoreTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(EmbeddedRestartTest, RecordsSurviveARestart) {

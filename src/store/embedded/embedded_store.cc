@@ -520,7 +520,10 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
       // a reader that sees the number may rely on the list.
       std::vector<std::uint64_t> hashes;
       hashes.reserve(batch.pending.size());
-      for (const auto& [key, record] : batch.pending) hashes.push_back(std::hash<std::string>{}(key));
+      for (auto& [key, record] : batch.pending) {
+        hashes.push_back(std::hash<std::string>{}(key));
+        RememberOwner(key, record);
+      }
       const std::uint64_t seq = batches_applied_.load(std::memory_order_relaxed) + 1;
       recent_writes_.emplace_back(seq, std::move(hashes));
       if (recent_writes_.size() > kRecentBatches) recent_writes_.pop_front();
@@ -552,12 +555,20 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
 void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   auto pending = m.key.empty() ? batch.pending.end() : batch.pending.find(m.key);
   std::optional<Record> current;
-  // Complete and Release only compare the state and owner: without a change
-  // earlier in the batch, they peek at the stored bytes instead of decoding.
+  // Complete and Release only compare the state and owner: from a change
+  // earlier in the batch, else from the reservations the committer remembers,
+  // else by peeking at the stored bytes instead of decoding them.
   const bool owner_check = m.kind == Mutation::Kind::kComplete || m.kind == Mutation::Kind::kRelease;
   std::optional<core::RecordState> held_state;
   bool held_by_owner = false;
-  if (owner_check && pending == batch.pending.end()) {
+  auto remembered = owner_check && pending == batch.pending.end() ? reserved_owners_.find(m.key)
+                                                                  : reserved_owners_.end();
+  if (remembered != reserved_owners_.end()) {
+    // This store wrote the reservation and nothing has replaced it since.
+    held_state = RecordState::kInFlight;
+    held_by_owner = remembered->second == m.owner;
+    owner_reads_skipped_.fetch_add(1, std::memory_order_relaxed);
+  } else if (owner_check && pending == batch.pending.end()) {
     rocksdb::PinnableSlice value;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, m.key, &value);
     if (!s.ok() && !s.IsNotFound()) {
@@ -671,6 +682,20 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
       return;
     case Mutation::Kind::kSweep:
       return;
+  }
+}
+
+// Committer only, after `key` was written as `after`.
+void EmbeddedStore::RememberOwner(const std::string& key, const std::optional<Record>& after) {
+  if (after && after->state == RecordState::kInFlight) {
+    auto it = reserved_owners_.find(key);
+    if (it != reserved_owners_.end()) {
+      it->second = after->owner;
+    } else if (reserved_owners_.size() < options_.remembered_reservations) {
+      reserved_owners_.emplace(key, after->owner);
+    }
+  } else {
+    reserved_owners_.erase(key);
   }
 }
 

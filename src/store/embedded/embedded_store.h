@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,12 @@ class EmbeddedStore final : public core::Store {
     // One memtable of the records family; total memtable memory is bounded
     // by 4x this.
     std::uint64_t write_buffer_bytes = 16ull << 20;
+    // In-flight reservations whose owner the committer remembers, so that
+    // their Complete or Release needs no read. Reservations live for one
+    // request, so this bounds the memory held by ones never settled (about
+    // 150 bytes each), not the requests in flight; beyond it, owner checks
+    // read the database.
+    std::size_t remembered_reservations = 65'536;
   };
 
   // What one SweepExpired call did.
@@ -133,6 +140,9 @@ class EmbeddedStore final : public core::Store {
   // Reserves of new keys the committer decided without reading the database
   // again (the caller's read had found the key absent; see Apply).
   std::uint64_t rereads_skipped() const { return rereads_skipped_.load(std::memory_order_relaxed); }
+  // Completes and Releases whose owner check the committer answered from the
+  // reservations it remembers writing, without reading the database.
+  std::uint64_t owner_reads_skipped() const { return owner_reads_skipped_.load(std::memory_order_relaxed); }
   // While held, the committer takes no operations (they queue up); releasing
   // lets it take everything queued as one batch (up to max_batch). For tests
   // of batching.
@@ -162,6 +172,9 @@ class EmbeddedStore final : public core::Store {
   StatusOr<std::optional<core::Record>> Read(const std::string& key) const;
   // Committer only; see Mutation::absent_as_of.
   bool StillAbsent(const std::string& key, std::uint64_t as_of) const;
+  // Committer only: keeps reserved_owners_ in step after a batch wrote `key`
+  // as `after` (nullopt: deleted).
+  void RememberOwner(const std::string& key, const std::optional<core::Record>& after);
   // Read() with `ro`; nullopt when `ro` forbids the file read it would need.
   std::optional<StatusOr<std::optional<core::Record>>> ReadWith(const std::string& key,
                                                                 const rocksdb::ReadOptions& ro) const;
@@ -197,11 +210,19 @@ class EmbeddedStore final : public core::Store {
   std::atomic<std::uint64_t> commits_{0};
   std::atomic<std::uint64_t> committed_ops_{0};
   std::atomic<std::uint64_t> rereads_skipped_{0};
+  std::atomic<std::uint64_t> owner_reads_skipped_{0};
   // Batches the committer has written and made visible (release).
   std::atomic<std::uint64_t> batches_applied_{0};
   // Committer only: the hashes of the keys written by each of the latest
   // batches (sequence number, hashes), oldest first.
   std::deque<std::pair<std::uint64_t, std::vector<std::uint64_t>>> recent_writes_;
+  // Committer only: key -> owner of the in-flight reservations this store has
+  // written and not yet seen completed, released, purged or replaced. An entry
+  // is exactly what the database holds for its key (the committer is the only
+  // writer, and entries change only after a successful write); a key without
+  // an entry is read from the database. At most
+  // options_.remembered_reservations entries.
+  std::unordered_map<std::string, std::string> reserved_owners_;
 };
 
 }  // namespace idemgate::store::embedded
