@@ -225,6 +225,12 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
   cf.write_buffer_size = write_buffer;
   cf.max_write_buffer_number = 3;
   cf.level_compaction_dynamic_level_bytes = true;
+  // Keys arrive in random order, so every L0 file overlaps the whole of the
+  // level below and each L0 compaction rewrites that level. Waiting for 8
+  // files instead of RocksDB's 4 halves that rewriting; a lookup then probes
+  // the filters of up to 8 L0 files, which stay pinned in the block cache.
+  // 1M Reserve+Complete pairs: 53k -> 63k pairs/s (docs/store-embedded.md).
+  cf.level0_file_num_compaction_trigger = 8;
   // LZ4: stored responses (JSON, repeated headers) compress several-fold,
   // and LZ4 costs the least CPU per byte saved on flushes and compactions.
   cf.compression = rocksdb::kLZ4Compression;
