@@ -8,7 +8,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
+#include <condition_variable>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/log.h"
@@ -531,13 +534,29 @@ void Server::Start() {
       asio::co_spawn(w.io, AcceptLoop(*worker, *listener), asio::detached);
     }
   }
+  // Start returns once every worker has run its start hook, so whatever the
+  // hooks attach (a store's per-worker clients) is in place for all workers
+  // when the caller announces that the server is ready.
+  struct StartBarrier {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t left = 0;
+  };
+  auto barrier = std::make_shared<StartBarrier>();
+  barrier->left = workers_.size();
   for (auto& worker : workers_) {
-    threads_.emplace_back([&w = worker->impl(), this] {
+    threads_.emplace_back([&w = worker->impl(), this, barrier] {
       if (options_.on_worker_start) options_.on_worker_start(w.io);
+      {
+        std::lock_guard lock(barrier->mu);
+        if (--barrier->left == 0) barrier->cv.notify_all();
+      }
       w.io.run();
       if (options_.on_worker_stop) options_.on_worker_stop(w.io);
     });
   }
+  std::unique_lock lock(barrier->mu);
+  barrier->cv.wait(lock, [&barrier] { return barrier->left == 0; });
 }
 
 std::size_t Server::open_connections() const {

@@ -71,7 +71,8 @@ struct ServerOptions {
   Duration tick = 100ms;
   // Called on each worker thread before it starts running its io_context,
   // and after it stopped (the io_context still exists then); e.g. for
-  // core::Store::AttachWorker / DetachWorker.
+  // core::Store::AttachWorker / DetachWorker. Server::Start returns after
+  // every worker's on_worker_start has returned.
   std::function<void(boost::asio::io_context&)> on_worker_start;
   std::function<void(boost::asio::io_context&)> on_worker_stop;
 };
@@ -95,7 +96,8 @@ class Server {
   // worker 0. `handler` must outlive the server.
   StatusOr<BoundAddress> Listen(const std::string& host, std::uint16_t port, Handler& handler, bool all_workers);
 
-  // Starts the worker threads; accepting begins.
+  // Starts the worker threads; accepting begins. Returns once every worker
+  // has run ServerOptions::on_worker_start.
   void Start();
 
   // Graceful stop (blocks): closes the listeners, closes idle keep-alive

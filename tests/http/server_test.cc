@@ -258,17 +258,21 @@ TEST_F(ServerTest, EphemeralPortIsSharedByEveryWorker) {
 }
 
 TEST_F(ServerTest, WorkerHooksRunOnEachWorkerThreadAroundItsLoop) {
-  // on_worker_start runs on the worker thread before it serves anything;
-  // on_worker_stop on the same thread after it stopped, with its
+  // on_worker_start runs on the worker thread before it serves anything, and
+  // Start returns only after every worker ran it (here the hooks take 0, 100
+  // and 200 ms, so a worker could serve long before the last one is ready);
+  // on_worker_stop runs on the same thread after it stopped, with its
   // io_context still there (stores bind per-thread resources to it).
   struct Seen {
     std::mutex mu;
     std::map<boost::asio::io_context*, std::thread::id> started;
     std::map<boost::asio::io_context*, std::thread::id> stopped;
+    std::atomic<int> calls{0};
   } seen;
   http::ServerOptions options;
   options.workers = 3;
   options.on_worker_start = [&seen](boost::asio::io_context& io) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100) * seen.calls.fetch_add(1));
     std::lock_guard lock(seen.mu);
     seen.started[&io] = std::this_thread::get_id();
   };
