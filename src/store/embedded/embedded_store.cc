@@ -526,7 +526,7 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
       // a reader that sees the number may rely on the list.
       std::vector<std::uint64_t> hashes;
       hashes.reserve(batch.pending.size());
-      for (auto& [key, record] : batch.pending) {
+      for (const auto& [key, record] : batch.pending) {
         hashes.push_back(std::hash<std::string>{}(key));
         RememberOwner(key, record);
       }
@@ -565,16 +565,16 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   // earlier in the batch, else from the reservations the committer remembers,
   // else by peeking at the stored bytes instead of decoding them.
   const bool owner_check = m.kind == Mutation::Kind::kComplete || m.kind == Mutation::Kind::kRelease;
+  const bool owner_unchanged_in_batch = owner_check && pending == batch.pending.end();
   std::optional<core::RecordState> held_state;
   bool held_by_owner = false;
-  auto remembered = owner_check && pending == batch.pending.end() ? reserved_owners_.find(m.key)
-                                                                  : reserved_owners_.end();
+  auto remembered = owner_unchanged_in_batch ? reserved_owners_.find(m.key) : reserved_owners_.end();
   if (remembered != reserved_owners_.end()) {
     // This store wrote the reservation and nothing has replaced it since.
     held_state = RecordState::kInFlight;
     held_by_owner = remembered->second == m.owner;
     owner_reads_skipped_.fetch_add(1, std::memory_order_relaxed);
-  } else if (owner_check && pending == batch.pending.end()) {
+  } else if (owner_unchanged_in_batch) {
     rocksdb::PinnableSlice value;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_, m.key, &value);
     if (!s.ok() && !s.IsNotFound()) {
