@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <array>
+#include <charconv>
 #include <limits>
 #include <memory>
 #include <memory_resource>
@@ -23,6 +24,8 @@ constexpr std::size_t kMaxPlainIntegerDigits = 21;
 constexpr std::size_t kMaxExponentDigits = 15;
 
 char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+void AppendCanonicalJsonNumber(std::string* out, std::string_view number);
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -45,20 +48,37 @@ bool NeedsEscapeIn8(const char* p) {
   return control || has_zero(w ^ (kOnes * '"')) || has_zero(w ^ (kOnes * '\\'));
 }
 
+bool NeedsEscape(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || u == '"' || u == '\\';
+}
+
+// Appends `s` as a JSON string: quoted, with '"', '\\' and control
+// characters escaped and everything else (UTF-8 included) as it is.
 template <typename String>
 void AppendQuoted(String* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  out->reserve(out->size() + s.size() + 2);
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  // The usual case, nothing to escape: found eight bytes at a time, then
+  // written with its quotes in one step.
+  while (i + 8 <= n && !NeedsEscapeIn8(s.data() + i)) i += 8;
+  while (i < n && !NeedsEscape(s[i])) ++i;
+  if (i == n) {
+    const std::size_t at = out->size();
+    out->resize(at + n + 2);
+    char* p = out->data() + at;
+    p[0] = '"';
+    if (n != 0) std::memcpy(p + 1, s.data(), n);
+    p[n + 1] = '"';
+    return;
+  }
+  out->reserve(out->size() + n + 8);
   out->push_back('"');
   std::size_t run = 0;  // start of the characters not yet written, none of which needs escaping
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    // Eight bytes at a time while none of them needs escaping.
-    while (i + 8 <= s.size() && !NeedsEscapeIn8(s.data() + i)) i += 8;
-    if (i >= s.size()) break;
+  while (i < n) {
     const auto u = static_cast<unsigned char>(s[i]);
-    if (u >= 0x20 && u != '"' && u != '\\') continue;
     out->append(s.data() + run, i - run);
-    run = i + 1;
     if (u >= 0x20) {
       out->push_back('\\');
       out->push_back(s[i]);
@@ -67,8 +87,11 @@ void AppendQuoted(String* out, std::string_view s) {
       out->push_back(kHex[u >> 4]);
       out->push_back(kHex[u & 0xf]);
     }
+    run = ++i;
+    while (i + 8 <= n && !NeedsEscapeIn8(s.data() + i)) i += 8;
+    while (i < n && !NeedsEscape(s[i])) ++i;
   }
-  out->append(s.data() + run, s.size() - run);
+  out->append(s.data() + run, n - run);
   out->push_back('"');
 }
 
@@ -117,80 +140,74 @@ ParsedPointer ParsePointer(std::string_view pointer) {
 }
 
 // A boost::json::basic_parser handler that writes the canonical form of the
-// document bottom-up: each finished value is serialised once and handed to
-// its parent (an array appends it, an object collects it under its key and
-// sorts when it closes), so no document tree is built. With `pointers`, it
-// also keeps the canonical text of every value found at one of them.
+// document into one string as the parser goes. Scalars are written once, in
+// place. An object's members are written in document order, each remembered
+// as a range of the output with its raw key; when the object closes and its
+// keys are not already strictly ascending, only that object's text is
+// rebuilt in key order (repeated keys keep the last). So a document whose
+// objects are already sorted is never copied, and an unsorted object costs
+// one copy of its own text. With `pointers`, it also keeps the canonical text
+// of every value found at one of them.
 //
-// Every string it makes comes from one memory resource: for bodies of usual
-// size a buffer on the caller's stack, so a canonical form costs no heap
-// allocation but the result.
-using PString = std::pmr::string;
-
+// The bookkeeping (frames, members, keys) comes from one memory resource:
+// for bodies of usual size a buffer on the caller's stack, so a canonical
+// form costs no heap allocation but the result.
 class CanonicalHandler {
  public:
   static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t kMembersReserved = 8;
   static constexpr std::size_t kFramesReserved = 8;
+  static constexpr std::size_t kMembersReserved = 16;
+  static constexpr std::size_t kOutputSlack = 64;
+  static constexpr std::size_t kKeysReserved = 1024;
 
-  CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr)
-      : pointers_(pointers), mr_(mr), frames_(mr), part_(mr), root_(mr), order_(mr) {
+  CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr,
+                   std::size_t input_size)
+      : pointers_(pointers), frames_(mr), members_(mr), keys_(mr), part_(mr), order_(mr), rebuilt_(mr) {
     if (pointers_ != nullptr) captures_.resize(pointers_->size());
     frames_.reserve(kFramesReserved);
+    members_.reserve(kMembersReserved);
+    keys_.reserve(std::min(input_size, kKeysReserved));
+    out_.reserve(input_size + kOutputSlack);
   }
 
   bool on_document_begin(json::error_code&) { return true; }
   bool on_document_end(json::error_code&) { return true; }
 
   bool on_array_begin(json::error_code&) {
-    BeginValue();
-    frames_.emplace_back(mr_);
-    frames_.back().text.push_back('[');
+    const std::size_t start = BeginValue();
+    frames_.push_back(Frame{.start = start});
+    out_.push_back('[');
     return true;
   }
   bool on_array_end(std::size_t, json::error_code&) {
-    PString text = std::move(frames_.back().text);
+    const std::size_t start = frames_.back().start;
     frames_.pop_back();
-    text.push_back(']');
-    EndValue(std::move(text));
+    out_.push_back(']');
+    EndValue(start);
     return true;
   }
 
   bool on_object_begin(json::error_code&) {
-    BeginValue();
-    frames_.emplace_back(mr_);
-    frames_.back().is_object = true;
-    // Most objects have a few members: no regrowth (and moves of the members) below that.
-    frames_.back().members.reserve(kMembersReserved);
+    const std::size_t start = BeginValue();
+    frames_.push_back(Frame{.start = start, .is_object = true, .first_member = members_.size(), .keys_mark = keys_.size()});
+    out_.push_back('{');
     return true;
   }
   bool on_object_end(std::size_t, json::error_code&) {
-    auto members = std::move(frames_.back().members);
+    const Frame frame = frames_.back();
     frames_.pop_back();
-    // Stable by key (repeated keys stay in document order), without the
-    // heap buffer std::stable_sort takes.
-    order_.clear();
-    for (std::size_t i = 0; i < members.size(); ++i) order_.push_back(i);
-    std::sort(order_.begin(), order_.end(), [&members](std::size_t a, std::size_t b) {
-      const int c = members[a].first.compare(members[b].first);
-      return c != 0 ? c < 0 : a < b;
-    });
-    PString text(mr_);
-    text.push_back('{');
-    for (std::size_t k = 0; k < order_.size(); ++k) {
-      const auto& member = members[order_[k]];
-      // Of repeated keys only the last (in document order) counts.
-      if (k + 1 < order_.size() && members[order_[k + 1]].first == member.first) continue;
-      if (text.size() > 1) text.push_back(',');
-      AppendQuoted(&text, member.first);
-      text.push_back(':');
-      text.append(member.second);
+    bool ascending = true;
+    for (std::size_t i = frame.first_member + 1; i < members_.size() && ascending; ++i) {
+      ascending = KeyOf(members_[i - 1]) < KeyOf(members_[i]);
     }
-    text.push_back('}');
-    EndValue(std::move(text));
+    if (!ascending) Reorder(frame);
+    members_.resize(frame.first_member);
+    keys_.resize(frame.keys_mark);
+    out_.push_back('}');
+    EndValue(frame.start);
     return true;
   }
 
@@ -199,11 +216,10 @@ class CanonicalHandler {
     return true;
   }
   bool on_string(json::string_view s, std::size_t, json::error_code&) {
-    BeginValue();
-    PString text(mr_);
-    AppendQuoted(&text, Whole(s));
+    const std::size_t start = BeginValue();
+    AppendQuoted(&out_, Whole(s));
     part_.clear();
-    EndValue(std::move(text));
+    EndValue(start);
     return true;
   }
 
@@ -212,7 +228,15 @@ class CanonicalHandler {
     return true;
   }
   bool on_key(json::string_view s, std::size_t, json::error_code&) {
-    frames_.back().key.assign(Whole(s));
+    Frame& top = frames_.back();
+    const std::string_view key = Whole(s);
+    if (top.count > 0) out_.push_back(',');
+    top.key_offset = keys_.size();
+    top.key_size = key.size();
+    keys_.append(key);
+    members_.push_back(Member{.key_offset = top.key_offset, .key_size = key.size(), .begin = out_.size()});
+    AppendQuoted(&out_, key);
+    out_.push_back(':');
     part_.clear();
     return true;
   }
@@ -225,31 +249,57 @@ class CanonicalHandler {
   bool on_uint64(std::uint64_t, json::string_view s, json::error_code&) { return Number(s); }
   bool on_double(double, json::string_view s, json::error_code&) { return Number(s); }
 
-  bool on_bool(bool b, json::error_code&) {
-    BeginValue();
-    EndValue(PString(b ? "true" : "false", mr_));
-    return true;
-  }
-  bool on_null(json::error_code&) {
-    BeginValue();
-    EndValue(PString("null", mr_));
-    return true;
-  }
+  bool on_bool(bool b, json::error_code&) { return Literal(b ? "true" : "false"); }
+  bool on_null(json::error_code&) { return Literal("null"); }
   bool on_comment_part(json::string_view, json::error_code&) { return true; }
   bool on_comment(json::string_view, json::error_code&) { return true; }
 
-  const PString& root() const { return root_; }
+  // The canonical text, once the document is complete.
+  std::string& output() { return out_; }
   std::vector<std::optional<std::string>>& captures() { return captures_; }
 
  private:
   struct Frame {
-    explicit Frame(std::pmr::memory_resource* mr) : text(mr), key(mr), members(mr) {}
+    std::size_t start = 0;  // offset of '[' or '{' in out_
     bool is_object = false;
-    PString text;  // array: "[" and the elements so far
-    std::size_t count = 0;
-    PString key;   // object: key of the member being parsed
-    std::pmr::vector<std::pair<PString, PString>> members;
+    std::size_t count = 0;         // values (array) or members (object) so far
+    std::size_t first_member = 0;  // object: its first entry in members_
+    std::size_t keys_mark = 0;     // object: keys_ size when it opened
+    std::size_t key_offset = 0;    // object: raw key of the member being parsed, in keys_
+    std::size_t key_size = 0;
   };
+  // One object member: its raw key (in keys_) and its text `"key":value` in out_.
+  struct Member {
+    std::size_t key_offset = 0;
+    std::size_t key_size = 0;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+
+  std::string_view KeyOf(const Member& m) const { return std::string_view(keys_).substr(m.key_offset, m.key_size); }
+  std::string_view KeyOf(const Frame& f) const { return std::string_view(keys_).substr(f.key_offset, f.key_size); }
+
+  // Rewrites the members of the object opened at `frame` in key order,
+  // stable, keeping only the last of repeated keys.
+  void Reorder(const Frame& frame) {
+    const std::size_t n = members_.size() - frame.first_member;
+    const Member* members = members_.data() + frame.first_member;
+    order_.clear();
+    for (std::size_t i = 0; i < n; ++i) order_.push_back(i);
+    std::sort(order_.begin(), order_.end(), [this, members](std::size_t a, std::size_t b) {
+      const int c = KeyOf(members[a]).compare(KeyOf(members[b]));
+      return c != 0 ? c < 0 : a < b;
+    });
+    rebuilt_.clear();
+    for (std::size_t k = 0; k < n; ++k) {
+      const Member& m = members[order_[k]];
+      if (k + 1 < n && KeyOf(members[order_[k + 1]]) == KeyOf(m)) continue;
+      if (!rebuilt_.empty()) rebuilt_.push_back(',');
+      rebuilt_.append(out_, m.begin, m.end - m.begin);
+    }
+    out_.resize(frame.start + 1);
+    out_.append(rebuilt_);
+  }
 
   // The string, key or number whose last piece is `s`: `s` itself when it
   // came in one piece (the usual case, no copy), else the pieces gathered in
@@ -261,10 +311,17 @@ class CanonicalHandler {
   }
 
   bool Number(json::string_view s) {
-    BeginValue();
-    const std::string number = CanonicalJsonNumber(Whole(s));
+    const std::size_t start = BeginValue();
+    AppendCanonicalJsonNumber(&out_, Whole(s));
     part_.clear();
-    EndValue(PString(number, mr_));
+    EndValue(start);
+    return true;
+  }
+
+  bool Literal(std::string_view text) {
+    const std::size_t start = BeginValue();
+    out_.append(text);
+    EndValue(start);
     return true;
   }
 
@@ -277,52 +334,49 @@ class CanonicalHandler {
   bool PrefixMatches(const ParsedPointer& p, std::size_t n) const {
     for (std::size_t i = 0; i < n; ++i) {
       const Frame& f = frames_[i];
-      if (f.is_object ? std::string_view(p.tokens[i]) != std::string_view(f.key) : p.indices[i] != f.count) {
-        return false;
-      }
+      if (f.is_object ? std::string_view(p.tokens[i]) != KeyOf(f) : p.indices[i] != f.count) return false;
     }
     return true;
   }
 
-  // A value starts at the current position. A repeated object key replaces
-  // the earlier value, so what was captured inside the earlier one is void.
-  void BeginValue() {
-    if (pointers_ == nullptr) return;
-    for (std::size_t i = 0; i < pointers_->size(); ++i) {
-      const ParsedPointer& p = (*pointers_)[i];
-      if (p.valid && p.tokens.size() >= frames_.size() && PrefixMatches(p, frames_.size())) {
-        captures_[i].reset();
-      }
-    }
-  }
-
-  void EndValue(PString text) {
+  // A value starts at the current position: an array element after the
+  // first gets its comma. Returns where the value's text starts. A repeated
+  // object key replaces the earlier value, so what was captured inside the
+  // earlier one is void.
+  std::size_t BeginValue() {
+    if (!frames_.empty() && !frames_.back().is_object && frames_.back().count > 0) out_.push_back(',');
     if (pointers_ != nullptr) {
       for (std::size_t i = 0; i < pointers_->size(); ++i) {
-        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i].emplace(text.data(), text.size());
+        const ParsedPointer& p = (*pointers_)[i];
+        if (p.valid && p.tokens.size() >= frames_.size() && PrefixMatches(p, frames_.size())) {
+          captures_[i].reset();
+        }
       }
     }
-    if (frames_.empty()) {
-      root_ = std::move(text);
-      return;
+    return out_.size();
+  }
+
+  // The value whose text starts at `start` is complete.
+  void EndValue(std::size_t start) {
+    if (pointers_ != nullptr) {
+      for (std::size_t i = 0; i < pointers_->size(); ++i) {
+        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i].emplace(out_, start);
+      }
     }
+    if (frames_.empty()) return;
     Frame& top = frames_.back();
-    if (top.is_object) {
-      top.members.emplace_back(std::move(top.key), std::move(text));
-      top.key.clear();
-    } else {
-      if (top.count > 0) top.text.push_back(',');
-      top.text.append(text);
-    }
+    if (top.is_object) members_.back().end = out_.size();
     ++top.count;
   }
 
   const std::vector<ParsedPointer>* pointers_;
-  std::pmr::memory_resource* mr_;
   std::pmr::vector<Frame> frames_;
-  PString part_;
-  PString root_;
-  std::pmr::vector<std::size_t> order_;  // on_object_end's sort order, reused
+  std::pmr::vector<Member> members_;  // members of every open object, innermost last
+  std::pmr::string keys_;             // their raw keys
+  std::pmr::string part_;
+  std::pmr::vector<std::size_t> order_;  // Reorder's sort order, reused
+  std::pmr::string rebuilt_;             // Reorder's output, reused
+  std::string out_;
   std::vector<std::optional<std::string>> captures_;
 };
 
@@ -332,7 +386,7 @@ bool RunParser(std::string_view text, CanonicalHandler** handler_out,
                const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr) {
   json::parse_options options;
   options.max_depth = kMaxJsonDepth;
-  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers, mr);
+  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers, mr, text.size());
   json::error_code ec;
   const std::size_t used = (*holder)->write_some(false, text.data(), text.size(), ec);
   if (ec || used != text.size() || !(*holder)->done()) return false;
@@ -385,9 +439,8 @@ class Sha256 {
   EVP_MD_CTX* ctx_;
 };
 
-}  // namespace
-
-std::string CanonicalJsonNumber(std::string_view number) {
+// Appends the canonical form of a JSON number (see CanonicalJsonNumber).
+void AppendCanonicalJsonNumber(std::string* out, std::string_view number) {
   std::string_view s = number;
   const bool negative = !s.empty() && s.front() == '-';
   if (negative) s.remove_prefix(1);
@@ -410,42 +463,72 @@ std::string CanonicalJsonNumber(std::string_view number) {
       rest.remove_prefix(1);
     }
     while (rest.size() > 1 && rest.front() == '0') rest.remove_prefix(1);
-    if (rest.size() > kMaxExponentDigits) return "~" + std::string(number);
+    if (rest.size() > kMaxExponentDigits) {
+      out->push_back('~');
+      out->append(number);
+      return;
+    }
     for (char c : rest) exponent = exponent * 10 + (c - '0');
     if (exp_negative) exponent = -exponent;
   }
 
-  std::string digits;
-  digits.reserve(int_part.size() + frac_part.size());
-  digits.append(int_part);
-  digits.append(frac_part);
+  // The significant digits: integer and fraction digits without leading or
+  // trailing zeros, both parts being views of `number`.
   exponent -= static_cast<std::int64_t>(frac_part.size());
-  const std::size_t first = digits.find_first_not_of('0');
-  if (first == std::string::npos) return "0";
-  digits.erase(0, first);
-  const std::size_t last = digits.find_last_not_of('0');
-  exponent += static_cast<std::int64_t>(digits.size() - 1 - last);
-  digits.erase(last + 1);
-
-  std::string out;
-  if (negative) out.push_back('-');
-  if (exponent >= 0 &&
-      digits.size() + static_cast<std::uint64_t>(exponent) <= kMaxPlainIntegerDigits) {
-    out.append(digits);
-    out.append(static_cast<std::size_t>(exponent), '0');
-  } else {
-    out.append(digits);
-    out.push_back('e');
-    out.append(std::to_string(exponent));
+  std::size_t lead = 0;  // leading zeros, across both parts
+  while (lead < int_part.size() && int_part[lead] == '0') ++lead;
+  if (lead == int_part.size()) {
+    std::size_t f = 0;
+    while (f < frac_part.size() && frac_part[f] == '0') ++f;
+    if (f == frac_part.size()) {
+      out->push_back('0');
+      return;
+    }
+    lead += f;
   }
+  std::size_t trail = 0;  // trailing zeros, across both parts
+  while (trail < frac_part.size() && frac_part[frac_part.size() - 1 - trail] == '0') ++trail;
+  if (trail == frac_part.size()) {
+    while (trail - frac_part.size() < int_part.size() && int_part[int_part.size() - 1 - (trail - frac_part.size())] == '0') {
+      ++trail;
+    }
+  }
+  exponent += static_cast<std::int64_t>(trail);
+  const std::size_t total = int_part.size() + frac_part.size();
+  const std::size_t significant = total - lead - trail;
+
+  if (negative) out->push_back('-');
+  // Digit positions [lead, total - trail) of int_part followed by frac_part.
+  const std::size_t begin = lead;
+  const std::size_t end = total - trail;
+  if (begin < int_part.size()) out->append(int_part.substr(begin, std::min(end, int_part.size()) - begin));
+  if (end > int_part.size()) {
+    const std::size_t from = std::max(begin, int_part.size()) - int_part.size();
+    out->append(frac_part.substr(from, end - int_part.size() - from));
+  }
+  if (exponent >= 0 && significant + static_cast<std::uint64_t>(exponent) <= kMaxPlainIntegerDigits) {
+    out->append(static_cast<std::size_t>(exponent), '0');
+  } else {
+    out->push_back('e');
+    char buf[24];
+    const auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, exponent);
+    out->append(buf, static_cast<std::size_t>(ptr - buf));
+  }
+}
+
+}  // namespace
+
+std::string CanonicalJsonNumber(std::string_view number) {
+  std::string out;
+  AppendCanonicalJsonNumber(&out, number);
   return out;
 }
 
-// Where the handler's strings live while one document is made canonical.
-// Small documents use a stack buffer and never free: bottom-up
-// serialisation copies each value once per enclosing level, so what is
-// dropped is bounded by depth times size, which is only acceptable when the
-// size is small. Larger documents use the heap, freeing as they go.
+// Where the handler's bookkeeping lives while one document is made
+// canonical. Small documents use a stack buffer and never free: what a
+// monotonic buffer drops is what the handler's vectors and strings leave
+// behind when they grow, at most about as much as they hold at the end.
+// Larger documents use the heap, freeing as they go.
 class ScratchMemory {
  public:
   static constexpr std::size_t kStackBytes = 8 * 1024;
@@ -468,7 +551,7 @@ StatusOr<std::string> CanonicalJson(std::string_view text) {
   std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
   CanonicalHandler* handler = nullptr;
   if (!RunParser(text, &handler, &holder, nullptr, scratch.resource())) return InvalidArgumentError("not valid JSON");
-  return std::string(handler->root());
+  return std::move(handler->output());
 }
 
 StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <boost/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -313,6 +316,173 @@ TEST(CanonicalJsonTest, SameDocumentDifferentValuesDiffer) {
   EXPECT_NE(Canon(R"({"a":[]})"), Canon(R"({"a":{}})"));
   EXPECT_NE(Canon(R"({"a":true})"), Canon(R"({"a":"true"})"));
   EXPECT_NE(Canon(R"(["a,b"])"), Canon(R"(["a","b"])"));
+}
+
+// Random documents, written with shuffled keys, random spacing and needless
+// escapes, against a reference canonical form computed from the parsed tree
+// (keys sorted bytewise, only '"', '\\' and control characters escaped).
+class RandomDocument {
+ public:
+  explicit RandomDocument(unsigned seed) : rng_(seed) {}
+
+  // Appends a random value of at most `depth` levels as messy JSON text.
+  void Value(std::string* out, int depth) {
+    const int kind = Pick(depth > 0 ? 7 : 4);
+    Space(out);
+    switch (kind) {
+      case 0: out->append(std::to_string(static_cast<long long>(rng_() % 2000001) - 1000000)); break;
+      case 1: String(out, Text()); break;
+      case 2: out->append(Pick(2) == 0 ? "true" : "false"); break;
+      case 3: out->append("null"); break;
+      case 4:
+      case 5: Object(out, depth - 1); break;
+      default: Array(out, depth - 1); break;
+    }
+    Space(out);
+  }
+
+ private:
+  int Pick(int n) { return static_cast<int>(rng_() % static_cast<unsigned>(n)); }
+  void Space(std::string* out) {
+    static const char* const kSpaces[] = {"", "", "", " ", "\n", "\t ", "\r\n  "};
+    out->append(kSpaces[Pick(7)]);
+  }
+  std::string Text() {
+    static const std::vector<std::string> kTexts = {
+        "", "a", "b", "aa", "B", "z", "key", "keys", "ke", "\xc3\xa9", "\xf0\x9f\x98\x80", "a\"b",
+        "a\\b", "tab\there", "\x01", "/path/", "zzzzzzzzzzzzzzzzzzzzzzzz", "0", "10", "9"};
+    return kTexts[static_cast<std::size_t>(Pick(static_cast<int>(kTexts.size())))];
+  }
+  // Writes `s` as a JSON string, escaping more than needed at random.
+  void String(std::string* out, const std::string& s) {
+    out->push_back('"');
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      char buf[8];
+      if (c == '"' || c == '\\') {
+        out->push_back('\\');
+        out->push_back(c);
+      } else if (u < 0x20 || (u < 0x80 && Pick(8) == 0)) {
+        std::snprintf(buf, sizeof buf, "\\u%04X", u);
+        out->append(buf);
+      } else if (c == '/' && Pick(2) == 0) {
+        out->append("\\/");
+      } else {
+        out->push_back(c);
+      }
+    }
+    out->push_back('"');
+  }
+  void Object(std::string* out, int depth) {
+    std::vector<std::string> keys;
+    for (int n = Pick(6); n > 0; --n) {
+      std::string k = Text();
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+    }
+    out->push_back('{');
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (i > 0) out->push_back(',');
+      Space(out);
+      String(out, keys[i]);
+      Space(out);
+      out->push_back(':');
+      Value(out, depth);
+    }
+    Space(out);
+    out->push_back('}');
+  }
+  void Array(std::string* out, int depth) {
+    out->push_back('[');
+    for (int i = 0, n = Pick(5); i < n; ++i) {
+      if (i > 0) out->push_back(',');
+      Value(out, depth);
+    }
+    Space(out);
+    out->push_back(']');
+  }
+
+  std::mt19937 rng_;
+};
+
+void ReferenceQuoted(std::string* out, std::string_view s) {
+  out->push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out->append(buf);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+void ReferenceCanonical(std::string* out, const boost::json::value& v) {
+  if (v.is_object()) {
+    std::vector<std::pair<std::string_view, const boost::json::value*>> members;
+    for (const auto& m : v.get_object()) members.emplace_back(std::string_view(m.key()), &m.value());
+    std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    out->push_back('{');
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (i > 0) out->push_back(',');
+      ReferenceQuoted(out, members[i].first);
+      out->push_back(':');
+      ReferenceCanonical(out, *members[i].second);
+    }
+    out->push_back('}');
+  } else if (v.is_array()) {
+    out->push_back('[');
+    bool first = true;
+    for (const auto& e : v.get_array()) {
+      if (!first) out->push_back(',');
+      first = false;
+      ReferenceCanonical(out, e);
+    }
+    out->push_back(']');
+  } else if (v.is_string()) {
+    ReferenceQuoted(out, std::string_view(v.get_string()));
+  } else if (v.is_int64()) {
+    out->append(std::to_string(v.get_int64()));
+  } else if (v.is_bool()) {
+    out->append(v.get_bool() ? "true" : "false");
+  } else {
+    out->append("null");
+  }
+}
+
+TEST(CanonicalJsonTest, RandomDocumentsMatchTheReferenceForm) {
+  for (unsigned seed = 1; seed <= 3000; ++seed) {
+    RandomDocument gen(seed);
+    std::string text;
+    gen.Value(&text, 4);
+    std::string want;
+    ReferenceCanonical(&want, boost::json::parse(text));
+    const std::string got = Canon(text);
+    ASSERT_EQ(got, want) << "seed " << seed << ": " << text;
+    ASSERT_EQ(Canon(got), got) << "seed " << seed;
+    // Inside an object, an earlier member with the same key does not count.
+    const std::string wrapped = R"({"k":)" + text + R"(,"a":[1,{"y":2,"x":1}],"k":)" + text + "}";
+    const std::string shadowed = R"({"k":[true,{"b":1,"a":2}],"a":[1,{"y":2,"x":1}],"k":)" + text + "}";
+    ASSERT_EQ(Canon(wrapped), Canon(shadowed)) << "seed " << seed;
+    ASSERT_EQ(Canon(wrapped), R"({"a":[1,{"x":1,"y":2}],"k":)" + want + "}") << "seed " << seed;
+  }
+}
+
+// Deep documents whose every object is out of order: each level is put in
+// order once, and the result is the same as for the document written sorted.
+TEST(CanonicalJsonTest, DeepUnsortedDocuments) {
+  std::string unsorted = "0";
+  std::string sorted = "0";
+  for (int level = 0; level < 60; ++level) {
+    unsorted = R"({"z":")" + std::string(level, 'x') + R"(","m":)" + unsorted + R"(,"a":[)" + std::to_string(level) + "]}";
+    sorted = R"({"a":[)" + std::to_string(level) + R"(],"m":)" + sorted + R"(,"z":")" + std::string(level, 'x') + "\"}";
+  }
+  EXPECT_EQ(Canon(unsorted), sorted);
 }
 
 TEST(JsonPointerTest, Validity) {
