@@ -411,17 +411,30 @@ EVP_MD_CTX* ThreadDigestContext() {
   return holder.ctx;
 }
 
+// SHA-256 over many small parts. Parts are gathered in a buffer and handed
+// to the digest in one call per buffer: each EVP_DigestUpdate call costs
+// more than hashing the few bytes of a framing length.
 class Sha256 {
  public:
   Sha256() : ctx_(ThreadDigestContext()) { EVP_DigestInit_ex2(ctx_, Sha256Digest(), nullptr); }
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
 
-  void Raw(std::string_view data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
+  void Raw(std::string_view data) {
+    if (used_ + data.size() > sizeof buffer_) {
+      Flush();
+      if (data.size() >= sizeof buffer_) {
+        EVP_DigestUpdate(ctx_, data.data(), data.size());
+        return;
+      }
+    }
+    if (!data.empty()) std::memcpy(buffer_ + used_, data.data(), data.size());
+    used_ += data.size();
+  }
   void U64(std::uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
-    EVP_DigestUpdate(ctx_, b, sizeof b);
+    char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    Raw(std::string_view(b, sizeof b));
   }
   // One length-prefixed component.
   void Part(std::string_view data) {
@@ -429,6 +442,7 @@ class Sha256 {
     Raw(data);
   }
   std::string Finish() {
+    Flush();
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
     EVP_DigestFinal_ex(ctx_, digest, &n);
@@ -436,7 +450,14 @@ class Sha256 {
   }
 
  private:
+  void Flush() {
+    if (used_ > 0) EVP_DigestUpdate(ctx_, buffer_, used_);
+    used_ = 0;
+  }
+
   EVP_MD_CTX* ctx_;
+  std::size_t used_ = 0;
+  char buffer_[1024];
 };
 
 // Appends the canonical form of a JSON number (see CanonicalJsonNumber).
