@@ -1,6 +1,8 @@
 #include "core/decision.h"
 
-#include <ctime>
+#include <chrono>
+#include <limits>
+#include <string>
 #include <vector>
 
 namespace idemgate::core {
@@ -181,32 +183,46 @@ std::string FormatHttpDate(UnixMillis t) {
   static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
   static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  std::time_t seconds = static_cast<std::time_t>(t / 1000);
-  if (t < 0 && t % 1000 != 0) --seconds;
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  auto two = [](std::string* out, int v) {
+  using std::chrono::days;
+  using std::chrono::seconds;
+  const seconds whole = std::chrono::floor<seconds>(std::chrono::milliseconds(t));
+  // Replays within the same second share the text (one per thread).
+  struct Last {
+    seconds at{std::numeric_limits<seconds::rep>::min()};
+    std::string text;
+  };
+  thread_local Last last;
+  if (whole == last.at) return last.text;
+
+  // Civil date by calendar arithmetic (no gmtime_r, which takes glibc's
+  // time zone lock).
+  const std::chrono::sys_days day = std::chrono::floor<days>(std::chrono::sys_seconds(whole));
+  const std::chrono::year_month_day ymd(day);
+  const std::chrono::hh_mm_ss<seconds> time(whole - day.time_since_epoch());
+  auto two = [](std::string* out, long v) {
     out->push_back(static_cast<char>('0' + v / 10 % 10));
     out->push_back(static_cast<char>('0' + v % 10));
   };
   std::string out;
   out.reserve(29);
-  out.append(kDays[tm.tm_wday]);
+  out.append(kDays[std::chrono::weekday(day).c_encoding()]);
   out.append(", ");
-  two(&out, tm.tm_mday);
+  two(&out, static_cast<unsigned>(ymd.day()));
   out.push_back(' ');
-  out.append(kMonths[tm.tm_mon]);
+  out.append(kMonths[static_cast<unsigned>(ymd.month()) - 1]);
   out.push_back(' ');
-  const int year = tm.tm_year + 1900;
+  const int year = static_cast<int>(ymd.year());
   two(&out, year / 100);
   two(&out, year % 100);
   out.push_back(' ');
-  two(&out, tm.tm_hour);
+  two(&out, time.hours().count());
   out.push_back(':');
-  two(&out, tm.tm_min);
+  two(&out, time.minutes().count());
   out.push_back(':');
-  two(&out, tm.tm_sec);
+  two(&out, time.seconds().count());
   out.append(" GMT");
+  last.at = whole;
+  last.text = out;
   return out;
 }
 

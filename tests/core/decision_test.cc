@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -334,6 +336,31 @@ TEST(FormatHttpDateTest, KnownDates) {
   EXPECT_EQ(FormatHttpDate(784111777999), "Sun, 06 Nov 1994 08:49:37 GMT");
   EXPECT_EQ(FormatHttpDate(0), "Thu, 01 Jan 1970 00:00:00 GMT");
   EXPECT_EQ(FormatHttpDate(951782400000), "Tue, 29 Feb 2000 00:00:00 GMT");
+  EXPECT_EQ(FormatHttpDate(-1), "Wed, 31 Dec 1969 23:59:59 GMT");
+  EXPECT_EQ(FormatHttpDate(4102444800000), "Fri, 01 Jan 2100 00:00:00 GMT");
+}
+
+// The text of the last second is kept per thread: a different second, and
+// then the first again, must each get their own text.
+TEST(FormatHttpDateTest, EachSecondGetsItsOwnText) {
+  EXPECT_EQ(FormatHttpDate(784111777000), "Sun, 06 Nov 1994 08:49:37 GMT");
+  EXPECT_EQ(FormatHttpDate(784111778000), "Sun, 06 Nov 1994 08:49:38 GMT");
+  EXPECT_EQ(FormatHttpDate(784111777500), "Sun, 06 Nov 1994 08:49:37 GMT");
+  EXPECT_EQ(FormatHttpDate(784111777500 - 86400000), "Sat, 05 Nov 1994 08:49:37 GMT");
+}
+
+// Calendar arithmetic against the C library's gmtime_r over 1970-2200.
+TEST(FormatHttpDateTest, MatchesGmtime) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const std::time_t seconds = static_cast<std::time_t>(rng() % 7258118400ULL);
+    std::tm tm{};
+    gmtime_r(&seconds, &tm);
+    char want[64];
+    std::strftime(want, sizeof want, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    ASSERT_EQ(FormatHttpDate(static_cast<UnixMillis>(seconds) * 1000 + static_cast<UnixMillis>(rng() % 1000)), want)
+        << seconds;
+  }
 }
 
 }  // namespace
