@@ -1,5 +1,6 @@
 #include "core/record.h"
 
+#include <cassert>
 #include <cstring>
 
 namespace idemgate::core {
@@ -7,22 +8,28 @@ namespace {
 
 constexpr std::uint8_t kVersion = 1;
 
-void PutU32(std::string* out, std::uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 4);
-}
+// Writes into a buffer sized beforehand (EncodedSize): no capacity checks
+// or appends per field.
+class Writer {
+ public:
+  explicit Writer(char* at) : at_(at) {}
+  void U8(std::uint8_t v) { *at_++ = static_cast<char>(v); }
+  void U32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) *at_++ = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+  void U64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) *at_++ = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+  void Bytes(std::string_view s) {
+    U32(static_cast<std::uint32_t>(s.size()));
+    if (!s.empty()) std::memcpy(at_, s.data(), s.size());
+    at_ += s.size();
+  }
+  const char* at() const { return at_; }
 
-void PutU64(std::string* out, std::uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 8);
-}
-
-void PutBytes(std::string* out, std::string_view s) {
-  PutU32(out, static_cast<std::uint32_t>(s.size()));
-  out->append(s);
-}
+ private:
+  char* at_;
+};
 
 class Reader {
  public:
@@ -86,24 +93,25 @@ StatusOr<RecordOwnership> PeekOwnership(std::string_view bytes) {
 }
 
 std::string EncodeRecord(const Record& r) {
-  std::string out;
-  out.reserve(EncodedSize(r));
-  out.push_back(static_cast<char>(kVersion));
-  out.push_back(static_cast<char>(r.state));
-  PutBytes(&out, r.fingerprint);
-  PutBytes(&out, r.owner);
-  PutBytes(&out, r.operation_id);
-  PutU64(&out, static_cast<std::uint64_t>(r.created_ms));
-  PutU64(&out, static_cast<std::uint64_t>(r.lease_expires_ms));
-  PutU64(&out, static_cast<std::uint64_t>(r.expires_ms));
-  PutU32(&out, static_cast<std::uint32_t>(r.response.status));
-  out.push_back(r.response.body_omitted ? 1 : 0);
-  PutU32(&out, static_cast<std::uint32_t>(r.response.headers.size()));
+  std::string out(EncodedSize(r), '\0');
+  Writer w(out.data());
+  w.U8(kVersion);
+  w.U8(static_cast<std::uint8_t>(r.state));
+  w.Bytes(r.fingerprint);
+  w.Bytes(r.owner);
+  w.Bytes(r.operation_id);
+  w.U64(static_cast<std::uint64_t>(r.created_ms));
+  w.U64(static_cast<std::uint64_t>(r.lease_expires_ms));
+  w.U64(static_cast<std::uint64_t>(r.expires_ms));
+  w.U32(static_cast<std::uint32_t>(r.response.status));
+  w.U8(r.response.body_omitted ? 1 : 0);
+  w.U32(static_cast<std::uint32_t>(r.response.headers.size()));
   for (const Header& h : r.response.headers) {
-    PutBytes(&out, h.name);
-    PutBytes(&out, h.value);
+    w.Bytes(h.name);
+    w.Bytes(h.value);
   }
-  PutBytes(&out, r.response.body);
+  w.Bytes(r.response.body);
+  assert(w.at() == out.data() + out.size());
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "core/record.h"
 
+#include "core/fingerprint.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,6 +34,13 @@ TEST(RecordTest, RoundTripsCompleted) {
   StatusOr<Record> back = DecodeRecord(bytes);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, r);
+}
+
+// Records outlive the process (embedded store files, Redis): the encoding of
+// a record must not change between versions.
+TEST(RecordTest, EncodingIsStableAcrossVersions) {
+  EXPECT_EQ(ToHex(EncodeRecord(Full())),
+            "01022000000001010101010101010101010101010101010101010101010101010101010101012000000030313233343536373839616263646566303132333435363738396162636465661c0000006f705f3031485a5830303030303030303030303030303030303030417b68e5cf8b01000033f1e5cf8b0100007bc40bd58b010000c900000000040000000c000000436f6e74656e742d54797065100000006170706c69636174696f6e2f6a736f6e0a0000005365742d436f6f6b696503000000613d310a0000005365742d436f6f6b696503000000623d3207000000582d456d70747900000000100000007b226964223a377d0062696e617279ff");
 }
 
 TEST(RecordTest, RoundTripsInFlightAndOmittedBody) {
