@@ -1,5 +1,6 @@
 #include "core/record.h"
 
+#include <bit>
 #include <cassert>
 #include <cstring>
 
@@ -40,30 +41,32 @@ class Reader {
     in_.remove_prefix(1);
     return true;
   }
-  bool U32(std::uint32_t* v) {
-    if (in_.size() < 4) return false;
-    *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in_[i])) << (8 * i);
-    in_.remove_prefix(4);
-    return true;
-  }
-  bool U64(std::uint64_t* v) {
-    if (in_.size() < 8) return false;
-    *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(in_[i])) << (8 * i);
-    in_.remove_prefix(8);
-    return true;
-  }
+  bool U32(std::uint32_t* v) { return Little(v); }
+  bool U64(std::uint64_t* v) { return Little(v); }
   bool Bytes(std::string* s) {
     std::uint32_t n = 0;
     if (!U32(&n) || in_.size() < n) return false;
-    s->assign(in_.data(), n);
+    *s = std::string(in_.data(), n);
     in_.remove_prefix(n);
     return true;
   }
   bool done() const { return in_.empty(); }
 
  private:
+  // A little-endian unsigned integer of sizeof(T) bytes.
+  template <typename T>
+  bool Little(T* v) {
+    if (in_.size() < sizeof(T)) return false;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(v, in_.data(), sizeof(T));
+    } else {
+      *v = 0;
+      for (std::size_t i = 0; i < sizeof(T); ++i) *v |= static_cast<T>(static_cast<std::uint8_t>(in_[i])) << (8 * i);
+    }
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+
   std::string_view in_;
 };
 
