@@ -102,11 +102,11 @@ std::string Engine::NewOwnerToken() {
   static constexpr char kHex[] = "0123456789abcdef";
   unsigned char bytes[16];
   RandomBytes(bytes, sizeof bytes);
-  std::string out;
-  out.reserve(32);
+  std::string out(2 * sizeof bytes, '\0');
+  char* p = out.data();
   for (unsigned char b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 0xf]);
+    *p++ = kHex[b >> 4];
+    *p++ = kHex[b & 0xf];
   }
   return out;
 }
@@ -115,17 +115,20 @@ std::string Engine::NewOperationId(UnixMillis now) {
   static constexpr char kCrockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
   unsigned char random[10];
   RandomBytes(random, sizeof random);
-  std::string out = "op_";
-  out.reserve(3 + 26);
+  std::string out(3 + 26, '\0');
+  char* p = out.data();
+  *p++ = 'o';
+  *p++ = 'p';
+  *p++ = '_';
   const auto t = static_cast<std::uint64_t>(now) & ((std::uint64_t{1} << 48) - 1);
   // 10 characters carry 50 bits; the top two are zero.
-  for (int i = 9; i >= 0; --i) out.push_back(kCrockford[(t >> (5 * i)) & 31]);
+  for (int i = 9; i >= 0; --i) *p++ = kCrockford[(t >> (5 * i)) & 31];
   // 80 random bits, 5 per character.
   std::uint64_t hi = 0, lo = 0;
   for (int i = 0; i < 5; ++i) hi = (hi << 8) | random[i];
   for (int i = 5; i < 10; ++i) lo = (lo << 8) | random[i];
-  for (int i = 7; i >= 0; --i) out.push_back(kCrockford[(hi >> (5 * i)) & 31]);
-  for (int i = 7; i >= 0; --i) out.push_back(kCrockford[(lo >> (5 * i)) & 31]);
+  for (int i = 7; i >= 0; --i) *p++ = kCrockford[(hi >> (5 * i)) & 31];
+  for (int i = 7; i >= 0; --i) *p++ = kCrockford[(lo >> (5 * i)) & 31];
   return out;
 }
 
