@@ -96,8 +96,15 @@ StatusOr<RecordOwnership> PeekOwnership(std::string_view bytes) {
 }
 
 std::string EncodeRecord(const Record& r) {
-  std::string out(EncodedSize(r), '\0');
-  Writer w(out.data());
+  std::string out;
+  AppendEncodedRecord(r, &out);
+  return out;
+}
+
+void AppendEncodedRecord(const Record& r, std::string* out) {
+  const std::size_t start = out->size();
+  out->resize(start + EncodedSize(r));
+  Writer w(out->data() + start);
   w.U8(kVersion);
   w.U8(static_cast<std::uint8_t>(r.state));
   w.Bytes(r.fingerprint);
@@ -114,8 +121,7 @@ std::string EncodeRecord(const Record& r) {
     w.Bytes(h.value);
   }
   w.Bytes(r.response.body);
-  assert(w.at() == out.data() + out.size());
-  return out;
+  assert(w.at() == out->data() + out->size());
 }
 
 std::size_t EncodedSize(const Record& r) {

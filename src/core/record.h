@@ -51,6 +51,8 @@ struct Record {
 
 // Versioned, self-delimiting binary encoding shared by every persistent store.
 std::string EncodeRecord(const Record& record);
+// Appends EncodeRecord(record) to `out`, without a string of its own.
+void AppendEncodedRecord(const Record& record, std::string* out);
 // Fails with InvalidArgument on truncated, corrupt or unknown-version input.
 StatusOr<Record> DecodeRecord(std::string_view bytes);
 // The state and owner of an encoded record, read without decoding the rest

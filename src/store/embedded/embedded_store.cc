@@ -83,7 +83,7 @@ std::string EncodeValue(const Record& r) {
   std::string out;
   out.reserve(kValuePrefix + core::EncodedSize(r));
   PutBigEndian(&out, r.state == RecordState::kCompleted ? r.expires_ms : 0);
-  out.append(core::EncodeRecord(r));
+  core::AppendEncodedRecord(r, &out);
   return out;
 }
 
