@@ -493,41 +493,24 @@ void AppendCanonicalJsonNumber(std::string* out, std::string_view number) {
     if (exp_negative) exponent = -exponent;
   }
 
-  // The significant digits: integer and fraction digits without leading or
-  // trailing zeros, both parts being views of `number`.
+  std::string digits;
+  digits.reserve(int_part.size() + frac_part.size());
+  digits.append(int_part);
+  digits.append(frac_part);
   exponent -= static_cast<std::int64_t>(frac_part.size());
-  std::size_t lead = 0;  // leading zeros, across both parts
-  while (lead < int_part.size() && int_part[lead] == '0') ++lead;
-  if (lead == int_part.size()) {
-    std::size_t f = 0;
-    while (f < frac_part.size() && frac_part[f] == '0') ++f;
-    if (f == frac_part.size()) {
-      out->push_back('0');
-      return;
-    }
-    lead += f;
+  const std::size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) {
+    out->push_back('0');
+    return;
   }
-  std::size_t trail = 0;  // trailing zeros, across both parts
-  while (trail < frac_part.size() && frac_part[frac_part.size() - 1 - trail] == '0') ++trail;
-  if (trail == frac_part.size()) {
-    while (trail - frac_part.size() < int_part.size() && int_part[int_part.size() - 1 - (trail - frac_part.size())] == '0') {
-      ++trail;
-    }
-  }
-  exponent += static_cast<std::int64_t>(trail);
-  const std::size_t total = int_part.size() + frac_part.size();
-  const std::size_t significant = total - lead - trail;
+  digits.erase(0, first);
+  const std::size_t last = digits.find_last_not_of('0');
+  exponent += static_cast<std::int64_t>(digits.size() - 1 - last);
+  digits.erase(last + 1);
 
   if (negative) out->push_back('-');
-  // Digit positions [lead, total - trail) of int_part followed by frac_part.
-  const std::size_t begin = lead;
-  const std::size_t end = total - trail;
-  if (begin < int_part.size()) out->append(int_part.substr(begin, std::min(end, int_part.size()) - begin));
-  if (end > int_part.size()) {
-    const std::size_t from = std::max(begin, int_part.size()) - int_part.size();
-    out->append(frac_part.substr(from, end - int_part.size() - from));
-  }
-  if (exponent >= 0 && significant + static_cast<std::uint64_t>(exponent) <= kMaxPlainIntegerDigits) {
+  out->append(digits);
+  if (exponent >= 0 && digits.size() + static_cast<std::uint64_t>(exponent) <= kMaxPlainIntegerDigits) {
     out->append(static_cast<std::size_t>(exponent), '0');
   } else {
     out->push_back('e');

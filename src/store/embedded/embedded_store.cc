@@ -81,9 +81,8 @@ constexpr std::size_t kValuePrefix = 8;
 
 std::string EncodeValue(const Record& r) {
   std::string out;
-  out.reserve(kValuePrefix + core::EncodedSize(r));
   PutBigEndian(&out, r.state == RecordState::kCompleted ? r.expires_ms : 0);
-  core::AppendEncodedRecord(r, &out);
+  core::AppendEncodedRecord(r, &out);  // sizes `out` once for the whole value
   return out;
 }
 
