@@ -476,7 +476,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         for (;;) {
           ParseHeader(up, conn->buffer, pump);
           if (!pump.need_more) break;
-          auto [read_ec, n] = co_await conn->socket.async_read_some(conn->buffer.prepare(kHeaderReadSize), kTuple);
+          auto [read_ec, n] = co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
           if (conn->deadline.fired()) break;
           if (!OnReceive(up, conn->buffer, read_ec, n, pump)) break;
         }
@@ -549,7 +549,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         for (;;) {
           ParseBody(up, conn->buffer, block.size(), false, pump);
           if (!pump.need_more) break;
-          auto [read_ec, got] = co_await conn->socket.async_read_some(conn->buffer.prepare(kBodyReadSize), kTuple);
+          auto [read_ec, got] = co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kBodyReadSize)), kTuple);
           if (conn->deadline.fired()) break;
           if (!OnReceive(up, conn->buffer, read_ec, got, pump)) break;
         }

@@ -153,6 +153,7 @@ ClientConnection::ClientConnection(Worker& worker_ref, tcp::socket s, Handler& h
   error_code ec;
   socket.non_blocking(true, ec);
   socket.set_option(tcp::no_delay(true), ec);
+  EnableReceiveQueueHint(socket);
   const auto remote = socket.remote_endpoint(ec);
   if (!ec) peer_ip = remote.address().to_string();
 }
@@ -238,7 +239,7 @@ Task<void> ClientConnection::Run() {
     if (buffer.size() == 0) {
       deadline.ExpireAfter(first ? limits.header_timeout : limits.idle_timeout);
       idle = true;
-      auto [ec, n] = co_await socket.async_read_some(buffer.prepare(kHeaderReadSize), kTuple);
+      auto [ec, n] = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
       idle = false;
       buffer.commit(n);
       if (ec || deadline.fired()) break;
@@ -254,7 +255,7 @@ Task<void> ClientConnection::Run() {
     for (;;) {
       ParseHeader(*parser, buffer, pump);
       if (!pump.need_more) break;
-      auto [ec, n] = co_await socket.async_read_some(buffer.prepare(kHeaderReadSize), kTuple);
+      auto [ec, n] = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
       if (deadline.fired()) {
         timed_out = true;
         break;
@@ -353,7 +354,7 @@ Task<ExchangeImpl::PieceResult> ExchangeImpl::ReadBodyPiece(char* data, std::siz
   for (;;) {
     ParseBody(parser_, c_.buffer, capacity, fill, pump);
     if (!pump.need_more) break;
-    auto [ec, n] = co_await c_.socket.async_read_some(c_.buffer.prepare(kBodyReadSize), kTuple);
+    auto [ec, n] = co_await c_.socket.async_read_some(DrainAwareBuffer(c_.buffer.prepare(kBodyReadSize)), kTuple);
     if (c_.deadline.fired()) {
       fired = true;
       break;

@@ -74,6 +74,7 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   }
   connection->socket.set_option(tcp::no_delay(true), ec);
   connection->socket.non_blocking(true, ec);
+  EnableReceiveQueueHint(connection->socket);
   result.connection = std::move(connection);
   co_return result;
 }

@@ -757,6 +757,10 @@ RawConnection& RawConnection::operator=(RawConnection&& other) noexcept {
 
 RawConnection::~RawConnection() { Close(); }
 
+void RawConnection::ShutdownWrite() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
+}
+
 void RawConnection::Close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

@@ -246,6 +246,8 @@ class RawConnection {
   std::string ReadUntilClosed(Millis timeout);
   // The peer closed (EOF) or reset the connection, as seen by a read.
   bool closed() const { return closed_; }
+  // Ends the sending side (a FIN); reads still work.
+  void ShutdownWrite();
   void Close();
 
  private:

@@ -422,6 +422,32 @@ TEST(InProcessProxyTest, UpstreamDyingMidResponseCutsTheClientConnection) {
   EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kUpstreamFailed);
 }
 
+// The upstream's last bytes and its FIN usually arrive together: the
+// receive that takes the bytes must not leave the end of the stream unseen
+// (the proxy would then wait for the upstream timeout).
+TEST(InProcessProxyTest, ResponseEndingWithTheUpstreamConnectionIsRelayedWhole) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 30s;
+  Harness h(options);
+  for (int i = 0; i < 5; ++i) {
+    auto conn = RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("GET /eof HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+    const auto start = std::chrono::steady_clock::now();
+    std::string raw;
+    while (raw.find("the body ends where the connection does") == std::string::npos) {
+      auto some = conn->ReadSome(10s);
+      ASSERT_TRUE(some.ok()) << some.status().ToString() << " after: " << raw;
+      ASSERT_FALSE(some->empty()) << "closed early: " << raw;
+      raw += *some;
+    }
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  }
+}
+
 TEST(InProcessProxyTest, BodyOverTheLimitIs413) {
   TestUpstream upstream;
   HandlerOptions options;

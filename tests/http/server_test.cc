@@ -181,6 +181,24 @@ TEST_F(ServerTest, IdleKeepAliveConnectionIsClosed) {
   EXPECT_NE(raw.find("GET /x"), std::string::npos);
 }
 
+// A client that ends its side after the request (the FIN often arrives
+// with the request's bytes) gets its answer and then the close at once, not
+// after the idle timeout.
+TEST_F(ServerTest, ClientThatHalfClosesAfterItsRequestIsAnsweredAndClosedAtOnce) {
+  http::Limits limits;
+  limits.idle_timeout = 60s;
+  Start(limits);
+  for (int i = 0; i < 5; ++i) {
+    auto conn = RawConnection::Connect(endpoint_);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("GET /half HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+    conn->ShutdownWrite();
+    const std::string raw = conn->ReadUntilClosed(5s);
+    EXPECT_TRUE(conn->closed()) << raw;
+    EXPECT_NE(raw.find("GET /half"), std::string::npos) << raw;
+  }
+}
+
 TEST_F(ServerTest, HeadResponseHasLengthButNoBody) {
   Start();
   auto conn = RawConnection::Connect(endpoint_);

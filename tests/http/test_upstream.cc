@@ -213,6 +213,16 @@ struct TestUpstream::Impl {
         s.shutdown(tcp::socket::shutdown_both, ignored);
         s.close(ignored);
         co_return;
+      } else if (target.starts_with("/eof")) {
+        // A body delimited by the connection's end, written in one piece
+        // and followed at once by the FIN, so both usually arrive together.
+        static constexpr std::string_view kWhole =
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nthe body ends where the connection does";
+        co_await asio::async_write(s, asio::buffer(kWhole.data(), kWhole.size()), kTuple);
+        boost::system::error_code ignored;
+        s.shutdown(tcp::socket::shutdown_both, ignored);
+        s.close(ignored);
+        co_return;
       } else if (target.starts_with("/die")) {
         static constexpr std::string_view kTorso = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789";
         co_await asio::async_write(s, asio::buffer(kTorso.data(), kTorso.size()), kTuple);

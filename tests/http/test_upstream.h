@@ -20,6 +20,8 @@
 //   /slow             answers after 20 s (never, in a test)
 //   /close            200 "closing" (no Connection: close), then closes the socket
 //   /die              Content-Length 1000, 10 bytes, then closes
+//   /eof              HTTP/1.0 200 whose body ends with the connection (one
+//                     write, then close)
 // Thread-safe accessors.
 namespace idemgate::httptest {
 

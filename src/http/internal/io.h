@@ -3,8 +3,10 @@
 // The socket I/O of the server and the proxy, without Beast's composed
 // operations: sockets are non-blocking; sends are tried directly (no
 // suspension, no allocation when the kernel takes everything, which is the
-// common case) and only a full socket is awaited; receives are plain
-// async_read_some (see Pump). Beast is used as a sans-I/O parser (Feed);
+// common case) and only a full socket is awaited; receives are
+// async_read_some into a DrainAwareBuffer (common/receive.h), so a read after a
+// receive that emptied the socket waits for epoll instead of failing a
+// recvfrom first. Beast is used as a sans-I/O parser (Feed);
 // message heads are written by hand. Deadlines (watchdog.h) bound every wait.
 // Internal to src/http: include only from .cc files of src/http.
 
@@ -23,6 +25,7 @@
 #include <string_view>
 
 #include "http/exchange.h"
+#include "common/receive.h"
 #include "http/internal/watchdog.h"
 
 namespace idemgate::http::internal {
@@ -86,9 +89,10 @@ error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buff
 }
 
 // State of one parse-and-receive loop. Reads go through async_read_some
-// (not a direct receive plus async_wait): Asio remembers whether the last
-// receive drained the socket and then waits for epoll instead of trying a
-// receive that would fail, so a request costs no wasted system calls.
+// into a DrainAwareBuffer (not a direct receive plus async_wait, whose wait
+// costs an epoll_ctl): the receive tells Asio when it emptied the socket, and
+// the next read then waits for epoll instead of trying a receive that would
+// fail (common/receive.h), so a request costs one recvmsg per side.
 struct Pump {
   std::size_t bytes = 0;    // body bytes placed in the body buffer (ParseBody)
   error_code ec;            // a parse error, end_of_stream/partial_message, or a socket error

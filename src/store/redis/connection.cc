@@ -9,6 +9,8 @@
 #include <boost/asio/write.hpp>
 #include <random>
 
+#include "common/receive.h"
+
 namespace idemgate::store::redis {
 
 namespace asio = boost::asio;
@@ -96,6 +98,9 @@ Task<StatusOr<tcp::socket>> Dial(std::shared_ptr<Dialer> d, Address address, Con
   if (ec) co_return fail("connect", ec);
   d->socket.set_option(tcp::no_delay(true), ec);
   d->socket.set_option(asio::socket_base::keep_alive(true), ec);
+  // Replies are read by ReadLoop right after each write: with the hint, a
+  // read after the last reply waits for epoll instead of failing a receive.
+  EnableReceiveQueueHint(d->socket);
 
   if (!options.password.empty()) {
     std::vector<std::string> auth = {"AUTH"};
@@ -219,7 +224,7 @@ Task<Status> Connection::ReadLoop(std::shared_ptr<Session> s) {
   Reply reply;
   for (;;) {
     error_code ec;
-    const std::size_t n = co_await s->socket.async_read_some(asio::buffer(buf.get(), kReadChunk),
+    const std::size_t n = co_await s->socket.async_read_some(DrainAwareBuffer(asio::buffer(buf.get(), kReadChunk)),
                                                              asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       co_return UnavailableError("redis " + name_ + ": connection lost: " +
