@@ -33,6 +33,38 @@ TEST(RespEncodeTest, BinaryArgumentsAreLengthPrefixed) {
   EXPECT_EQ(EncodeCommand({"SET", binary}), std::string("*2\r\n$3\r\nSET\r\n$5\r\na\r\n\0b\r\n", 24));
 }
 
+// hiredis's own command formatter is the reference: argument lengths across
+// every digit boundary, up to 20 arguments, and appending after bytes
+// already in the buffer (commands are pipelined into one string).
+TEST(RespEncodeTest, MatchesHiredisForEveryLengthAndArgumentCount) {
+  std::mt19937 rng(42);
+  const std::size_t sizes[] = {0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 9999, 10000, 123456};
+  for (int round = 0; round < 400; ++round) {
+    const std::size_t argc = round < 21 ? static_cast<std::size_t>(round) : rng() % 21;
+    std::vector<std::string> args;
+    for (std::size_t i = 0; i < argc; ++i) {
+      std::string a(sizes[rng() % std::size(sizes)], '\0');
+      for (char& c : a) c = static_cast<char>(rng());
+      args.push_back(std::move(a));
+    }
+    std::vector<const char*> argv;
+    std::vector<std::size_t> argvlen;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      argvlen.push_back(a.size());
+    }
+    char* formatted = nullptr;
+    const long long n = redisFormatCommandArgv(&formatted, static_cast<int>(argc), argv.data(), argvlen.data());
+    ASSERT_GE(n, 0);
+    const std::string want(formatted, static_cast<std::size_t>(n));
+    redisFreeCommand(formatted);
+    ASSERT_EQ(EncodeCommand(args), want) << "round " << round;
+    std::string pipelined = "*1\r\n$4\r\nPING\r\n";
+    AppendCommand(&pipelined, args);
+    ASSERT_EQ(pipelined, "*1\r\n$4\r\nPING\r\n" + want) << "round " << round;
+  }
+}
+
 TEST(RespParserTest, ParsesEveryScalarType) {
   auto replies = ParseAll("+OK\r\n-ERR bad thing\r\n:42\r\n:-7\r\n$5\r\nhello\r\n$0\r\n\r\n$-1\r\n");
   ASSERT_EQ(replies.size(), 7u);

@@ -6,12 +6,36 @@
 namespace idemgate::store::redis {
 namespace {
 
+// Decimal digits of `n`.
+std::size_t DecimalLength(std::uint64_t n) {
+  std::size_t len = 1;
+  while (n >= 10) {
+    n /= 10;
+    ++len;
+  }
+  return len;
+}
+
+// Writes "<type><n>\r\n" (n >= 0, of `len` digits) at `p`; returns the end.
+char* PutLength(char* p, char type, std::uint64_t n, std::size_t len) {
+  *p++ = type;
+  char* end = p + len;
+  do {
+    *--end = static_cast<char>('0' + n % 10);
+    n /= 10;
+  } while (n != 0);
+  p += len;
+  *p++ = '\r';
+  *p++ = '\n';
+  return p;
+}
+
 void AppendLength(std::string* out, char type, std::int64_t n) {
   char digits[24];
   auto res = std::to_chars(digits, digits + sizeof digits, n);
   out->push_back(type);
   out->append(digits, res.ptr);
-  out->append("\r\n");
+  out->append("\r\n", 2);
 }
 
 // Parses a signed decimal that spans the whole of `s`.
@@ -48,20 +72,28 @@ std::string Reply::DebugString() const {
   return "?";
 }
 
+// Sized first, then written through one pointer: a command is built for
+// every store call, and appending field by field (a length conversion and
+// three appends per argument) was about 2k instructions per command.
 void AppendCommand(std::string* out, const std::vector<std::string>& args) {
-  AppendLength(out, '*', static_cast<std::int64_t>(args.size()));
+  const std::size_t count_len = DecimalLength(args.size());
+  std::size_t total = 1 + count_len + 2;
+  for (const std::string& a : args) total += 1 + DecimalLength(a.size()) + 2 + a.size() + 2;
+  const std::size_t start = out->size();
+  out->resize(start + total);
+  char* p = out->data() + start;
+  p = PutLength(p, '*', args.size(), count_len);
   for (const std::string& a : args) {
-    AppendLength(out, '$', static_cast<std::int64_t>(a.size()));
-    out->append(a);
-    out->append("\r\n");
+    p = PutLength(p, '$', a.size(), DecimalLength(a.size()));
+    if (!a.empty()) std::memcpy(p, a.data(), a.size());
+    p += a.size();
+    *p++ = '\r';
+    *p++ = '\n';
   }
 }
 
 std::string EncodeCommand(const std::vector<std::string>& args) {
   std::string out;
-  std::size_t n = 16;
-  for (const std::string& a : args) n += a.size() + 16;
-  out.reserve(n);
   AppendCommand(&out, args);
   return out;
 }
