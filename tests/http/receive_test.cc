@@ -53,6 +53,12 @@ class DrainAwareReceiveTest : public ::testing::Test {
     io_.restart();
     io_.poll();
   }
+  // Starts a receive and runs what is ready: `out` is done only when the
+  // receive completed without waiting for epoll.
+  void StartAndRunReady(Outcome& out, std::size_t size = 64) {
+    Start(out, size);
+    RunReady();
+  }
   void RunUntilDone(const Outcome& out) {
     io_.restart();
     const auto until = std::chrono::steady_clock::now() + 5s;
@@ -88,8 +94,7 @@ TEST_F(DrainAwareReceiveTest, AReceiveThatEmptiesTheSocketMakesTheNextReadWaitFo
   const ReceiveCounters before = ThisThreadReceiveCounters();
   PeerWrite("hello");
   Outcome first;
-  Start(first);
-  RunReady();
+  StartAndRunReady(first);
   ASSERT_TRUE(first.done);
   ASSERT_FALSE(first.ec) << first.ec.message();
   EXPECT_EQ(Got(first), "hello");
@@ -98,8 +103,7 @@ TEST_F(DrainAwareReceiveTest, AReceiveThatEmptiesTheSocketMakesTheNextReadWaitFo
 
   // Nothing has arrived: no receive is tried, the read waits.
   Outcome second;
-  Start(second);
-  RunReady();
+  StartAndRunReady(second);
   EXPECT_FALSE(second.done);
   EXPECT_EQ(ThisThreadReceiveCounters().attempts - before.attempts, 1u);
 
@@ -119,8 +123,7 @@ TEST_F(DrainAwareReceiveTest, BytesLeftInTheSocketAreReadWithoutWaiting) {
   std::string all;
   for (const std::string_view want : {"0123", "4567", "89"}) {
     Outcome out;
-    Start(out, 4);
-    RunReady();
+    StartAndRunReady(out, 4);
     ASSERT_TRUE(out.done) << "after " << all;
     ASSERT_FALSE(out.ec) << out.ec.message();
     EXPECT_EQ(Got(out), want);
@@ -137,8 +140,7 @@ TEST_F(DrainAwareReceiveTest, AFinBehindTheLastBytesIsSeenWithoutWaiting) {
   PeerWrite("bye");
   PeerFinish();
   Outcome last;
-  Start(last);
-  RunReady();
+  StartAndRunReady(last);
   ASSERT_TRUE(last.done);
   ASSERT_FALSE(last.ec) << last.ec.message();
   EXPECT_EQ(Got(last), "bye");
@@ -146,8 +148,7 @@ TEST_F(DrainAwareReceiveTest, AFinBehindTheLastBytesIsSeenWithoutWaiting) {
   EXPECT_EQ(ThisThreadReceiveCounters().drained - before.drained, 0u);
 
   Outcome end;
-  Start(end);
-  RunReady();
+  StartAndRunReady(end);
   ASSERT_TRUE(end.done) << "the end of the stream was left unseen";
   EXPECT_EQ(end.ec, asio::error::eof);
 }
@@ -156,15 +157,13 @@ TEST_F(DrainAwareReceiveTest, WithoutTheHintEveryReadTriesAReceiveFirst) {
   const ReceiveCounters before = ThisThreadReceiveCounters();
   PeerWrite("x");
   Outcome first;
-  Start(first);
-  RunReady();
+  StartAndRunReady(first);
   ASSERT_TRUE(first.done);
   EXPECT_EQ(Got(first), "x");
   EXPECT_EQ(ThisThreadReceiveCounters().drained - before.drained, 0u);
 
   Outcome second;
-  Start(second);
-  RunReady();
+  StartAndRunReady(second);
   EXPECT_FALSE(second.done);
   EXPECT_EQ(ThisThreadReceiveCounters().would_block - before.would_block, 1u);
   PeerWrite("y");
@@ -177,13 +176,11 @@ TEST_F(DrainAwareReceiveTest, AWaitingReadIsCancelledWithTheSocket) {
   ASSERT_TRUE(EnableReceiveQueueHint(server_));
   PeerWrite("z");
   Outcome first;
-  Start(first);
-  RunReady();
+  StartAndRunReady(first);
   ASSERT_TRUE(first.done);
 
   Outcome waiting;
-  Start(waiting);
-  RunReady();
+  StartAndRunReady(waiting);
   ASSERT_FALSE(waiting.done);
   server_.cancel();
   RunReady();
