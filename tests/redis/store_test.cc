@@ -4,6 +4,7 @@
 #include <atomic>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <algorithm>
 #include <thread>
 #include <future>
@@ -641,6 +642,40 @@ TEST_F(RedisStoreTest, AnAttachedWorkerRunsItsCommandsOnItsOwnConnection) {
   EXPECT_EQ(store_->attached_workers(), 0u);
   EXPECT_TRUE(WaitUntil([&] { return count(server_.Run({"CLIENT", "LIST"}).str) == clients_attached - 1; }));
   EXPECT_EQ((*Get(*store_, "k"))->state, core::RecordState::kCompleted);
+}
+
+// A watch made on a worker ends there, but its subscription is removed on
+// the store's client thread, which may get to it only after the worker has
+// detached and its io_context is gone: what it releases then must not belong
+// to that io_context (under ASan this was a use after free).
+TEST_F(RedisStoreTest, AWatchReleasedAfterItsWorkerIsGoneTouchesNothingOfTheWorker) {
+  auto worker = std::make_unique<AttachedWorker>(*store_);
+  std::unique_ptr<core::Watch> watch;
+  ASSERT_TRUE(worker->Run([](RedisStore& s, std::unique_ptr<core::Watch>& out) -> core::Task<bool> {
+    auto made = co_await s.WatchKey("left-behind");
+    if (!made.ok()) co_return false;
+    out = std::move(*made);
+    co_return true;
+  }(*store_, watch)));
+
+  // Hold the client thread, end the watch on the worker, and let the worker
+  // go before the client thread runs the removal posted by the watch.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  boost::asio::post(store_->client().executor(), [released] { released.wait(); });
+  EXPECT_TRUE(worker->Run([](std::unique_ptr<core::Watch>& w) -> core::Task<bool> {
+    w.reset();
+    co_return true;
+  }(watch)));
+  worker.reset();
+  release.set_value();
+
+  // A command through the client thread runs after the removal; a change
+  // published on the channel now finds no listener.
+  const Record r = InFlight("o", Fingerprint('c'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "left-behind", r)->outcome, ReserveOutcome::kReserved);
+  EXPECT_TRUE(Complete(*store_, "left-behind", "o", CompletedFrom(r, clock_.NowMillis(), 60'000)).ok());
+  EXPECT_EQ((*Get(*store_, "left-behind"))->state, core::RecordState::kCompleted);
 }
 
 TEST_F(RedisStoreTest, AWorkerStoppedWithACommandOutstandingDetachesCleanly) {

@@ -200,30 +200,63 @@ struct RedisStore::Script {
   std::string sha;
 };
 
-// Lives on the watching caller's executor; Notify() is called on the client's
-// I/O thread and hops over.
-class RedisStore::WatchListener final : public Listener, public std::enable_shared_from_this<WatchListener> {
+// What a watch waits on: its timer and the flag a notification sets. Owned
+// by the RedisWatch, so it lives and dies on the watching caller's thread,
+// together with that caller's io_context.
+struct RedisStore::WatchSignal {
+  explicit WatchSignal(asio::any_io_executor ex) : timer(std::move(ex)) {}
+  asio::steady_timer timer;
+  bool notified = false;
+};
+
+// Open while an attached worker's io_context may still be posted to;
+// DetachWorker closes it on the worker's thread once its loop has stopped.
+struct RedisStore::WorkerGate {
+  std::mutex mu;
+  bool open = true;
+};
+
+// The part of a watch the subscriber holds, on the client's I/O thread, and
+// releases there (possibly after the watcher's io_context is gone): it owns
+// no I/O object of that context. Notify() hops to the watcher's executor
+// and wakes the signal if the watch still exists; not at all once the
+// watcher's worker has detached.
+class RedisStore::WatchListener final : public Listener {
  public:
-  explicit WatchListener(asio::any_io_executor ex) : executor_(ex), timer_(ex) {}
+  WatchListener(asio::any_io_executor ex, std::weak_ptr<WatchSignal> signal, std::shared_ptr<WorkerGate> gate)
+      : executor_(std::move(ex)), signal_(std::move(signal)), gate_(std::move(gate)) {}
   void Notify() override {
-    asio::post(executor_, [self = shared_from_this()] {
-      self->notified_ = true;
-      self->timer_.cancel();
+    if (gate_ == nullptr) {
+      Post();
+      return;
+    }
+    std::lock_guard lock(gate_->mu);
+    if (gate_->open) Post();
+  }
+
+ private:
+  void Post() {
+    asio::post(executor_, [signal = signal_] {
+      if (auto s = signal.lock()) {
+        s->notified = true;
+        s->timer.cancel();
+      }
     });
   }
 
   asio::any_io_executor executor_;
-  asio::steady_timer timer_;
-  bool notified_ = false;
+  std::weak_ptr<WatchSignal> signal_;
+  std::shared_ptr<WorkerGate> gate_;
 };
 
 class RedisStore::RedisWatch final : public core::Watch {
  public:
-  RedisWatch(RedisStore* store, std::string record_key, std::string channel,
+  RedisWatch(RedisStore* store, std::string record_key, std::string channel, std::shared_ptr<WatchSignal> signal,
              std::shared_ptr<WatchListener> listener, std::optional<std::string> baseline)
       : store_(store),
         record_key_(std::move(record_key)),
         channel_(std::move(channel)),
+        signal_(std::move(signal)),
         listener_(std::move(listener)),
         baseline_(std::move(baseline)) {}
 
@@ -234,17 +267,17 @@ class RedisStore::RedisWatch final : public core::Watch {
   }
 
   Task<bool> Changed(Duration timeout) override {
-    WatchListener& l = *listener_;
+    WatchSignal& l = *signal_;
     const SteadyTime deadline = SteadyClock::now() + timeout;
     Duration interval = store_->options_.watch_poll_min;
     for (;;) {
-      if (l.notified_) co_return true;
+      if (l.notified) co_return true;
       const SteadyTime now = SteadyClock::now();
       if (now >= deadline) co_return false;
-      l.timer_.expires_at(std::min(deadline, now + interval));
+      l.timer.expires_at(std::min(deadline, now + interval));
       error_code ec;
-      co_await l.timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (l.notified_) co_return true;
+      co_await l.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (l.notified) co_return true;
       auto cs = co_await asio::this_coro::cancellation_state;
       if (cs.cancelled() != asio::cancellation_type::none) co_return false;
       if (SteadyClock::now() >= deadline) co_return false;
@@ -252,7 +285,7 @@ class RedisStore::RedisWatch final : public core::Watch {
       if (reply.ok() && (reply->type == Reply::Type::kString || reply->is_nil())) {
         std::optional<std::string> current;
         if (!reply->is_nil()) current = std::move(reply->str);
-        if (current != baseline_) l.notified_ = true;
+        if (current != baseline_) l.notified = true;
       }
       interval = std::min(interval * 2, store_->options_.watch_poll_max);
     }
@@ -262,6 +295,7 @@ class RedisStore::RedisWatch final : public core::Watch {
   RedisStore* store_;
   std::string record_key_;
   std::string channel_;
+  std::shared_ptr<WatchSignal> signal_;
   std::shared_ptr<WatchListener> listener_;
   std::optional<std::string> baseline_;  // raw value when the watch was made
 };
@@ -328,6 +362,7 @@ namespace {
 struct ThreadClient {
   const RedisStore* store = nullptr;
   Client* client = nullptr;
+  std::shared_ptr<void> gate;  // the worker's RedisStore::WorkerGate
 };
 thread_local ThreadClient this_thread_client;
 }  // namespace
@@ -339,20 +374,29 @@ Client& RedisStore::Here() {
 
 void RedisStore::AttachWorker(boost::asio::io_context& io) {
   auto client = std::make_unique<Client>(client_options_, io);
-  this_thread_client = ThreadClient{this, client.get()};
+  auto gate = std::make_shared<WorkerGate>();
+  this_thread_client = ThreadClient{this, client.get(), gate};
   std::lock_guard lock(workers_mu_);
-  worker_clients_.emplace_back(&io, std::move(client));
+  worker_clients_.push_back(WorkerClient{&io, std::move(client), std::move(gate)});
 }
 
 void RedisStore::DetachWorker(boost::asio::io_context& io) {
   std::unique_ptr<Client> client;
+  std::shared_ptr<WorkerGate> gate;
   {
     std::lock_guard lock(workers_mu_);
     auto it = std::find_if(worker_clients_.begin(), worker_clients_.end(),
-                           [&io](const auto& entry) { return entry.first == &io; });
+                           [&io](const WorkerClient& entry) { return entry.io == &io; });
     if (it == worker_clients_.end()) return;
-    client = std::move(it->second);
+    client = std::move(it->client);
+    gate = std::move(it->gate);
     worker_clients_.erase(it);
+  }
+  {
+    // From here on no notification is posted to `io`: its loop has stopped,
+    // and it may be destroyed while watches made on it are still subscribed.
+    std::lock_guard lock(gate->mu);
+    gate->open = false;
   }
   if (this_thread_client.client == client.get()) this_thread_client = ThreadClient{};
   client.reset();  // closes its connections, here on the worker thread, before `io` goes
@@ -528,7 +572,10 @@ Task<StatusOr<bool>> RedisStore::Purge(std::string key) {
 
 Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string key) {
   auto ex = co_await asio::this_coro::executor;
-  auto listener = std::make_shared<WatchListener>(ex);
+  auto signal = std::make_shared<WatchSignal>(ex);
+  std::shared_ptr<WorkerGate> gate;
+  if (this_thread_client.store == this) gate = std::static_pointer_cast<WorkerGate>(this_thread_client.gate);
+  auto listener = std::make_shared<WatchListener>(ex, signal, std::move(gate));
   std::string channel = ChannelName(key);
   std::string record_key = RecordKey(key);
   std::shared_ptr<Subscriber> sub = client_->subscriber().shared_from_this();
@@ -551,7 +598,8 @@ Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string ke
   std::optional<std::string> baseline;
   if (!reply->is_nil()) baseline = std::move(reply->str);
   co_return std::unique_ptr<core::Watch>(
-      new RedisWatch(this, std::move(record_key), std::move(channel), std::move(listener), std::move(baseline)));
+      new RedisWatch(this, std::move(record_key), std::move(channel), std::move(signal), std::move(listener),
+                     std::move(baseline)));
 }
 
 Task<Status> RedisStore::Ping() {

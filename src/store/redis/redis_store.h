@@ -105,6 +105,8 @@ class RedisStore final : public core::Store {
   struct Script;
   class RedisWatch;
   class WatchListener;
+  struct WatchSignal;
+  struct WorkerGate;
 
   RedisStore(Options options, ClientOptions client_options, std::unique_ptr<Client> client);
   // The calling thread's worker-bound client when it attached, else the
@@ -121,7 +123,12 @@ class RedisStore final : public core::Store {
   const ClientOptions client_options_;
   std::unique_ptr<Client> client_;
   mutable std::mutex workers_mu_;
-  std::vector<std::pair<boost::asio::io_context*, std::unique_ptr<Client>>> worker_clients_;  // guarded
+  struct WorkerClient {
+    boost::asio::io_context* io = nullptr;
+    std::unique_ptr<Client> client;
+    std::shared_ptr<WorkerGate> gate;  // closed by DetachWorker
+  };
+  std::vector<WorkerClient> worker_clients_;  // guarded
   mutable std::atomic<std::uint64_t> stats_keys_{0}, stats_bytes_{0};
   mutable std::atomic<std::int64_t> stats_at_ms_{0};  // steady ms of last refresh start
   mutable std::atomic<bool> stats_busy_{false};
