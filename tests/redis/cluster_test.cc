@@ -1,5 +1,11 @@
 #include "store/redis/cluster.h"
 
+#include <random>
+#include <string>
+#include <vector>
+
+#include "store/redis/client.h"
+
 #include <gtest/gtest.h>
 
 namespace idemgate::store::redis {
@@ -8,6 +14,26 @@ namespace {
 TEST(Crc16Test, MatchesTheClusterSpecCheckValue) {
   EXPECT_EQ(Crc16("123456789"), 0x31C3);
   EXPECT_EQ(Crc16(""), 0);
+}
+
+// A command's slot comes from its routing key, found again in the encoded
+// bytes; keys and other arguments may hold "\r\n" and "$".
+TEST(CommandSlotTest, IsTheSlotOfTheRoutingArgument) {
+  std::mt19937 rng(7);
+  const std::string pieces[] = {"a", "\r\n", "$3", "{tag}", "*2", "user:", "\0", "9"};
+  for (int round = 0; round < 500; ++round) {
+    std::vector<std::string> args(1 + rng() % 8);
+    for (std::string& a : args) {
+      const int n = static_cast<int>(rng() % 6);
+      for (int i = 0; i < n; ++i) a += pieces[rng() % std::size(pieces)];
+    }
+    const int key_index = static_cast<int>(rng() % args.size());
+    const Command routed = MakeCommand(args, key_index);
+    ASSERT_EQ(routed.Slot(), KeySlot(args[static_cast<std::size_t>(key_index)])) << "round " << round;
+    ASSERT_EQ(routed.encoded->substr(routed.key_offset, routed.key_size), args[static_cast<std::size_t>(key_index)]);
+    EXPECT_EQ(MakeCommand(args).Slot(), -1);
+    EXPECT_EQ(MakeCommand(args, static_cast<int>(args.size())).Slot(), -1);
+  }
 }
 
 TEST(KeySlotTest, KnownSlots) {

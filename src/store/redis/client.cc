@@ -30,11 +30,31 @@ Task<std::optional<StatusOr<Reply>>> Wrap(Task<StatusOr<Reply>> task) {
 
 }  // namespace
 
+int Command::Slot() const {
+  if (!routed) return -1;
+  return KeySlot(std::string_view(*encoded).substr(key_offset, key_size));
+}
+
 Command MakeCommand(const std::vector<std::string>& args, int key_index) {
   Command c;
   c.encoded = std::make_shared<const std::string>(EncodeCommand(args));
   if (key_index >= 0 && static_cast<std::size_t>(key_index) < args.size()) {
-    c.slot = KeySlot(args[static_cast<std::size_t>(key_index)]);
+    // The key is the bulk string after `key_index` others: find it by
+    // walking the encoding's length prefixes ("$<n>\r\n<bytes>\r\n").
+    const std::string& e = *c.encoded;
+    std::size_t pos = e.find("\r\n") + 2;  // past "*<count>\r\n"
+    for (int i = 0;; ++i) {
+      const std::size_t line_end = e.find("\r\n", pos);
+      const std::size_t size = args[static_cast<std::size_t>(i)].size();
+      const std::size_t data = line_end + 2;
+      if (i == key_index) {
+        c.routed = true;
+        c.key_offset = data;
+        c.key_size = size;
+        break;
+      }
+      pos = data + size + 2;
+    }
   }
   return c;
 }
@@ -146,8 +166,8 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
   std::shared_ptr<Connection> conn;
   if (!options_.cluster) {
     conn = standalone_;
-  } else if (command.slot >= 0 && slots_[static_cast<std::size_t>(command.slot)] != nullptr) {
-    conn = slots_[static_cast<std::size_t>(command.slot)]->shared_from_this();
+  } else if (const int slot = command.Slot(); slot >= 0 && slots_[static_cast<std::size_t>(slot)] != nullptr) {
+    conn = slots_[static_cast<std::size_t>(slot)]->shared_from_this();
   } else {
     conn = AnyNode();
   }

@@ -31,11 +31,17 @@ struct ClientOptions {
   Duration subscriber_ping = std::chrono::seconds(10);
 };
 
-// A command ready to send: its RESP bytes and the hash slot that routes it
-// in a cluster (-1: any node).
+// A command ready to send: its RESP bytes and where in them the key that
+// routes it in a cluster lies. The hash slot is computed only when a cluster
+// client routes it (a CRC16 over the key, needless for a standalone server).
 struct Command {
   std::shared_ptr<const std::string> encoded;
-  int slot = -1;
+  bool routed = false;
+  std::size_t key_offset = 0;
+  std::size_t key_size = 0;
+
+  // The hash slot of the routing key; -1: any node.
+  int Slot() const;
 };
 
 // `args` as a Command routed by args[key_index] (-1: unrouted).
