@@ -37,25 +37,16 @@ int Command::Slot() const {
 
 Command MakeCommand(const std::vector<std::string>& args, int key_index) {
   Command c;
-  c.encoded = std::make_shared<const std::string>(EncodeCommand(args));
+  std::string encoded;
   if (key_index >= 0 && static_cast<std::size_t>(key_index) < args.size()) {
-    // The key is the bulk string after `key_index` others: find it by
-    // walking the encoding's length prefixes ("$<n>\r\n<bytes>\r\n").
-    const std::string& e = *c.encoded;
-    std::size_t pos = e.find("\r\n") + 2;  // past "*<count>\r\n"
-    for (int i = 0;; ++i) {
-      const std::size_t line_end = e.find("\r\n", pos);
-      const std::size_t size = args[static_cast<std::size_t>(i)].size();
-      const std::size_t data = line_end + 2;
-      if (i == key_index) {
-        c.routed = true;
-        c.key_offset = data;
-        c.key_size = size;
-        break;
-      }
-      pos = data + size + 2;
-    }
+    const auto key = static_cast<std::size_t>(key_index);
+    AppendCommand(&encoded, args, key, &c.key_offset);
+    c.routed = true;
+    c.key_size = args[key].size();
+  } else {
+    AppendCommand(&encoded, args);
   }
+  c.encoded = std::make_shared<const std::string>(std::move(encoded));
   return c;
 }
 

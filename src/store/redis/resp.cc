@@ -75,7 +75,8 @@ std::string Reply::DebugString() const {
 // Sized first, then written through one pointer: a command is built for
 // every store call, and appending field by field (a length conversion and
 // three appends per argument) was about 2k instructions per command.
-void AppendCommand(std::string* out, const std::vector<std::string>& args) {
+void AppendCommand(std::string* out, const std::vector<std::string>& args, std::size_t arg,
+                   std::size_t* arg_offset) {
   const std::size_t count_len = DecimalLength(args.size());
   std::size_t total = 1 + count_len + 2;
   for (const std::string& a : args) total += 1 + DecimalLength(a.size()) + 2 + a.size() + 2;
@@ -83,8 +84,10 @@ void AppendCommand(std::string* out, const std::vector<std::string>& args) {
   out->resize(start + total);
   char* p = out->data() + start;
   p = PutLength(p, '*', args.size(), count_len);
-  for (const std::string& a : args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     p = PutLength(p, '$', a.size(), DecimalLength(a.size()));
+    if (arg_offset != nullptr && i == arg) *arg_offset = static_cast<std::size_t>(p - out->data());
     if (!a.empty()) std::memcpy(p, a.data(), a.size());
     p += a.size();
     *p++ = '\r';

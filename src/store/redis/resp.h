@@ -40,8 +40,10 @@ struct Reply {
   friend bool operator==(const Reply&, const Reply&) = default;
 };
 
-// Appends `args` as one command (an array of bulk strings) to `out`.
-void AppendCommand(std::string* out, const std::vector<std::string>& args);
+// Appends `args` as one command (an array of bulk strings) to `out`. With
+// `arg_offset`, stores where the bytes of args[arg] start in `out`.
+void AppendCommand(std::string* out, const std::vector<std::string>& args, std::size_t arg = 0,
+                   std::size_t* arg_offset = nullptr);
 std::string EncodeCommand(const std::vector<std::string>& args);
 
 // Encodes a reply as a server would (for tests and fakes).
