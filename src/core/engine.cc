@@ -134,27 +134,30 @@ std::string Engine::NewOperationId(UnixMillis now) {
 
 Task<BeginResult> Engine::Begin(KeyedRequest request) {
   const auto deadline = SteadyClock::now() + request.wait_timeout;
-  const std::string owner = NewOwnerToken();
+  std::string owner = NewOwnerToken();
   bool waited = false;
   std::unique_ptr<Watch> watch;
 
   while (true) {
     UnixMillis now = clock_.NowMillis();
+    std::string operation_id = NewOperationId(now);
+    // The record goes to the store; what the reservation needs of it is kept
+    // here, and the request's own strings move into the reservation at the end.
     Record reservation;
     reservation.state = RecordState::kInFlight;
     reservation.fingerprint = request.fingerprint;
     reservation.owner = owner;
-    reservation.operation_id = NewOperationId(now);
+    reservation.operation_id = operation_id;
     reservation.created_ms = now;
     reservation.lease_expires_ms = now + request.lease.count();
-    StatusOr<ReserveResult> reserved = co_await store_.Reserve(request.key, reservation, now);
+    StatusOr<ReserveResult> reserved = co_await store_.Reserve(request.key, std::move(reservation), now);
     if (!reserved.ok()) co_return StoreError(reserved.status());
 
     if (reserved->outcome != ReserveOutcome::kExists) {
       BeginResult r;
       r.outcome = BeginOutcome::kProceed;
-      r.reservation = Reservation{request.key, owner, request.fingerprint,
-                                  reservation.operation_id, reservation.created_ms};
+      r.reservation = Reservation{std::move(request.key), std::move(owner), std::move(request.fingerprint),
+                                  std::move(operation_id), now};
       r.taken_over = reserved->outcome == ReserveOutcome::kTakenOver;
       r.waited = waited;
       if (r.taken_over) r.record = std::move(reserved->existing);

@@ -26,7 +26,7 @@ class Writer {
     if (!s.empty()) std::memcpy(at_, s.data(), s.size());
     at_ += s.size();
   }
-  const char* at() const { return at_; }
+  char* at() const { return at_; }
 
  private:
   char* at_;
@@ -104,7 +104,11 @@ std::string EncodeRecord(const Record& r) {
 void AppendEncodedRecord(const Record& r, std::string* out) {
   const std::size_t start = out->size();
   out->resize(start + EncodedSize(r));
-  Writer w(out->data() + start);
+  EncodeRecordInto(r, out->data() + start);
+}
+
+char* EncodeRecordInto(const Record& r, char* out) {
+  Writer w(out);
   w.U8(kVersion);
   w.U8(static_cast<std::uint8_t>(r.state));
   w.Bytes(r.fingerprint);
@@ -121,7 +125,8 @@ void AppendEncodedRecord(const Record& r, std::string* out) {
     w.Bytes(h.value);
   }
   w.Bytes(r.response.body);
-  assert(w.at() == out->data() + out->size());
+  assert(w.at() == out + EncodedSize(r));
+  return w.at();
 }
 
 std::size_t EncodedSize(const Record& r) {

@@ -53,6 +53,9 @@ struct Record {
 std::string EncodeRecord(const Record& record);
 // Appends EncodeRecord(record) to `out`, without a string of its own.
 void AppendEncodedRecord(const Record& record, std::string* out);
+// Writes EncodeRecord(record) to the EncodedSize(record) bytes at `out`;
+// returns the end of what it wrote.
+char* EncodeRecordInto(const Record& record, char* out);
 // Fails with InvalidArgument on truncated, corrupt or unknown-version input.
 StatusOr<Record> DecodeRecord(std::string_view bytes);
 // The state and owner of an encoded record, read without decoding the rest

@@ -36,6 +36,19 @@ TEST(RecordTest, RoundTripsCompleted) {
   EXPECT_EQ(*back, r);
 }
 
+// The memory store encodes straight into its entry's block: the bytes must be
+// EncodeRecord's, exactly EncodedSize of them, and nothing past them touched.
+TEST(RecordTest, EncodeRecordIntoWritesTheEncodingInPlace) {
+  const Record r = Full();
+  const std::size_t size = EncodedSize(r);
+  std::string block(size + 8, '#');
+  char* end = EncodeRecordInto(r, block.data() + 4);
+  EXPECT_EQ(end, block.data() + 4 + size);
+  EXPECT_EQ(block.substr(0, 4), "####");
+  EXPECT_EQ(block.substr(4 + size), "####");
+  EXPECT_EQ(block.substr(4, size), EncodeRecord(r));
+}
+
 // Records outlive the process (embedded store files, Redis): the encoding of
 // a record must not change between versions.
 TEST(RecordTest, EncodingIsStableAcrossVersions) {

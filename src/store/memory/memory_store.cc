@@ -28,12 +28,15 @@ struct Entry {
   std::uint64_t charged() const { return std::uint64_t{key_len} + value_len; }
   bool ExpiredAt(UnixMillis now) const { return expires_ms != 0 && expires_ms <= now; }
 
-  static Entry* Make(std::string_view key, std::string_view value, UnixMillis expires_ms) {
-    void* raw = ::operator new(sizeof(Entry) + key.size() + value.size());
+  // The record is encoded straight into the block (`value_size` is its
+  // core::EncodedSize), with no string in between.
+  static Entry* Make(std::string_view key, const core::Record& record, std::size_t value_size,
+                     UnixMillis expires_ms) {
+    void* raw = ::operator new(sizeof(Entry) + key.size() + value_size);
     Entry* e = new (raw) Entry{expires_ms, static_cast<std::uint32_t>(key.size()),
-                               static_cast<std::uint32_t>(value.size())};
+                               static_cast<std::uint32_t>(value_size)};
     std::memcpy(e->data(), key.data(), key.size());
-    std::memcpy(e->data() + key.size(), value.data(), value.size());
+    core::EncodeRecordInto(record, e->data() + key.size());
     return e;
   }
   static void Free(Entry* e) {
@@ -321,13 +324,13 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
     if (!take_over) return result;
   }
 
-  const std::string value = core::EncodeRecord(reservation);
-  const std::uint64_t new_charged = key.size() + value.size();
+  const std::size_t value_size = core::EncodedSize(reservation);
+  const std::uint64_t new_charged = key.size() + value_size;
   if (!AdmitGrowth(static_cast<std::int64_t>(new_charged) - static_cast<std::int64_t>(old_charged),
                    &shard, now)) {
     return ResourceExhaustedError("memory store: max_bytes reached");
   }
-  Entry* fresh = Entry::Make(key, value, SweepDeadline(reservation));
+  Entry* fresh = Entry::Make(key, reservation, value_size, SweepDeadline(reservation));
   if (index >= 0) {
     // An in-flight entry is never swept, but a sweep may have moved it.
     Entry::Free(shard.ReplaceAt(shard.Find(hash, key), fresh));
@@ -361,15 +364,15 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
       return FailedPreconditionError("memory store: reservation not held by this owner");
     }
     const std::uint64_t old_charged = e->charged();
-    const std::string value = core::EncodeRecord(completed);
-    const std::uint64_t new_charged = key.size() + value.size();
+    const std::size_t value_size = core::EncodedSize(completed);
+    const std::uint64_t new_charged = key.size() + value_size;
     if (!AdmitGrowth(static_cast<std::int64_t>(new_charged) - static_cast<std::int64_t>(old_charged),
                      &shard, now)) {
       return ResourceExhaustedError("memory store: max_bytes reached");
     }
     // In-flight entries are never swept, so the entry is still there.
     index = shard.Find(hash, key);
-    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, value, SweepDeadline(completed))));
+    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, completed, value_size, SweepDeadline(completed))));
   }
   watchers_.Notify(key);
   return Status::Ok();
