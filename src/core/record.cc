@@ -26,7 +26,7 @@ class Writer {
     if (!s.empty()) std::memcpy(at_, s.data(), s.size());
     at_ += s.size();
   }
-  char* at() const { return at_; }
+  char* at() { return at_; }
 
  private:
   char* at_;
