@@ -25,7 +25,8 @@ constexpr std::size_t kMaxExponentDigits = 15;
 
 char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-void AppendCanonicalJsonNumber(std::string* out, std::string_view number);
+template <typename Output>
+void AppendCanonicalJsonNumber(Output* out, std::string_view number);
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -95,6 +96,67 @@ void AppendQuoted(String* out, std::string_view s) {
   out->push_back('"');
 }
 
+// The canonical text as it is written: a growing byte buffer whose appends
+// are inline and never zero-fill (std::string's push_back is an out-of-line
+// call in libstdc++, and its resize writes every new byte twice). Memory
+// comes from the canonicaliser's scratch resource.
+class OutputBuffer {
+ public:
+  explicit OutputBuffer(std::pmr::memory_resource* mr) : mr_(mr) {}
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+  ~OutputBuffer() {
+    if (data_ != nullptr) mr_->deallocate(data_, capacity_, kAlignment);
+  }
+
+  std::size_t size() const { return size_; }
+  char* data() { return data_; }
+  std::string_view view() const { return {data_, size_}; }
+
+  void reserve(std::size_t n) {
+    if (n > capacity_) Reallocate(n);
+  }
+  // Sets the size; new bytes are left for the caller to write.
+  void resize(std::size_t n) {
+    reserve(n);
+    size_ = n;
+  }
+  void push_back(char c) {
+    if (size_ == capacity_) Grow(1);
+    data_[size_++] = c;
+  }
+  void append(const char* p, std::size_t n) {
+    if (capacity_ - size_ < n) Grow(n);
+    if (n != 0) std::memcpy(data_ + size_, p, n);
+    size_ += n;
+  }
+  void append(std::string_view s) { append(s.data(), s.size()); }
+  void append(std::size_t count, char c) {
+    if (capacity_ - size_ < count) Grow(count);
+    std::memset(data_ + size_, c, count);
+    size_ += count;
+  }
+
+ private:
+  void Grow(std::size_t more) { Reallocate(std::max(size_ + more, capacity_ * 2 + 16)); }
+  void Reallocate(std::size_t capacity) {
+    char* fresh = static_cast<char*>(mr_->allocate(capacity, kAlignment));
+    if (size_ != 0) std::memcpy(fresh, data_, size_);
+    if (data_ != nullptr) mr_->deallocate(data_, capacity_, kAlignment);
+    data_ = fresh;
+    capacity_ = capacity;
+  }
+
+  // The heap's own alignment: smaller ones reach operator new with an
+  // explicit alignment, which sanitizers report as mismatched on delete.
+  static constexpr std::size_t kAlignment = alignof(std::max_align_t);
+
+  std::pmr::memory_resource* mr_;
+  char* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
 // A JSON Pointer split into unescaped tokens; `indices[i]` is the token as an
 // array index, or kNoIndex when it is not one ("-" and "01" are not).
 struct ParsedPointer {
@@ -163,14 +225,21 @@ class CanonicalHandler {
   static constexpr std::size_t kOutputSlack = 64;
   static constexpr std::size_t kKeysReserved = 1024;
 
-  CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr,
-                   std::size_t input_size)
-      : pointers_(pointers), frames_(mr), members_(mr), keys_(mr), part_(mr), order_(mr), rebuilt_(mr) {
+  CanonicalHandler(const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr, std::string_view input)
+      : pointers_(pointers),
+        input_begin_(reinterpret_cast<std::uintptr_t>(input.data())),
+        input_end_(input_begin_ + input.size()),
+        frames_(mr),
+        members_(mr),
+        keys_(mr),
+        part_(mr),
+        order_(mr),
+        out_(mr) {
     if (pointers_ != nullptr) captures_.resize(pointers_->size());
     frames_.reserve(kFramesReserved);
     members_.reserve(kMembersReserved);
-    keys_.reserve(std::min(input_size, kKeysReserved));
-    out_.reserve(input_size + kOutputSlack);
+    keys_.reserve(std::min(input.size(), kKeysReserved));
+    out_.reserve(input.size() + kOutputSlack);
   }
 
   bool on_document_begin(json::error_code&) { return true; }
@@ -217,7 +286,8 @@ class CanonicalHandler {
   }
   bool on_string(json::string_view s, std::size_t, json::error_code&) {
     const std::size_t start = BeginValue();
-    AppendQuoted(&out_, Whole(s));
+    const bool as_it_came = AsItCame(s);
+    Quote(Whole(s), as_it_came);
     part_.clear();
     EndValue(start);
     return true;
@@ -229,13 +299,14 @@ class CanonicalHandler {
   }
   bool on_key(json::string_view s, std::size_t, json::error_code&) {
     Frame& top = frames_.back();
+    const bool as_it_came = AsItCame(s);
     const std::string_view key = Whole(s);
     if (top.count > 0) out_.push_back(',');
     top.key_offset = keys_.size();
     top.key_size = key.size();
     keys_.append(key);
     members_.push_back(Member{.key_offset = top.key_offset, .key_size = key.size(), .begin = out_.size()});
-    AppendQuoted(&out_, key);
+    Quote(key, as_it_came);
     out_.push_back(':');
     part_.clear();
     return true;
@@ -255,7 +326,7 @@ class CanonicalHandler {
   bool on_comment(json::string_view, json::error_code&) { return true; }
 
   // The canonical text, once the document is complete.
-  std::string& output() { return out_; }
+  std::string_view output() const { return out_.view(); }
   std::vector<std::optional<std::string>>& captures() { return captures_; }
 
  private:
@@ -290,15 +361,42 @@ class CanonicalHandler {
       const int c = KeyOf(members[a]).compare(KeyOf(members[b]));
       return c != 0 ? c < 0 : a < b;
     });
-    rebuilt_.clear();
+    // The members are written in order behind the object's text, which is
+    // then replaced by them. The reordered text is never longer than the
+    // original, so reserving that much up front keeps every source range in
+    // place while it is copied.
+    const std::size_t body = frame.start + 1;
+    const std::size_t end = out_.size();
+    out_.reserve(end + (end - body));
     for (std::size_t k = 0; k < n; ++k) {
       const Member& m = members[order_[k]];
       if (k + 1 < n && KeyOf(members[order_[k + 1]]) == KeyOf(m)) continue;
-      if (!rebuilt_.empty()) rebuilt_.push_back(',');
-      rebuilt_.append(out_, m.begin, m.end - m.begin);
+      if (out_.size() != end) out_.push_back(',');
+      out_.append(out_.data() + m.begin, m.end - m.begin);
     }
-    out_.resize(frame.start + 1);
-    out_.append(rebuilt_);
+    const std::size_t rebuilt = out_.size() - end;
+    std::memmove(out_.data() + body, out_.data() + end, rebuilt);
+    out_.resize(body + rebuilt);
+  }
+
+  // True when the string or key whose last piece is `s` is a view of the
+  // input: it came in one piece with no escape sequence, and JSON's grammar
+  // keeps '"', '\\' and control characters out of such a string, so its
+  // bytes can be written as they are, without the search for characters to
+  // escape.
+  bool AsItCame(json::string_view s) const {
+    const auto at = reinterpret_cast<std::uintptr_t>(s.data());
+    return part_.empty() && at >= input_begin_ && at + s.size() <= input_end_;
+  }
+  void Quote(std::string_view s, bool as_it_came) {
+    if (!as_it_came) {
+      AppendQuoted(&out_, s);
+      return;
+    }
+    out_.reserve(out_.size() + s.size() + 2);
+    out_.push_back('"');
+    out_.append(s.data(), s.size());
+    out_.push_back('"');
   }
 
   // The string, key or number whose last piece is `s`: `s` itself when it
@@ -360,7 +458,7 @@ class CanonicalHandler {
   void EndValue(std::size_t start) {
     if (pointers_ != nullptr) {
       for (std::size_t i = 0; i < pointers_->size(); ++i) {
-        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i].emplace(out_, start);
+        if ((*pointers_)[i].valid && AtPointer((*pointers_)[i])) captures_[i].emplace(out_.view().substr(start));
       }
     }
     if (frames_.empty()) return;
@@ -370,29 +468,41 @@ class CanonicalHandler {
   }
 
   const std::vector<ParsedPointer>* pointers_;
+  std::uintptr_t input_begin_;  // the document's text, as addresses
+  std::uintptr_t input_end_;
   std::pmr::vector<Frame> frames_;
   std::pmr::vector<Member> members_;  // members of every open object, innermost last
   std::pmr::string keys_;             // their raw keys
   std::pmr::string part_;
   std::pmr::vector<std::size_t> order_;  // Reorder's sort order, reused
-  std::pmr::string rebuilt_;             // Reorder's output, reused
-  std::string out_;
+  OutputBuffer out_;
   std::vector<std::optional<std::string>> captures_;
 };
 
-// Parses `text` as one JSON document; true when it is valid and complete.
-bool RunParser(std::string_view text, CanonicalHandler** handler_out,
-               std::unique_ptr<json::basic_parser<CanonicalHandler>>* holder,
-               const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr) {
-  json::parse_options options;
-  options.max_depth = kMaxJsonDepth;
-  *holder = std::make_unique<json::basic_parser<CanonicalHandler>>(options, pointers, mr, text.size());
-  json::error_code ec;
-  const std::size_t used = (*holder)->write_some(false, text.data(), text.size(), ec);
-  if (ec || used != text.size() || !(*holder)->done()) return false;
-  *handler_out = &(*holder)->handler();
-  return true;
-}
+// A JSON parser writing the canonical form of one document.
+class CanonicalParser {
+ public:
+  CanonicalParser(std::string_view text, const std::vector<ParsedPointer>* pointers, std::pmr::memory_resource* mr)
+      : parser_(Options(), pointers, mr, text), text_(text) {}
+
+  // Parses the text; true when it is one valid and complete JSON document.
+  bool Run() {
+    json::error_code ec;
+    const std::size_t used = parser_.write_some(false, text_.data(), text_.size(), ec);
+    return !ec && used == text_.size() && parser_.done();
+  }
+  CanonicalHandler& handler() { return parser_.handler(); }
+
+ private:
+  static json::parse_options Options() {
+    json::parse_options options;
+    options.max_depth = kMaxJsonDepth;
+    return options;
+  }
+
+  json::basic_parser<CanonicalHandler> parser_;
+  std::string_view text_;
+};
 
 // SHA-256 fetched once: an implicit fetch on every digest costs more than
 // hashing a small request.
@@ -461,7 +571,8 @@ class Sha256 {
 };
 
 // Appends the canonical form of a JSON number (see CanonicalJsonNumber).
-void AppendCanonicalJsonNumber(std::string* out, std::string_view number) {
+template <typename Output>
+void AppendCanonicalJsonNumber(Output* out, std::string_view number) {
   std::string_view s = number;
   const bool negative = !s.empty() && s.front() == '-';
   if (negative) s.remove_prefix(1);
@@ -550,12 +661,27 @@ class ScratchMemory {
   std::pmr::memory_resource* resource_;
 };
 
-StatusOr<std::string> CanonicalJson(std::string_view text) {
+namespace {
+
+// Calls `use` with the canonical form of `text` (valid until it returns);
+// false, without calling it, when `text` is not valid JSON.
+template <typename Use>
+bool WithCanonicalJson(std::string_view text, Use&& use) {
   ScratchMemory scratch(text.size());
-  std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
-  CanonicalHandler* handler = nullptr;
-  if (!RunParser(text, &handler, &holder, nullptr, scratch.resource())) return InvalidArgumentError("not valid JSON");
-  return std::move(handler->output());
+  CanonicalParser parser(text, nullptr, scratch.resource());
+  if (!parser.Run()) return false;
+  use(parser.handler().output());
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::string> CanonicalJson(std::string_view text) {
+  std::string out;
+  if (!WithCanonicalJson(text, [&out](std::string_view canonical) { out.assign(canonical); })) {
+    return InvalidArgumentError("not valid JSON");
+  }
+  return out;
 }
 
 StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
@@ -564,10 +690,9 @@ StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
   parsed.reserve(pointers.size());
   for (const std::string& p : pointers) parsed.push_back(ParsePointer(p));
   ScratchMemory scratch(text.size());
-  std::unique_ptr<json::basic_parser<CanonicalHandler>> holder;
-  CanonicalHandler* handler = nullptr;
-  if (!RunParser(text, &handler, &holder, &parsed, scratch.resource())) return InvalidArgumentError("not valid JSON");
-  return std::move(handler->captures());
+  CanonicalParser parser(text, &parsed, scratch.resource());
+  if (!parser.Run()) return InvalidArgumentError("not valid JSON");
+  return std::move(parser.handler().captures());
 }
 
 bool IsValidJsonPointer(std::string_view pointer) { return ParsePointer(pointer).valid; }
@@ -635,12 +760,11 @@ std::string ComputeFingerprint(const FingerprintRequest& request, const Fingerpr
       return h.Finish();
     }
   } else if (json_body && rules.json == JsonMode::kCanonical) {
-    auto canonical = CanonicalJson(request.body);
-    if (canonical.ok()) {
+    const bool parsed = WithCanonicalJson(request.body, [&h](std::string_view canonical) {
       h.Part("json");
-      h.Part(*canonical);
-      return h.Finish();
-    }
+      h.Part(canonical);
+    });
+    if (parsed) return h.Finish();
   }
   h.Part("raw");
   h.Part(request.body);

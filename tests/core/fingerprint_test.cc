@@ -311,6 +311,33 @@ TEST(CanonicalJsonTest, EscapesAtEveryOffsetOfLongStrings) {
   }
 }
 
+// Strings written as they came (a view of the input, no escape in them) and
+// strings the parser rebuilt (escapes decoded, long ones handed over in
+// pieces) must come out the same: quoted, with exactly the characters that
+// must be escaped escaped, in keys and in values, in objects that are
+// reordered and in objects that are not.
+TEST(CanonicalJsonTest, LongStringsInPiecesAndAsTheyCame) {
+  // In JSON: <n × e> \\ \u00e9 \"   Canonical: <n × e> \\ é \"
+  const std::string escaped_suffix_in = R"(\\\u00e9\")";
+  const std::string escaped_suffix_out = "\\\\\xc3\xa9\\\"";
+  for (const std::size_t n : {std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{9000},
+                              std::size_t{70000}}) {
+    const std::string plain(n, 'p');
+    const std::string escaped_in = std::string(n, 'e') + escaped_suffix_in;
+    const std::string escaped_out = std::string(n, 'e') + escaped_suffix_out;
+    const auto q = [](const std::string& s) { return "\"" + s + "\""; };
+    EXPECT_EQ(Canon(q(plain)), q(plain)) << n;
+    EXPECT_EQ(Canon(q(escaped_in)), q(escaped_out)) << n;
+    const std::string sorted = "{" + q(escaped_out) + ":" + q(plain) + "," + q("z" + plain) + ":" + q(escaped_out) + "}";
+    // Keys out of order ("z…" sorts after "e…"): the object is rebuilt.
+    EXPECT_EQ(Canon("{" + q("z" + plain) + ":" + q(escaped_in) + "," + q(escaped_in) + ":" + q(plain) + "}"), sorted)
+        << n;
+    // Keys in order: the object is written once, as it is parsed.
+    EXPECT_EQ(Canon("{" + q(escaped_in) + ":" + q(plain) + "," + q("z" + plain) + ":" + q(escaped_in) + "}"), sorted)
+        << n;
+  }
+}
+
 TEST(CanonicalJsonTest, RepeatedKeysKeepTheLast) {
   EXPECT_EQ(Canon(R"({"a":1,"b":2,"a":3})"), R"({"a":3,"b":2})");
   EXPECT_EQ(Canon(R"({"a":1,"a":3})"), Canon(R"({"a":3})"));
