@@ -79,7 +79,7 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
       ScopeLabels(t, "reason"));
   translation_failed_ = &registry_.AddCounter(
       names::kTranslationFailed,
-      "Webhooks refused with 400 translation-failed: no provider id to use as key.",
+      "Webhook requests refused: 401 signature-invalid or 400 translation-failed (no usable event id).",
       ScopeLabels(t, "provider"));
   cache_hit_ = &registry_.AddCounter(
       names::kCacheHit, "Requests answered by replaying a stored response, by replayed status.",

@@ -25,6 +25,7 @@
 #include "gateway/gateway.h"
 #include "gateway/idempotency_stage.h"
 #include "gateway/identity_stage.h"
+#include "gateway/webhook_stage.h"
 #include "http/server.h"
 #include "store/factory/store_factory.h"
 
@@ -192,6 +193,7 @@ int Run(const Args& args) {
   // Declared before the server so that both outlive every request coroutine.
   core::Engine engine(*store_ptr, SystemClock::Instance());
   gateway::IdentityStage identity;
+  gateway::WebhookStage webhook(gateway::WebhookStageOptions{.metrics = &metrics});
   gateway::IdempotencyStage idempotency(
       engine, gateway::IdempotencyStageOptions{.on_error = config.store.on_error, .metrics = &metrics});
 
@@ -210,6 +212,7 @@ int Run(const Args& args) {
   gateway_options.metrics = &metrics;
   gateway_options.idempotency = &idempotency;
   gateway_options.identity = &identity;
+  gateway_options.webhook = &webhook;
   auto created = gateway::Gateway::Create(config, gateway_options);
   if (!created.ok()) {
     Print(stderr, "idemgate: " + created.status().message() + "\n");

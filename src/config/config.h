@@ -129,6 +129,18 @@ struct Route {
   int line = 0;             // line of the route in the config file, for messages
 };
 
+// How a `generic` webhook sender signs its requests and names its events.
+struct GenericWebhook {
+  std::string header;              // the signature's header
+  std::string algorithm = "sha256";  // sha256 | sha1 (HMAC)
+  std::string encoding = "hex";      // hex | base64
+  std::string prefix;              // text before the signature in the header, e.g. "sha256="
+  // Where the event id is; exactly one is set.
+  std::string id_header;
+  std::string id_pointer;                   // JSON Pointer into the body
+  std::vector<std::string> id_form_fields;  // form fields, joined with '-'
+};
+
 struct WebhookEndpoint {
   std::string id;
   std::string tenant;
@@ -136,6 +148,11 @@ struct WebhookEndpoint {
   std::string provider;
   std::string secret_env;
   std::string secret_file;
+  // Twilio signs the URL it called: "scheme://host[:port]" as the sender
+  // sees it, when a proxy in front of the gateway changes them. Empty: from
+  // X-Forwarded-Proto / X-Forwarded-Host, else http and Host.
+  std::string public_url;
+  std::optional<GenericWebhook> generic;  // provider generic only
 };
 
 struct Metrics {

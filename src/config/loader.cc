@@ -429,13 +429,27 @@ class Loader {
   WebhookEndpoint LoadEndpoint(const Field& f) {
     WebhookEndpoint w;
     if (f.node.IsNull()) Fail(f, "expected a mapping, got nothing");
-    Map m(*this, f, {"id", "tenant", "project", "provider", "secret_env", "secret_file"});
+    Map m(*this, f,
+          {"id", "tenant", "project", "provider", "secret_env", "secret_file", "public_url", "generic"});
     if (auto g = m.Get("id")) w.id = String(*g);
     if (auto g = m.Get("tenant")) w.tenant = String(*g);
     if (auto g = m.Get("project")) w.project = String(*g);
     if (auto g = m.Get("provider")) w.provider = String(*g);
     if (auto g = m.Get("secret_env")) w.secret_env = String(*g);
     if (auto g = m.Get("secret_file")) w.secret_file = String(*g);
+    if (auto g = m.Get("public_url")) w.public_url = String(*g);
+    if (auto g = m.Get("generic")) {
+      GenericWebhook& gw = w.generic.emplace();
+      Map gm(*this, *g,
+             {"header", "algorithm", "encoding", "prefix", "id_header", "id_pointer", "id_form_fields"});
+      if (auto h = gm.Get("header")) gw.header = String(*h);
+      if (auto h = gm.Get("algorithm")) gw.algorithm = String(*h);
+      if (auto h = gm.Get("encoding")) gw.encoding = String(*h);
+      if (auto h = gm.Get("prefix")) gw.prefix = String(*h);
+      if (auto h = gm.Get("id_header")) gw.id_header = String(*h);
+      if (auto h = gm.Get("id_pointer")) gw.id_pointer = String(*h);
+      if (auto h = gm.Get("id_form_fields")) gw.id_form_fields = StringList(*h);
+    }
     return w;
   }
 

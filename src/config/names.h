@@ -123,6 +123,9 @@ std::string AllowedNames() {
   return out;
 }
 
+// The path segment of a webhook route that names the endpoint (SPEC §7).
+inline constexpr std::string_view kWebhookIdPlaceholder = "{webhook_id}";
+
 // Webhook providers known to the gateway (SPEC §7), for `provider` keys.
 inline constexpr std::string_view kWebhookProviders[] = {
     "stripe", "github", "twilio", "twilio_event_streams", "generic",

@@ -8,9 +8,12 @@ namespace idemgate::config {
 
 inline constexpr Duration kLeaseMargin = std::chrono::seconds(5);
 
-// The route's scope, else subject when an identity mode is configured, else global.
+// The route's scope, else subject when the caller is identified (an
+// identity mode is configured, or the route is a webhook's, whose endpoint
+// names the tenant and project), else global.
 inline Scope EffectiveScope(const Idempotency& idempotency, const Identity& identity) {
   if (idempotency.scope) return *idempotency.scope;
+  if (idempotency.policy == Policy::kWebhook) return Scope::kSubject;
   return identity.mode == IdentityMode::kNone ? Scope::kGlobal : Scope::kSubject;
 }
 

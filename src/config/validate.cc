@@ -70,6 +70,41 @@ std::string Join(const std::string_view (&names)[N]) {
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
+// How many whole path segments are exactly kWebhookIdPlaceholder; -1 when
+// the placeholder also appears inside a segment.
+int WebhookIdSegments(std::string_view path) {
+  int whole = 0;
+  std::size_t pos = 0;
+  while ((pos = path.find(kWebhookIdPlaceholder, pos)) != std::string_view::npos) {
+    const std::size_t end = pos + kWebhookIdPlaceholder.size();
+    const bool starts = pos > 0 && path[pos - 1] == '/';
+    const bool ends = end == path.size() || path[end] == '/';
+    if (!starts || !ends) return -1;
+    ++whole;
+    pos = end;
+  }
+  const std::size_t braces = static_cast<std::size_t>(std::count(path.begin(), path.end(), '{'));
+  return braces == static_cast<std::size_t>(whole) ? whole : -1;
+}
+
+// "http://host[:port]" or "https://host[:port]": no path, query, user info
+// or white space.
+bool IsPublicUrl(std::string_view url) {
+  std::string_view rest;
+  if (url.starts_with("https://")) {
+    rest = url.substr(8);
+  } else if (url.starts_with("http://")) {
+    rest = url.substr(7);
+  } else {
+    return false;
+  }
+  if (rest.empty()) return false;
+  return std::none_of(rest.begin(), rest.end(), [](char c) {
+    const auto uc = static_cast<unsigned char>(c);
+    return uc <= 0x20 || uc >= 0x7f || c == '/' || c == '?' || c == '#' || c == '@';
+  });
+}
+
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
 }
@@ -308,10 +343,19 @@ class Validator {
               "provider is only used with policy: webhook (policy is " +
                   std::string(Name(idem.policy)) + ")");
       }
-      // Checked after the provider so that a half-written webhook route names its provider first.
-      Check(idem.policy != Policy::kWebhook, idem_path + ".policy",
-            "webhook is not supported yet (webhook providers, SPEC §7, are not implemented); "
-            "use required or optional");
+      const std::string& match_path = r.match.path.empty() ? r.match.path_prefix : r.match.path;
+      const std::string match_key = path + (r.match.path.empty() ? ".match.path_prefix" : ".match.path");
+      const int placeholders = WebhookIdSegments(match_path);
+      if (idem.policy == Policy::kWebhook) {
+        Check(placeholders == 1, match_key,
+              "a webhook route's path needs one whole segment " + std::string(kWebhookIdPlaceholder) +
+                  " (e.g. /webhooks/stripe/" + std::string(kWebhookIdPlaceholder) + ")");
+        Check(!r.recovery, path + ".recovery", "recovery is not available on webhook routes");
+      } else {
+        Check(match_path.find('{') == std::string::npos && match_path.find('}') == std::string::npos, match_key,
+              "only policy: webhook routes may hold " + std::string(kWebhookIdPlaceholder) +
+                  " (other paths match as written, without '{' or '}')");
+      }
       if (r.recovery && idem.dedup == DedupMode::kUpstream) {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",
               "recovery with dedup: upstream needs recovery_upstream_path");
@@ -355,6 +399,40 @@ class Validator {
       Check(w.secret_env.empty() != w.secret_file.empty(), path,
             "set exactly one of secret_env and secret_file");
       CheckEnvName(w.secret_env, path + ".secret_env");
+      if (!w.public_url.empty()) {
+        Check(IsPublicUrl(w.public_url), path + ".public_url",
+              "expected scheme://host[:port] with scheme http or https and no path (got " + Quote(w.public_url) +
+                  ")");
+      }
+      if (w.provider == "generic") {
+        if (!w.generic) {
+          Fail(path + ".generic", "provider generic needs generic: {header, id_header | id_pointer | id_form_fields}");
+        } else {
+          CheckGeneric(*w.generic, path + ".generic");
+        }
+      } else if (w.generic) {
+        Fail(path + ".generic", "only provider generic takes generic settings (provider is " + Quote(w.provider) + ")");
+      }
+    }
+  }
+
+  void CheckGeneric(const GenericWebhook& g, const std::string& path) {
+    Check(!g.header.empty(), path + ".header", "missing (the header that carries the signature)");
+    if (!g.header.empty()) CheckHeaderName(g.header, path + ".header");
+    Check(g.algorithm == "sha256" || g.algorithm == "sha1", path + ".algorithm",
+          "expected sha256 or sha1 (got " + Quote(g.algorithm) + ")");
+    Check(g.encoding == "hex" || g.encoding == "base64", path + ".encoding",
+          "expected hex or base64 (got " + Quote(g.encoding) + ")");
+    const int sources = (g.id_header.empty() ? 0 : 1) + (g.id_pointer.empty() ? 0 : 1) +
+                        (g.id_form_fields.empty() ? 0 : 1);
+    Check(sources == 1, path, "set exactly one of id_header, id_pointer and id_form_fields");
+    if (!g.id_header.empty()) CheckHeaderName(g.id_header, path + ".id_header");
+    std::string why;
+    if (!g.id_pointer.empty() && !IsJsonPointer(g.id_pointer, &why)) {
+      Fail(path + ".id_pointer", "invalid JSON Pointer " + Quote(g.id_pointer) + ": " + why + " (e.g. /id)");
+    }
+    for (std::size_t i = 0; i < g.id_form_fields.size(); ++i) {
+      Check(!g.id_form_fields[i].empty(), Index(path + ".id_form_fields", i), "must not be empty");
     }
   }
 

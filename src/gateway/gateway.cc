@@ -103,6 +103,9 @@ StatusOr<std::shared_ptr<const Snapshot>> Gateway::BuildSnapshot(const config::C
   auto owned = std::make_shared<const config::Config>(config);
   auto routes = RouteTable::Build(*owned, admission_);
   if (!routes.ok()) return routes.status();
+  auto webhooks = WebhookEndpoints::Resolve(*owned, options_.env);
+  if (!webhooks.ok()) return webhooks.status();
+  snapshot->webhooks = std::move(*webhooks);
   snapshot->config = std::move(owned);
   snapshot->routes = std::move(*routes);
   for (const std::string& name : snapshot->routes.upstreams()) {
@@ -249,8 +252,8 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
     if (answer) co_return co_await Answer(ex, std::move(*answer), "identity_refused");
   }
 
-  if ((options.webhook != nullptr && options.webhook->WantsBody(ctx)) ||
-      (options.idempotency != nullptr && options.idempotency->WantsBody(ctx))) {
+  const bool webhook = options.webhook != nullptr && options.webhook->Applies(ctx);
+  if (webhook || (options.idempotency != nullptr && options.idempotency->WantsBody(ctx))) {
     const http::BodyStatus status = co_await ex.ReadBody();
     if (status == http::BodyStatus::kTooLarge) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
     if (status == http::BodyStatus::kMalformed) co_return co_await Refuse(ex, Refusal::kMalformedBody, route);
@@ -259,8 +262,8 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
     ctx.body_buffered = true;
   }
 
-  if (options.webhook != nullptr) {
-    std::optional<http::Response> answer = co_await options.webhook->Translate(ctx);
+  if (webhook) {
+    std::optional<http::Response> answer = options.webhook->Translate(ctx);
     if (answer) co_return co_await Answer(ex, std::move(*answer), "webhook_refused");
   }
 
@@ -348,6 +351,7 @@ Task<void> Gateway::Handle(http::Exchange& ex) {
   ctx.exchange = &ex;
   ctx.head = &head;
   ctx.config = snap.config.get();
+  ctx.webhooks = snap.webhooks.get();
   std::string generated_id;
   const auto client_id = head.Find("x-request-id");
   if (client_id && http::IsAcceptableRequestId(*client_id) && head.Count("x-request-id") == 1) {

@@ -12,6 +12,7 @@
 #include "gateway/admission.h"
 #include "gateway/hooks.h"
 #include "gateway/route_table.h"
+#include "gateway/webhook_stage.h"
 #include "http/server.h"
 #include "http/upstream_pool.h"
 
@@ -32,6 +33,8 @@ struct Snapshot {
   // Per upstream (RouteTable::upstreams() order): the pool settings of one
   // worker, with max_connections already divided among the workers.
   std::vector<http::UpstreamTarget> upstreams;
+  // The webhook endpoints with their secrets read (SPEC §7).
+  std::shared_ptr<const WebhookEndpoints> webhooks;
   std::uint64_t version = 0;
 };
 
@@ -43,6 +46,8 @@ struct GatewayOptions {
   IdentityHook* identity = nullptr;
   WebhookHook* webhook = nullptr;
   IdempotencyHook* idempotency = nullptr;
+  // Where webhook secrets named by secret_env are read (tests replace it).
+  EnvLookup env = DefaultEnvLookup;
 };
 
 // The limits the server applies, from config `limits`.
@@ -53,7 +58,8 @@ http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, 
 
 class Gateway final : public http::Handler {
  public:
-  // Builds the first snapshot; fails on a config the route table refuses.
+  // Builds the first snapshot; fails on a config the route table refuses or
+  // a webhook secret that cannot be read.
   static StatusOr<std::unique_ptr<Gateway>> Create(const config::Config& config, GatewayOptions options);
   ~Gateway() override;
 

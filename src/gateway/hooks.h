@@ -26,6 +26,7 @@ template <typename T>
 using Task = http::Task<T>;
 
 struct RouteEntry;
+class WebhookEndpoints;
 
 // Fields of the request's log line (SPEC §9) that hooks fill; unset ones are
 // logged as null.
@@ -47,6 +48,7 @@ struct RequestContext {
   const http::RequestHead* head = nullptr;
   const RouteEntry* route = nullptr;
   const config::Config* config = nullptr;  // the snapshot this request runs under
+  const WebhookEndpoints* webhooks = nullptr;  // the snapshot's webhook endpoints, secrets read
   std::string_view request_id;             // X-Request-Id passed on or generated
   // The request body, once buffered (only when a hook asked for it).
   std::string_view body;
@@ -81,11 +83,14 @@ class IdentityHook {
 class WebhookHook {
  public:
   virtual ~WebhookHook() = default;
-  // Whether Translate needs ctx.body (the signature covers the body).
-  virtual bool WantsBody(const RequestContext& ctx) const = 0;
-  // nullopt: continue (ctx.webhook_key set when the id was lifted); a
-  // response: send it instead (401 signature-invalid, 400 translation-failed).
-  virtual Task<std::optional<http::Response>> Translate(RequestContext& ctx) = 0;
+  // Whether the request is a webhook's: Translate runs only then, after the
+  // body is buffered (the signature covers the body).
+  virtual bool Applies(const RequestContext& ctx) const = 0;
+  // nullopt: continue, with the caller's identity set from the endpoint and
+  // ctx.webhook_key set to the lifted id; a response: send it instead (404
+  // not-found, 401 signature-invalid, 400 translation-failed). Synchronous
+  // for the same reason as IdentityHook: secrets are loaded with the config.
+  virtual std::optional<http::Response> Translate(RequestContext& ctx) = 0;
 };
 
 // What the idempotency step decided for one request.

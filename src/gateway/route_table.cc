@@ -3,11 +3,34 @@
 #include <algorithm>
 #include <map>
 
+#include "config/names.h"
 #include "config/resolve.h"
 
 namespace idemgate::gateway {
 
+namespace {
+
+// `rest` continues a prefix `after` at a segment boundary (or equals it).
+bool ContinuesAt(std::string_view rest, std::string_view after) {
+  if (!rest.starts_with(after)) return false;
+  return rest.size() == after.size() || rest[after.size()] == '/';
+}
+
+}  // namespace
+
+std::string_view RouteEntry::WebhookId(std::string_view request_path) const {
+  if (!webhook_id || !request_path.starts_with(path)) return {};
+  const std::string_view rest = request_path.substr(path.size());
+  return rest.substr(0, std::min(rest.find('/'), rest.size()));
+}
+
 bool RouteEntry::MatchesPath(std::string_view request_path) const {
+  if (webhook_id) {
+    const std::string_view id = WebhookId(request_path);
+    if (id.empty()) return false;
+    const std::string_view rest = request_path.substr(path.size() + id.size());
+    return kind == Kind::kExact ? rest == after_webhook_id : ContinuesAt(rest, after_webhook_id);
+  }
   if (kind == Kind::kExact) return request_path == path;
   if (path.empty()) return true;  // "/"
   if (request_path.size() < path.size() || request_path.compare(0, path.size(), path) != 0) return false;
@@ -100,6 +123,12 @@ StatusOr<RouteTable> RouteTable::Build(const config::Config& config, AdmissionRe
       e.kind = RouteEntry::Kind::kPrefix;
       e.path = route.match.path_prefix;
       while (!e.path.empty() && e.path.back() == '/') e.path.pop_back();
+    }
+    if (const std::size_t at = e.path.find(config::kWebhookIdPlaceholder); at != std::string::npos) {
+      // Validation allows the placeholder only as one whole segment.
+      e.webhook_id = true;
+      e.after_webhook_id = e.path.substr(at + config::kWebhookIdPlaceholder.size());
+      e.path.resize(at);
     }
     e.methods = route.match.methods;
     auto it = upstream_index.find(route.upstream);

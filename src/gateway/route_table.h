@@ -24,6 +24,10 @@
 //    and "/api/v1/payments/42", never "/api/v1/paymentsX". A trailing '/'
 //    on the prefix is ignored ("/api/" behaves as "/api"); "/" matches
 //    every path.
+//  - A webhook route's path holds one whole segment `{webhook_id}` (SPEC §7):
+//    it matches any one non-empty segment there, which names the webhook
+//    endpoint ("/hooks/{webhook_id}" matches "/hooks/acme", not "/hooks/"
+//    nor "/hooks/a/b" for `path`; `path_prefix` allows "/hooks/a/b").
 //  - `match.methods`: when set, the method must be one of them (exact,
 //    case-sensitive, as HTTP methods are); a path that fits with another
 //    method goes on to the next route.
@@ -69,7 +73,10 @@ struct RouteEntry {
 
   std::string id;
   Kind kind = Kind::kPrefix;
-  std::string path;                  // exact path, or prefix without trailing '/' ("" for "/")
+  std::string path;                  // exact path, or prefix without trailing '/' ("" for "/");
+                                     // with a webhook id: the part before it, ending in '/'
+  bool webhook_id = false;           // the path has a `{webhook_id}` segment
+  std::string after_webhook_id;      // the path after that segment ("" or "/...")
   std::vector<std::string> methods;  // empty: every method
   std::size_t upstream_index = 0;    // index into RouteTable::upstreams()
   std::uint64_t max_request_bytes = 0;
@@ -79,6 +86,8 @@ struct RouteEntry {
 
   // True when `path` fits this route's path rule (methods not considered).
   bool MatchesPath(std::string_view request_path) const;
+  // The `{webhook_id}` segment of a path that fits; empty when the route has none.
+  std::string_view WebhookId(std::string_view request_path) const;
   bool AllowsMethod(std::string_view method) const;
 };
 

@@ -24,6 +24,20 @@ std::string WithIdempotency(std::string_view body) {
   return std::string(kMinimal) + "    idempotency:\n" + std::string(body);
 }
 
+// One route `h` whose match is `path` (or another `kind` of match), with
+// `extra` (route keys, 4-space indent) after its upstream; the match is on line 5.
+std::string HookRoute(std::string_view path, std::string_view extra, std::string_view kind = "path") {
+  return "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: h\n    match: { " + std::string(kind) +
+         ": \"" + std::string(path) + "\" }\n    upstream: app\n" + std::string(extra);
+}
+
+// kMinimal with one webhook endpoint of `provider` in block style; `extra`
+// (6-space indent) starts on line 14.
+std::string Endpoint(std::string_view provider, std::string_view extra) {
+  return std::string(kMinimal) + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: t\n      project: p\n" +
+         "      provider: " + std::string(provider) + "\n      secret_env: A\n" + std::string(extra);
+}
+
 struct BadConfig {
   std::string name;
   std::string yaml;
@@ -229,8 +243,20 @@ std::vector<BadConfig> BadConfigs() {
        "routes[0].idempotency.provider", "policy webhook needs a provider"},
       {"UnknownProvider", WithIdempotency("      policy: webhook\n      provider: paypal\n"), 9,
        "routes[0].idempotency.provider", "unknown provider \"paypal\""},
-      {"WebhookNotSupportedYet", WithIdempotency("      policy: webhook\n      provider: stripe\n"), 8,
-       "routes[0].idempotency.policy", "webhook is not supported yet"},
+      {"WebhookRouteWithoutPlaceholder", WithIdempotency("      policy: webhook\n      provider: stripe\n"), 5,
+       "routes[0].match.path_prefix", "a webhook route's path needs one whole segment {webhook_id}"},
+      {"PlaceholderOnNonWebhookRoute", HookRoute("/h/{webhook_id}", ""), 5, "routes[0].match.path",
+       "only policy: webhook routes may hold {webhook_id}"},
+      {"PlaceholderInsideASegment",
+       HookRoute("/h/x{webhook_id}", "    idempotency: { policy: webhook, provider: stripe }\n"), 5,
+       "routes[0].match.path", "needs one whole segment"},
+      {"TwoPlaceholders",
+       HookRoute("/h/{webhook_id}/{webhook_id}", "    idempotency: { policy: webhook, provider: stripe }\n"), 5,
+       "routes[0].match.path", "needs one whole segment"},
+      {"WebhookRouteWithRecovery",
+       HookRoute("/h/{webhook_id}", "    recovery: true\n    idempotency: { policy: webhook, provider: stripe }\n",
+                 "path_prefix"),
+       7, "routes[0].recovery", "recovery is not available on webhook routes"},
       {"ProviderOnNonWebhookRoute", WithIdempotency("      provider: stripe\n"), 8,
        "routes[0].idempotency.provider", "provider is only used with policy: webhook"},
 
@@ -259,6 +285,24 @@ std::vector<BadConfig> BadConfigs() {
        m + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: t\n      project: p\n"
            "      provider: paypal\n      secret_env: A\n",
        12, "webhooks.endpoints[0].provider", "unknown provider \"paypal\""},
+      {"GenericEndpointWithoutSettings",
+       m + "webhooks:\n  endpoints:\n    - { id: g, tenant: t, project: p, provider: generic, secret_env: A }\n",
+       9, "webhooks.endpoints[0].generic", "provider generic needs generic:"},
+      {"GenericWithTwoIdSources", Endpoint("generic", "      generic: { header: X-S, id_header: X-Id, id_pointer: /id }\n"),
+       14, "webhooks.endpoints[0].generic", "set exactly one of id_header, id_pointer and id_form_fields"},
+      {"GenericWithoutHeader", Endpoint("generic", "      generic: { id_header: X-Id }\n"), 14,
+       "webhooks.endpoints[0].generic.header", "missing"},
+      {"GenericUnknownAlgorithm",
+       Endpoint("generic", "      generic: { header: X-S, algorithm: md5, id_header: X-Id }\n"), 14,
+       "webhooks.endpoints[0].generic.algorithm", "expected sha256 or sha1 (got \"md5\")"},
+      {"GenericBadPointer", Endpoint("generic", "      generic: { header: X-S, id_pointer: id }\n"), 14,
+       "webhooks.endpoints[0].generic.id_pointer", "invalid JSON Pointer \"id\""},
+      {"GenericSettingsOnStripe", Endpoint("stripe", "      generic: { header: X-S, id_header: X-Id }\n"), 14,
+       "webhooks.endpoints[0].generic", "only provider generic takes generic settings"},
+      {"PublicUrlWithPath", Endpoint("twilio", "      public_url: \"https://hooks.example.com/x\"\n"), 14,
+       "webhooks.endpoints[0].public_url", "expected scheme://host[:port]"},
+      {"PublicUrlWithoutScheme", Endpoint("twilio", "      public_url: hooks.example.com\n"), 14,
+       "webhooks.endpoints[0].public_url", "expected scheme://host[:port]"},
       {"DuplicateEndpointId",
        m + "webhooks:\n  endpoints:\n"
            "    - { id: w1, tenant: t, project: p, provider: github, secret_env: A }\n"

@@ -297,7 +297,7 @@ routes:
   - id: hooks
     match: { path: "/hooks/{webhook_id}", methods: [POST] }
     upstream: app
-    idempotency: { policy: required }
+    idempotency: { policy: webhook, provider: generic }
   - id: workflows
     match: { path_prefix: /restate }
     upstream: restate
@@ -308,6 +308,23 @@ webhooks:
   endpoints:
     - { id: gh1, tenant: acme, project: infra, provider: github, secret_file: /run/secrets/gh }
     - { id: st1, tenant: acme, project: billing, provider: stripe, secret_env: STRIPE_SECRET }
+    - id: tw1
+      tenant: acme
+      project: sms
+      provider: twilio
+      secret_env: TWILIO_TOKEN
+      public_url: "https://hooks.example.com:8443"
+    - id: p1
+      tenant: acme
+      project: partners
+      provider: generic
+      secret_env: P1
+      generic:
+        header: X-Sig
+        algorithm: sha1
+        encoding: base64
+        prefix: "v1="
+        id_form_fields: [order, attempt]
 metrics: { tenant_labels: false }
 log: { level: debug, format: text }
 )");
@@ -354,7 +371,8 @@ log: { level: debug, format: text }
 
   const Route& hooks = c.routes[1];
   EXPECT_EQ(hooks.match.path, "/hooks/{webhook_id}");
-  EXPECT_EQ(hooks.idempotency.policy, Policy::kRequired);
+  EXPECT_EQ(hooks.idempotency.policy, Policy::kWebhook);
+  EXPECT_EQ(hooks.idempotency.provider, "generic");
   EXPECT_EQ(EffectiveScope(hooks.idempotency, c.identity), Scope::kSubject);
 
   const Route& workflows = c.routes[2];
@@ -365,13 +383,24 @@ log: { level: debug, format: text }
   EXPECT_EQ(workflows.idempotency.forward_key, ForwardKey::kNone);
   EXPECT_EQ(workflows.idempotency.policy, Policy::kPassthrough);
 
-  ASSERT_EQ(c.webhooks.size(), 2u);
+  ASSERT_EQ(c.webhooks.size(), 4u);
   EXPECT_EQ(c.webhooks[0].id, "gh1");
   EXPECT_EQ(c.webhooks[0].tenant, "acme");
   EXPECT_EQ(c.webhooks[0].project, "infra");
   EXPECT_EQ(c.webhooks[0].provider, "github");
   EXPECT_EQ(c.webhooks[0].secret_file, "/run/secrets/gh");
   EXPECT_EQ(c.webhooks[1].secret_env, "STRIPE_SECRET");
+  EXPECT_FALSE(c.webhooks[1].generic.has_value());
+  EXPECT_EQ(c.webhooks[2].public_url, "https://hooks.example.com:8443");
+  ASSERT_TRUE(c.webhooks[3].generic.has_value());
+  const GenericWebhook& g = *c.webhooks[3].generic;
+  EXPECT_EQ(g.header, "X-Sig");
+  EXPECT_EQ(g.algorithm, "sha1");
+  EXPECT_EQ(g.encoding, "base64");
+  EXPECT_EQ(g.prefix, "v1=");
+  EXPECT_TRUE(g.id_header.empty());
+  EXPECT_TRUE(g.id_pointer.empty());
+  EXPECT_EQ(g.id_form_fields, (std::vector<std::string>{"order", "attempt"}));
   EXPECT_FALSE(c.metrics.tenant_labels);
   EXPECT_EQ(c.log.level, "debug");
   EXPECT_EQ(c.log.format, "text");

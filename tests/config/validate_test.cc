@@ -96,6 +96,12 @@ TEST(ResolveTest, ScopeFollowsIdentityWhenUnset) {
   idem.scope = Scope::kTenant;
   EXPECT_EQ(EffectiveScope(idem, none), Scope::kTenant);
   EXPECT_EQ(EffectiveScope(idem, trusted), Scope::kTenant);
+  // A webhook's endpoint names the caller whatever the identity mode.
+  Idempotency hook;
+  hook.policy = Policy::kWebhook;
+  EXPECT_EQ(EffectiveScope(hook, none), Scope::kSubject);
+  hook.scope = Scope::kProject;
+  EXPECT_EQ(EffectiveScope(hook, none), Scope::kProject);
 }
 
 TEST(ResolveTest, LeaseDefaultsToUpstreamTimeoutPlusFiveSeconds) {

@@ -87,6 +87,38 @@ TEST(RouteTableTest, FirstMatchWinsAndMethodsFilter) {
   EXPECT_EQ(orders->config, &config.routes[1]);
 }
 
+TEST(RouteTableTest, WebhookIdSegmentMatchesOneNonEmptySegment) {
+  AdmissionRegistry admission;
+  auto exact = MakeRoute("stripe", "", "/hooks/stripe/{webhook_id}");
+  auto prefix = MakeRoute("github", "/hooks/github/{webhook_id}/");
+  auto middle = MakeRoute("twilio", "", "/hooks/{webhook_id}/twilio");
+  for (auto* r : {&exact, &prefix, &middle}) r->idempotency.policy = config::Policy::kWebhook;
+  const auto config = MakeConfig({exact, prefix, middle});
+  auto table = RouteTable::Build(config, admission);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/acme"), "stripe");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/acme/x"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/github/acme"), "github");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/github/acme/events/1"), "github");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/github//events"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilio"), "twilio");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilio/x"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilioX"), "<none>");
+
+  const RouteEntry* r = table->Match("POST", "/hooks/github/acme-1/events");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->WebhookId("/hooks/github/acme-1/events"), "acme-1");
+  EXPECT_EQ(table->Match("POST", "/hooks/x.y/twilio")->WebhookId("/hooks/x.y/twilio"), "x.y");
+  // Routes without the segment have no id.
+  const auto plain = MakeConfig({MakeRoute("api", "/api")});
+  auto plain_table = RouteTable::Build(plain, admission);
+  ASSERT_TRUE(plain_table.ok());
+  EXPECT_EQ(plain_table->Match("POST", "/api/x")->WebhookId("/api/x"), "");
+}
+
 TEST(RouteTableTest, NoRouteWithoutCatchAll) {
   AdmissionRegistry admission;
   const auto config = MakeConfig({MakeRoute("a", "/a", "", {"GET"})});

@@ -153,6 +153,37 @@ void FakeUpstreamSuite::SetUp() {
   ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
 }
 
+void GatewaySuite::TearDown() {
+  if (!gateway_) return;
+  if (HasFailure()) gateway_->DumpLogs();
+  gateway_->Stop();
+  gateway_.reset();
+}
+
+void GatewaySuite::StartGateway(const std::string& yaml, std::vector<std::pair<std::string, std::string>> env) {
+  auto g = GatewayProcess::Start(dir_, yaml, std::move(env));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  gateway_.emplace(std::move(*g));
+}
+
+HttpResponse GatewaySuite::Send(const HttpRequest& req) {
+  auto res = SendRequest(gateway_->endpoint(), req);
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  return res.ok() ? *res : HttpResponse{};
+}
+
+std::uint64_t GatewaySuite::Executions() {
+  auto stats = FetchFakeStats(fake_endpoint_);
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  return stats.ok() ? stats->executions : 0;
+}
+
+std::string GatewaySuite::Metrics() {
+  auto res = SendRequest(gateway_->admin(), HttpRequest{.target = "/metrics"});
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  return res.ok() ? res->body : "";
+}
+
 RefusingPort::RefusingPort() {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

@@ -100,6 +100,25 @@ class FakeUpstreamSuite : public ::testing::Test {
   HostPort fake_endpoint_;  // set by SetUp
 };
 
+// A FakeUpstreamSuite whose tests each start one gateway (StartGateway) that
+// is stopped after the test, its logs printed when the test failed.
+class GatewaySuite : public FakeUpstreamSuite {
+ protected:
+  void TearDown() override;
+  // Starts idemgate on `yaml` (with `env` added) as gateway_; fails the test
+  // when it does not become ready.
+  void StartGateway(const std::string& yaml, std::vector<std::pair<std::string, std::string>> env = {});
+  // Sends `req` to the gateway; a failure to get a response fails the test.
+  HttpResponse Send(const HttpRequest& req);
+  // Requests fake_upstream executed since the test began.
+  std::uint64_t Executions();
+  // The gateway's /metrics page (the config needs an admin listener).
+  std::string Metrics();
+
+  TempDir dir_;
+  std::optional<GatewayProcess> gateway_;
+};
+
 // A POST with `Idempotency-Key: "<key>"` (no header when `key` is empty),
 // Content-Type application/json and `body`.
 HttpRequest KeyedPost(std::string target, std::string_view key, std::string body = "{}");

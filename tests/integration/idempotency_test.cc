@@ -45,41 +45,9 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
   return y.str();
 }
 
-class IdempotencyTest : public FakeUpstreamSuite {
+class IdempotencyTest : public GatewaySuite {
  protected:
-  void TearDown() override {
-    if (!gateway_) return;
-    if (HasFailure()) gateway_->DumpLogs();
-    gateway_->Stop();
-    gateway_.reset();
-  }
-
-  void Start(const GatewaySetup& setup) {
-    auto g = GatewayProcess::Start(dir_, ConfigYaml(fake_endpoint_, setup));
-    ASSERT_TRUE(g.ok()) << g.status().ToString();
-    gateway_.emplace(std::move(*g));
-  }
-
-  HttpResponse Send(const HttpRequest& req) {
-    auto res = SendRequest(gateway_->endpoint(), req);
-    EXPECT_TRUE(res.ok()) << res.status().ToString();
-    return res.ok() ? *res : HttpResponse{};
-  }
-
-  std::uint64_t Executions() {
-    auto stats = FetchFakeStats(fake_endpoint_);
-    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-    return stats.ok() ? stats->executions : 0;
-  }
-
-  std::string Metrics() {
-    auto res = SendRequest(gateway_->admin(), HttpRequest{.target = "/metrics"});
-    EXPECT_TRUE(res.ok()) << res.status().ToString();
-    return res.ok() ? res->body : "";
-  }
-
-  TempDir dir_;
-  std::optional<GatewayProcess> gateway_;
+  void Start(const GatewaySetup& setup) { StartGateway(ConfigYaml(fake_endpoint_, setup)); }
 };
 
 

@@ -1,0 +1,190 @@
+#include "gateway/webhook_stage.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "admin/gateway_metrics.h"
+#include "core/key.h"
+#include "gateway/route_table.h"
+#include "http/problem.h"
+
+namespace idemgate::gateway {
+
+std::optional<std::string> DefaultEnvLookup(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+namespace {
+
+webhook::GenericSpec ToSpec(const config::GenericWebhook& g) {
+  webhook::GenericSpec spec;
+  spec.header = g.header;
+  spec.algorithm = g.algorithm == "sha1" ? webhook::GenericSpec::Algorithm::kSha1
+                                         : webhook::GenericSpec::Algorithm::kSha256;
+  spec.encoding = g.encoding == "base64" ? webhook::GenericSpec::Encoding::kBase64
+                                         : webhook::GenericSpec::Encoding::kHex;
+  spec.prefix = g.prefix;
+  spec.id_header = g.id_header;
+  spec.id_pointer = g.id_pointer;
+  spec.id_form_fields = g.id_form_fields;
+  return spec;
+}
+
+// A secret file's contents without one trailing line break (as editors and
+// `echo` leave one).
+StatusOr<std::string> ReadSecretFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("cannot read " + path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  std::string secret = contents.str();
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  return secret;
+}
+
+// The first item of a comma-separated forwarding header, trimmed.
+std::string_view FirstItem(std::string_view value) {
+  value = value.substr(0, std::min(value.find(','), value.size()));
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return value;
+}
+
+// The URL the sender called, as it signed it (Twilio): the endpoint's
+// public_url, else what a proxy in front reports, else what this request
+// says, followed by the path and query as received.
+std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead& head) {
+  std::string url;
+  if (!endpoint.public_url.empty()) {
+    url = endpoint.public_url;
+  } else {
+    const std::optional<std::string_view> proto = head.Find("x-forwarded-proto");
+    std::optional<std::string_view> host = head.Find("x-forwarded-host");
+    if (!host) host = head.Find("host");
+    url = proto && !FirstItem(*proto).empty() ? std::string(FirstItem(*proto)) : std::string("http");
+    url += "://";
+    if (host) url += FirstItem(*host);
+  }
+  url += head.path_and_query;
+  return url;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const WebhookEndpoints>> WebhookEndpoints::Resolve(const config::Config& config,
+                                                                           const EnvLookup& env) {
+  auto endpoints = std::make_shared<WebhookEndpoints>();
+  for (std::size_t i = 0; i < config.webhooks.size(); ++i) {
+    const config::WebhookEndpoint& w = config.webhooks[i];
+    const std::string where = "webhooks.endpoints[" + std::to_string(i) + "] (" + w.id + ")";
+    ResolvedEndpoint e;
+    e.id = w.id;
+    e.tenant = w.tenant;
+    e.project = w.project;
+    const std::optional<webhook::Provider> provider = webhook::ProviderFromName(w.provider);
+    if (!provider) return InvalidArgumentError(where + ": unknown provider " + w.provider);
+    e.provider = *provider;
+    if (!w.secret_env.empty()) {
+      std::optional<std::string> value = env(w.secret_env);
+      if (!value || value->empty()) {
+        return InvalidArgumentError(where + ": the environment variable " + w.secret_env +
+                                    " named by secret_env is not set or empty");
+      }
+      e.secret = std::move(*value);
+    } else {
+      StatusOr<std::string> secret = ReadSecretFile(w.secret_file);
+      if (!secret.ok()) return InvalidArgumentError(where + ": secret_file: " + secret.status().message());
+      if (secret->empty()) return InvalidArgumentError(where + ": secret_file " + w.secret_file + " is empty");
+      e.secret = std::move(*secret);
+    }
+    e.public_url = w.public_url;
+    if (w.generic) e.generic = ToSpec(*w.generic);
+    endpoints->by_id_.emplace(e.id, std::move(e));
+  }
+  return std::shared_ptr<const WebhookEndpoints>(std::move(endpoints));
+}
+
+const ResolvedEndpoint* WebhookEndpoints::Find(std::string_view id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second;
+}
+
+WebhookStage::WebhookStage(WebhookStageOptions options) : options_(std::move(options)) {
+  if (!options_.now_unix_seconds) {
+    options_.now_unix_seconds = [] {
+      return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+}
+
+bool WebhookStage::Applies(const RequestContext& ctx) const {
+  return ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook;
+}
+
+std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
+  const RouteEntry& route = *ctx.route;
+  const std::string& provider_name = route.config->idempotency.provider;
+  const std::string_view id = route.WebhookId(ctx.head->path);
+  const ResolvedEndpoint* endpoint = ctx.webhooks != nullptr ? ctx.webhooks->Find(id) : nullptr;
+  if (endpoint == nullptr || webhook::ProviderName(endpoint->provider) != provider_name) {
+    // The same answer as for any unknown path: whether an id exists (for
+    // another provider) is not told.
+    ctx.log.outcome = "no_route";
+    return http::MakeProblem(http::ProblemCode::kNoRoute,
+                             "no route matches " + std::string(ctx.head->method) + " " + std::string(ctx.head->path));
+  }
+  ctx.tenant = endpoint->tenant;
+  ctx.project = endpoint->project;
+  ctx.subject = std::string(kWebhookSubject);
+
+  webhook::WebhookRequest request;
+  const std::string url = SignedUrl(*endpoint, *ctx.head);
+  request.url = url;
+  request.headers.reserve(ctx.head->headers.size());
+  for (const http::HeaderView& h : ctx.head->headers) request.headers.push_back({h.name, h.value});
+  request.body = ctx.body;
+  request.now_unix_seconds = options_.now_unix_seconds();
+  webhook::Translation t = webhook::Translate(endpoint->provider, endpoint->generic ? &*endpoint->generic : nullptr,
+                                              endpoint->secret, request);
+
+  const admin::MetricScope scope{.route = route.id, .tenant = ctx.tenant, .project = ctx.project};
+  if (t.outcome == webhook::Translation::Outcome::kOk) {
+    const core::KeyError error = core::ValidateRawKey(t.key, route.idempotency.key);
+    if (error != core::KeyError::kNone) {
+      t.outcome = webhook::Translation::Outcome::kNoId;
+      t.detail = "the event id is not a valid idempotency key (" + std::string(core::KeyErrorReason(error)) + ")";
+    }
+  }
+  switch (t.outcome) {
+    case webhook::Translation::Outcome::kOk: break;
+    case webhook::Translation::Outcome::kSignatureInvalid:
+      if (options_.metrics != nullptr) options_.metrics->TranslationFailed(scope, provider_name);
+      ctx.log.outcome = "signature_invalid";
+      return http::MakeProblem(http::ProblemCode::kSignatureInvalid, provider_name + ": " + t.detail);
+    case webhook::Translation::Outcome::kNoId:
+      if (options_.metrics != nullptr) options_.metrics->TranslationFailed(scope, provider_name);
+      ctx.log.outcome = "translation_failed";
+      return http::MakeProblem(http::ProblemCode::kTranslationFailed, provider_name + ": " + t.detail);
+  }
+  ctx.webhook_key = std::move(t.key);
+
+  // The identity an authenticating layer would have set: the endpoint's,
+  // never what the sender wrote.
+  const config::Identity& identity = ctx.config->identity;
+  if (identity.mode == config::IdentityMode::kTrustedHeaders) {
+    const config::TrustedHeaders& th = identity.trusted_headers;
+    for (const std::string* name : {&th.tenant, &th.project, &th.subject}) ctx.remove_headers.push_back(*name);
+    ctx.set_headers.push_back({th.tenant, ctx.tenant});
+    ctx.set_headers.push_back({th.project, ctx.project});
+    ctx.set_headers.push_back({th.subject, ctx.subject});
+  }
+  return std::nullopt;
+}
+
+}  // namespace idemgate::gateway

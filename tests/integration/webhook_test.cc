@@ -1,0 +1,301 @@
+// Integration tests of webhook routes (SPEC §7): the real idemgate binary in
+// front of fake_upstream, with signed requests from Stripe, GitHub, Twilio
+// and a generic sender. The signatures are made here with OpenSSL directly;
+// tests/webhook checks each provider's rules against published and
+// independently computed vectors.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "integration/harness.h"
+
+namespace idemgate::testing {
+namespace {
+
+std::string Hex(const unsigned char* p, std::size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 0xf]);
+  }
+  return out;
+}
+
+std::string HmacSha256Hex(const std::string& key, const std::string& data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), mac, &n);
+  return Hex(mac, n);
+}
+
+std::string HmacSha1Base64(const std::string& key, const std::string& data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha1(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), mac, &n);
+  unsigned char out[64];
+  const int len = EVP_EncodeBlock(out, mac, static_cast<int>(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
+}
+
+std::int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr char kStripeSecret[] = "whsec_integration";
+constexpr char kGithubSecret[] = "github-secret";
+constexpr char kTwilioToken[] = "twilio-token";
+constexpr char kGenericSecret[] = "generic-secret";
+
+class WebhookTest : public GatewaySuite {
+ protected:
+  std::string Yaml(const std::string& identity = "{ mode: none }") {
+    std::ostringstream y;
+    y << "listen: 127.0.0.1:0\n"
+      << "workers: 2\n"
+      << "shutdown_grace: 10s\n"
+      << "admin: { listen: 127.0.0.1:0 }\n"
+      << "store: { kind: memory }\n"
+      << "identity: " << identity << "\n"
+      << "log: { level: info, format: json }\n"
+      << "upstreams:\n"
+      << "  fake: { url: http://" << fake_endpoint_.ToString() << ", timeout: 10s }\n"
+      << "routes:\n"
+      << "  - id: stripe-hooks\n"
+      << "    match: { path: \"/echo/stripe/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: stripe }\n"
+      << "  - id: github-hooks\n"
+      << "    match: { path_prefix: \"/echo/github/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: github }\n"
+      << "  - id: twilio-hooks\n"
+      << "    match: { path: \"/echo/twilio/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: twilio }\n"
+      << "  - id: generic-hooks\n"
+      << "    match: { path: \"/echo/generic/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: generic }\n"
+      << "  - id: api\n"
+      << "    match: { path_prefix: / }\n"
+      << "    upstream: fake\n"
+      << "webhooks:\n"
+      << "  endpoints:\n"
+      << "    - { id: acme, tenant: acme, project: shop, provider: stripe, secret_env: STRIPE_SECRET }\n"
+      << "    - { id: globex, tenant: globex, project: web, provider: stripe, secret_file: " << secret_file_
+      << " }\n"
+      << "    - { id: acme-gh, tenant: acme, project: ci, provider: github, secret_env: GITHUB_SECRET }\n"
+      << "    - { id: acme-sms, tenant: acme, project: sms, provider: twilio, secret_env: TWILIO_TOKEN,\n"
+      << "        public_url: \"https://hooks.example.com\" }\n"
+      << "    - id: acme-generic\n"
+      << "      tenant: acme\n"
+      << "      project: misc\n"
+      << "      provider: generic\n"
+      << "      secret_env: GENERIC_SECRET\n"
+      << "      generic: { header: X-Signature, prefix: \"sha256=\", id_pointer: /event/id }\n";
+    return y.str();
+  }
+
+  void Start(const std::string& identity = "{ mode: none }") {
+    {
+      std::ofstream f(secret_file_);
+      f << "whsec_from_file\n";
+    }
+    StartGateway(Yaml(identity), {{"STRIPE_SECRET", kStripeSecret},
+                                  {"GITHUB_SECRET", kGithubSecret},
+                                  {"TWILIO_TOKEN", kTwilioToken},
+                                  {"GENERIC_SECRET", kGenericSecret}});
+  }
+
+  static HttpRequest StripeEvent(const std::string& endpoint, const std::string& secret, const std::string& body,
+                                 std::int64_t t = NowSeconds()) {
+    const std::string ts = std::to_string(t);
+    HttpRequest req{.method = "POST", .target = "/echo/stripe/" + endpoint};
+    req.headers = {{"Content-Type", "application/json"},
+                   {"Stripe-Signature", "t=" + ts + ",v1=" + HmacSha256Hex(secret, ts + "." + body)}};
+    req.body = body;
+    return req;
+  }
+
+  std::string secret_file_ = dir_.Join("globex.secret");
+};
+
+TEST_F(WebhookTest, StripeEventRunsOnceAndItsRetryIsReplayedUnderTheEndpointsScope) {
+  Start();
+  const std::string body = R"({"id":"evt_1Nq","type":"payment_intent.succeeded","data":{"object":{}}})";
+  const HttpResponse first = Send(StripeEvent("acme", kStripeSecret, body));
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+  auto echo = ParseObject(first.body);
+  // The key is the event's id, scoped by the endpoint's tenant and project.
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks:stripe-evt_1Nq\""}));
+
+  // Stripe retries the same event with a fresh signature and timestamp.
+  const HttpResponse retry = Send(StripeEvent("acme", kStripeSecret, body, NowSeconds() - 5));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.body, first.body);
+  EXPECT_EQ(Executions(), 1u);
+
+  // The same event id at another endpoint (another tenant, its own secret
+  // read from a file) is another key.
+  const HttpResponse other = Send(StripeEvent("globex", "whsec_from_file", body));
+  EXPECT_EQ(other.status, 200) << other.body;
+  EXPECT_FALSE(other.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 2u);
+}
+
+TEST_F(WebhookTest, BadSignaturesAreRefusedBeforeTheUpstream) {
+  Start();
+  const std::string body = R"({"id":"evt_2"})";
+  ExpectProblem(Send(StripeEvent("acme", "whsec_wrong", body)), 401, "signature-invalid");
+  // Signed for another endpoint's secret.
+  ExpectProblem(Send(StripeEvent("acme", "whsec_from_file", body)), 401, "signature-invalid");
+  // Outside Stripe's 300-second tolerance.
+  ExpectProblem(Send(StripeEvent("acme", kStripeSecret, body, NowSeconds() - 1000)), 401, "signature-invalid");
+  // The body changed after signing.
+  HttpRequest tampered = StripeEvent("acme", kStripeSecret, body);
+  tampered.body = R"({"id":"evt_3"})";
+  ExpectProblem(Send(tampered), 401, "signature-invalid");
+  // No signature at all, on any method: nothing reaches the upstream unsigned.
+  HttpRequest unsigned_get{.method = "GET", .target = "/echo/stripe/acme"};
+  ExpectProblem(Send(unsigned_get), 401, "signature-invalid");
+  EXPECT_EQ(Executions(), 0u);
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics,
+                        R"(transport_translation_failed_total{tenant="acme",project="shop",route="stripe-hooks",provider="stripe"})"),
+            5.0)
+      << metrics;
+}
+
+TEST_F(WebhookTest, AVerifiedEventWithoutAnIdIsATranslationFailure) {
+  Start();
+  ExpectProblem(Send(StripeEvent("acme", kStripeSecret, R"({"type":"ping"})")), 400, "translation-failed");
+  // An id that cannot be a key (a colon would forge a scope).
+  ExpectProblem(Send(StripeEvent("acme", kStripeSecret, R"({"id":"evt:1"})")), 400, "translation-failed");
+  EXPECT_EQ(Executions(), 0u);
+}
+
+TEST_F(WebhookTest, UnknownEndpointsAreNotFound) {
+  Start();
+  const std::string body = R"({"id":"evt_4"})";
+  ExpectProblem(Send(StripeEvent("nobody", kStripeSecret, body)), 404, "no-route");
+  // acme-gh exists, but for GitHub: on the Stripe route it is unknown.
+  ExpectProblem(Send(StripeEvent("acme-gh", kGithubSecret, body)), 404, "no-route");
+  // The id is one whole segment: an exact-path route takes nothing below it.
+  HttpRequest deeper = StripeEvent("acme", kStripeSecret, body);
+  deeper.target = "/echo/stripe/acme/extra";
+  const HttpResponse res = Send(deeper);
+  // Not the webhook route: the catch-all route proxies it, unverified and unkeyed.
+  EXPECT_EQ(res.status, 200);
+  EXPECT_FALSE(res.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(WebhookTest, GithubDeliveryIsTheKey) {
+  Start();
+  const std::string body = R"({"action":"opened","number":7})";
+  HttpRequest req{.method = "POST", .target = "/echo/github/acme-gh/events"};
+  req.headers = {{"Content-Type", "application/json"},
+                 {"X-GitHub-Event", "pull_request"},
+                 {"X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"},
+                 {"X-Hub-Signature-256", "sha256=" + HmacSha256Hex(kGithubSecret, body)}};
+  req.body = body;
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{
+                "\"t-acme:ci:service:webhook-ingest:github-hooks:github-72d3162e-cc78-11e3-81ab-4c9367dc0958\""}));
+  const HttpResponse again = Send(req);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+
+  req.headers[3].value = "sha256=" + HmacSha256Hex("other", body);
+  ExpectProblem(Send(req), 401, "signature-invalid");
+}
+
+TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
+  Start();
+  // Twilio signs the URL it called (public_url + path) followed by the
+  // parameters sorted by name; the body sends them in another order.
+  const std::string body = "To=%2B15557654321&MessageStatus=delivered&MessageSid=SM123&From=%2B15551234567";
+  const std::string signed_text =
+      "https://hooks.example.com/echo/twilio/acme-sms"
+      "From+15551234567MessageSidSM123MessageStatusdeliveredTo+15557654321";
+  HttpRequest req{.method = "POST", .target = "/echo/twilio/acme-sms"};
+  req.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                 {"X-Twilio-Signature", HmacSha1Base64(kTwilioToken, signed_text)}};
+  req.body = body;
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:sms:service:webhook-ingest:twilio-hooks:twilio-SM123-delivered\""}));
+  EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+
+  // Signed for the URL the gateway itself is reached at: not what Twilio called.
+  req.headers[1].value = HmacSha1Base64(kTwilioToken, "http://127.0.0.1/echo/twilio/acme-sms" +
+                                                          signed_text.substr(signed_text.find("From")));
+  ExpectProblem(Send(req), 401, "signature-invalid");
+}
+
+TEST_F(WebhookTest, GenericSenderWithAJsonPointerId) {
+  Start();
+  const std::string body = R"({"event":{"id":"e-77","kind":"invoice.paid"}})";
+  HttpRequest req{.method = "POST", .target = "/echo/generic/acme-generic"};
+  req.headers = {{"Content-Type", "application/json"},
+                 {"X-Signature", "sha256=" + HmacSha256Hex(kGenericSecret, body)}};
+  req.body = body;
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:misc:service:webhook-ingest:generic-hooks:e-77\""}));
+  EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(WebhookTest, WithTrustedHeadersTheEndpointIsTheIdentityAndSenderHeadersAreReplaced) {
+  Start("{ mode: trusted_headers }");
+  // A sender carries no identity headers: the webhook route does not ask for them.
+  HttpRequest req = StripeEvent("acme", kStripeSecret, R"({"id":"evt_5"})");
+  // And cannot forge them.
+  req.headers.push_back({"X-Tenant-Id", "globex"});
+  const HttpResponse res = Send(req);
+  ASSERT_EQ(res.status, 200) << res.body;
+  auto echo = ParseObject(res.body);
+  const std::vector<HeaderField> seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "X-Tenant-Id"), (std::vector<std::string>{"acme"}));
+  EXPECT_EQ(Values(seen, "X-Project-Id"), (std::vector<std::string>{"shop"}));
+  EXPECT_EQ(Values(seen, "X-Subject"), (std::vector<std::string>{"service:webhook-ingest"}));
+  // Other routes still require the identity headers.
+  ExpectProblem(Send(KeyedPost("/echo/pay", "k1")), 401, "unauthenticated");
+}
+
+TEST_F(WebhookTest, AMissingSecretStopsTheStart) {
+  {
+    std::ofstream f(secret_file_);
+    f << "whsec_from_file\n";
+  }
+  auto g = GatewayProcess::Start(dir_, Yaml(), {{"GITHUB_SECRET", kGithubSecret},
+                                                {"TWILIO_TOKEN", kTwilioToken},
+                                                {"GENERIC_SECRET", kGenericSecret}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().ToString().find("STRIPE_SECRET"), std::string::npos) << g.status().ToString();
+}
+
+}  // namespace
+}  // namespace idemgate::testing
