@@ -63,9 +63,45 @@ struct TrustedHeaders {
   std::string subject = "X-Subject";
 };
 
+// One PEM public key for identity.mode jwt.
+struct JwtPublicKey {
+  std::string file;
+  std::string kid;          // empty: tried for any kid
+  std::string alg = "RS256";  // RS256 | ES256
+};
+
+// Which token claims name the caller.
+struct JwtClaims {
+  std::string tenant = "tenant";
+  std::string project = "project";
+  std::string subject = "sub";
+  std::string subject_type;  // a claim holding user|service|tenant_member|client; empty: `subject_type`
+};
+
+struct JwtIdentity {
+  std::vector<std::string> algorithms = {"RS256", "ES256"};
+  std::vector<JwtPublicKey> public_keys;
+  std::string jwks_file;
+  std::string secret_env;   // HS256 shared secret
+  std::string secret_file;
+  std::string issuer;       // empty: not checked
+  std::string audience;     // empty: not checked
+  Duration leeway = 30s;
+  bool require_exp = true;
+  JwtClaims claims;
+  std::string subject_type = "user";
+};
+
+struct ApiKeyIdentity {
+  std::string keys_file;            // YAML: keys: [{sha256, tenant, project, subject}]
+  std::string header = "X-API-Key";  // also accepted: Authorization: Bearer <key>
+};
+
 struct Identity {
   IdentityMode mode = IdentityMode::kNone;
   TrustedHeaders trusted_headers;
+  JwtIdentity jwt;
+  ApiKeyIdentity api_key;
 };
 
 struct Upstream {

@@ -323,13 +323,50 @@ class Loader {
   }
 
   void LoadIdentity(const Field& f, Identity* id) {
-    Map m(*this, f, {"mode", "trusted_headers"});
-    if (auto g = m.Get("mode")) {
-      id->mode = Enum<IdentityMode>(*g);
-      if (id->mode == IdentityMode::kJwt || id->mode == IdentityMode::kApiKey) {
-        Fail(*g, std::string(Name(id->mode)) +
-                     " is not supported yet (supported: none, trusted_headers)");
+    Map m(*this, f, {"mode", "trusted_headers", "jwt", "api_key"});
+    if (auto g = m.Get("mode")) id->mode = Enum<IdentityMode>(*g);
+    if (auto g = m.Get("jwt")) {
+      if (id->mode != IdentityMode::kJwt) {
+        Fail(*g, "only used with identity.mode jwt (mode is " + std::string(Name(id->mode)) + ")");
       }
+      JwtIdentity& j = id->jwt;
+      Map jm(*this, *g,
+             {"algorithms", "public_keys", "jwks_file", "secret_env", "secret_file", "issuer", "audience", "leeway",
+              "require_exp", "claims", "subject_type"});
+      if (auto h = jm.Get("algorithms")) j.algorithms = Upper(StringList(*h));
+      if (auto h = jm.Get("public_keys")) {
+        for (const Field& item : List(*h)) {
+          JwtPublicKey key;
+          Map km(*this, item, {"file", "kid", "alg"});
+          if (auto k = km.Get("file")) key.file = String(*k);
+          if (auto k = km.Get("kid")) key.kid = String(*k);
+          if (auto k = km.Get("alg")) key.alg = String(*k);
+          j.public_keys.push_back(std::move(key));
+        }
+      }
+      if (auto h = jm.Get("jwks_file")) j.jwks_file = String(*h);
+      if (auto h = jm.Get("secret_env")) j.secret_env = String(*h);
+      if (auto h = jm.Get("secret_file")) j.secret_file = String(*h);
+      if (auto h = jm.Get("issuer")) j.issuer = String(*h);
+      if (auto h = jm.Get("audience")) j.audience = String(*h);
+      if (auto h = jm.Get("leeway")) j.leeway = Dur(*h);
+      if (auto h = jm.Get("require_exp")) j.require_exp = Bool(*h);
+      if (auto h = jm.Get("claims")) {
+        Map cm(*this, *h, {"tenant", "project", "subject", "subject_type"});
+        if (auto k = cm.Get("tenant")) j.claims.tenant = String(*k);
+        if (auto k = cm.Get("project")) j.claims.project = String(*k);
+        if (auto k = cm.Get("subject")) j.claims.subject = String(*k);
+        if (auto k = cm.Get("subject_type")) j.claims.subject_type = String(*k);
+      }
+      if (auto h = jm.Get("subject_type")) j.subject_type = String(*h);
+    }
+    if (auto g = m.Get("api_key")) {
+      if (id->mode != IdentityMode::kApiKey) {
+        Fail(*g, "only used with identity.mode api_key (mode is " + std::string(Name(id->mode)) + ")");
+      }
+      Map am(*this, *g, {"keys_file", "header"});
+      if (auto h = am.Get("keys_file")) id->api_key.keys_file = String(*h);
+      if (auto h = am.Get("header")) id->api_key.header = String(*h);
     }
     if (auto g = m.Get("trusted_headers")) {
       if (id->mode != IdentityMode::kTrustedHeaders) {

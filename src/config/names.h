@@ -123,6 +123,12 @@ std::string AllowedNames() {
   return out;
 }
 
+// JWT signature algorithms of identity.mode jwt (SPEC §6).
+inline constexpr std::string_view kJwtAlgorithms[] = {"RS256", "ES256", "HS256"};
+
+// The types of a subject (SPEC §6): "<type>:<id>".
+inline constexpr std::string_view kSubjectTypes[] = {"user", "service", "tenant_member", "client"};
+
 // The path segment of a webhook route that names the endpoint (SPEC §7).
 inline constexpr std::string_view kWebhookIdPlaceholder = "{webhook_id}";
 

@@ -216,9 +216,14 @@ class Validator {
 
   void CheckIdentity() {
     const Identity& id = config_.identity;
-    if (id.mode == IdentityMode::kJwt || id.mode == IdentityMode::kApiKey) {
-      Fail("identity.mode",
-           std::string(Name(id.mode)) + " is not supported yet (supported: none, trusted_headers)");
+    if (id.mode == IdentityMode::kJwt) {
+      CheckJwt(id.jwt);
+      return;
+    }
+    if (id.mode == IdentityMode::kApiKey) {
+      Check(!id.api_key.keys_file.empty(), "identity.api_key.keys_file",
+            "missing (identity.mode api_key needs a keys file)");
+      CheckHeaderName(id.api_key.header, "identity.api_key.header");
       return;
     }
     if (id.mode != IdentityMode::kTrustedHeaders) return;
@@ -234,6 +239,40 @@ class Validator {
     std::set<std::string> names = {lower(th.tenant), lower(th.project), lower(th.subject)};
     Check(names.size() == 3, "identity.trusted_headers",
           "tenant, project and subject must be three different headers");
+  }
+
+  void CheckJwt(const JwtIdentity& j) {
+    const std::string path = "identity.jwt";
+    Check(!j.algorithms.empty(), path + ".algorithms", "must list at least one of RS256, ES256, HS256");
+    for (std::size_t i = 0; i < j.algorithms.size(); ++i) {
+      Check(OneOf(j.algorithms[i], kJwtAlgorithms), Index(path + ".algorithms", i),
+            "unknown algorithm " + Quote(j.algorithms[i]) + " (expected " + Join(kJwtAlgorithms) + ")");
+    }
+    const auto allowed = [&j](std::string_view alg) {
+      return std::find(j.algorithms.begin(), j.algorithms.end(), alg) != j.algorithms.end();
+    };
+    for (std::size_t i = 0; i < j.public_keys.size(); ++i) {
+      const JwtPublicKey& k = j.public_keys[i];
+      const std::string key_path = Index(path + ".public_keys", i);
+      Check(!k.file.empty(), key_path + ".file", "missing (a PEM public key file)");
+      Check(k.alg == "RS256" || k.alg == "ES256", key_path + ".alg",
+            "expected RS256 or ES256 (got " + Quote(k.alg) + ")");
+      Check(allowed(k.alg), key_path + ".alg", k.alg + " is not in identity.jwt.algorithms");
+    }
+    Check(j.secret_env.empty() || j.secret_file.empty(), path, "set at most one of secret_env and secret_file");
+    CheckEnvName(j.secret_env, path + ".secret_env");
+    const bool secret = !j.secret_env.empty() || !j.secret_file.empty();
+    if (secret) Check(allowed("HS256"), path + ".algorithms", "a shared secret needs HS256 in algorithms");
+    if (allowed("HS256")) Check(secret, path, "HS256 needs secret_env or secret_file");
+    Check(secret || !j.public_keys.empty() || !j.jwks_file.empty(), path,
+          "needs keys: public_keys, jwks_file or (HS256) secret_env / secret_file");
+    Check(j.leeway >= Duration::zero() && j.leeway <= std::chrono::minutes(10), path + ".leeway",
+          "must be in 0s..10m");
+    Check(OneOf(j.subject_type, kSubjectTypes), path + ".subject_type",
+          "expected " + Join(kSubjectTypes) + " (got " + Quote(j.subject_type) + ")");
+    Check(!j.claims.tenant.empty(), path + ".claims.tenant", "must name a claim");
+    Check(!j.claims.project.empty(), path + ".claims.project", "must name a claim");
+    Check(!j.claims.subject.empty(), path + ".claims.subject", "must name a claim");
   }
 
   void CheckUpstreams() {

@@ -106,6 +106,9 @@ StatusOr<std::shared_ptr<const Snapshot>> Gateway::BuildSnapshot(const config::C
   auto webhooks = WebhookEndpoints::Resolve(*owned, options_.env);
   if (!webhooks.ok()) return webhooks.status();
   snapshot->webhooks = std::move(*webhooks);
+  auto identity = IdentityCredentials::Load(owned->identity, options_.env);
+  if (!identity.ok()) return identity.status();
+  snapshot->identity = std::move(*identity);
   snapshot->config = std::move(owned);
   snapshot->routes = std::move(*routes);
   for (const std::string& name : snapshot->routes.upstreams()) {
@@ -352,6 +355,7 @@ Task<void> Gateway::Handle(http::Exchange& ex) {
   ctx.head = &head;
   ctx.config = snap.config.get();
   ctx.webhooks = snap.webhooks.get();
+  ctx.identity = snap.identity.get();
   std::string generated_id;
   const auto client_id = head.Find("x-request-id");
   if (client_id && http::IsAcceptableRequestId(*client_id) && head.Count("x-request-id") == 1) {

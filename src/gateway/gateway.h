@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "gateway/admission.h"
 #include "gateway/hooks.h"
+#include "gateway/identity_stage.h"
 #include "gateway/route_table.h"
 #include "gateway/webhook_stage.h"
 #include "http/server.h"
@@ -35,6 +36,8 @@ struct Snapshot {
   std::vector<http::UpstreamTarget> upstreams;
   // The webhook endpoints with their secrets read (SPEC §7).
   std::shared_ptr<const WebhookEndpoints> webhooks;
+  // The JWT keys or API keys of identity.mode jwt / api_key (SPEC §6).
+  std::shared_ptr<const IdentityCredentials> identity;
   std::uint64_t version = 0;
 };
 
@@ -46,7 +49,7 @@ struct GatewayOptions {
   IdentityHook* identity = nullptr;
   WebhookHook* webhook = nullptr;
   IdempotencyHook* idempotency = nullptr;
-  // Where webhook secrets named by secret_env are read (tests replace it).
+  // Where secrets named by secret_env are read (tests replace it).
   EnvLookup env = DefaultEnvLookup;
 };
 
@@ -59,7 +62,7 @@ http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, 
 class Gateway final : public http::Handler {
  public:
   // Builds the first snapshot; fails on a config the route table refuses or
-  // a webhook secret that cannot be read.
+  // a secret or key file (webhooks, identity) that cannot be read.
   static StatusOr<std::unique_ptr<Gateway>> Create(const config::Config& config, GatewayOptions options);
   ~Gateway() override;
 

@@ -27,6 +27,7 @@ using Task = http::Task<T>;
 
 struct RouteEntry;
 class WebhookEndpoints;
+class IdentityCredentials;
 
 // Fields of the request's log line (SPEC §9) that hooks fill; unset ones are
 // logged as null.
@@ -49,6 +50,7 @@ struct RequestContext {
   const RouteEntry* route = nullptr;
   const config::Config* config = nullptr;  // the snapshot this request runs under
   const WebhookEndpoints* webhooks = nullptr;  // the snapshot's webhook endpoints, secrets read
+  const IdentityCredentials* identity = nullptr;  // the snapshot's JWT keys or API keys
   std::string_view request_id;             // X-Request-Id passed on or generated
   // The request body, once buffered (only when a hook asked for it).
   std::string_view body;

@@ -1,24 +1,309 @@
 #include "gateway/identity_stage.h"
 
+#include <openssl/evp.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "config/names.h"
+#include "core/decision.h"
+#include "core/fingerprint.h"
 #include "gateway/route_table.h"
 #include "http/problem.h"
 #include "identity/trusted_headers.h"
 
 namespace idemgate::gateway {
 
+namespace {
+
+// The headers that carry the verified caller upstream in the jwt and
+// api_key modes (the trusted_headers defaults, so one upstream reads the
+// same names whichever mode is in front of it).
+const config::TrustedHeaders kUpstreamIdentityHeaders{};
+
+constexpr std::size_t kMinHs256SecretBytes = 32;
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) != 1) return {};
+  return core::ToHex(std::string_view(reinterpret_cast<const char*>(digest), n));
+}
+
+// True for 1..256 visible ASCII characters: a tenant, project or subject.
+bool IsComponent(std::string_view s) {
+  if (s.empty() || s.size() > identity::kMaxComponentLength) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u < 0x7f;
+  });
+}
+
+bool IsHex64(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+         });
+}
+
+// "Bearer <credentials>" (the scheme case-insensitive); nullopt otherwise.
+std::optional<std::string_view> BearerCredentials(std::string_view value) {
+  constexpr std::string_view kScheme = "bearer";
+  if (value.size() <= kScheme.size() + 1) return std::nullopt;
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return std::nullopt;
+  }
+  if (value[kScheme.size()] != ' ') return std::nullopt;
+  std::string_view rest = value.substr(kScheme.size() + 1);
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t')) rest.remove_suffix(1);
+  if (rest.empty()) return std::nullopt;
+  return rest;
+}
+
+// The only value of header `name`; an error naming it when it is absent or repeated.
+StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::string_view name) {
+  std::optional<std::string_view> found;
+  for (const http::HeaderView& h : head.headers) {
+    if (!core::HeaderNameEquals(h.name, name)) continue;
+    if (found) return InvalidArgumentError("the " + std::string(name) + " header appears more than once");
+    found = h.value;
+  }
+  if (!found) return NotFoundError("the " + std::string(name) + " header is missing");
+  return *found;
+}
+
+// A claim's string value (a string, or an integer written in decimal).
+std::optional<std::string> ClaimString(const boost::json::object& claims, const std::string& name) {
+  const boost::json::value* v = claims.if_contains(name);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return std::string(v->get_string());
+  if (v->is_int64()) return std::to_string(v->get_int64());
+  if (v->is_uint64()) return std::to_string(v->get_uint64());
+  return std::nullopt;
+}
+
+bool IsSubjectType(std::string_view type) {
+  return std::find(std::begin(config::kSubjectTypes), std::end(config::kSubjectTypes), type) !=
+         std::end(config::kSubjectTypes);
+}
+
+// The caller named by a verified token's claims (SPEC §6): tenant, project
+// and a typed subject "<type>:<id>".
+StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const config::JwtIdentity& jwt) {
+  core::Caller caller;
+  const std::pair<const std::string*, std::string*> parts[] = {
+      {&jwt.claims.tenant, &caller.tenant}, {&jwt.claims.project, &caller.project}, {&jwt.claims.subject, &caller.subject}};
+  for (const auto& [claim, out] : parts) {
+    std::optional<std::string> value = ClaimString(claims, *claim);
+    if (!value || !IsComponent(*value)) {
+      return InvalidArgumentError("the token's " + *claim + " claim is missing or not 1..256 visible characters");
+    }
+    *out = std::move(*value);
+  }
+  std::string type = jwt.subject_type;
+  if (!jwt.claims.subject_type.empty()) {
+    std::optional<std::string> claimed = ClaimString(claims, jwt.claims.subject_type);
+    if (!claimed || !IsSubjectType(*claimed)) {
+      return InvalidArgumentError("the token's " + jwt.claims.subject_type +
+                                  " claim is not one of user, service, tenant_member, client");
+    }
+    type = std::move(*claimed);
+  } else {
+    // A subject already typed ("service:billing") keeps its own type.
+    const std::size_t colon = caller.subject.find(':');
+    if (colon != std::string::npos && IsSubjectType(std::string_view(caller.subject).substr(0, colon))) {
+      return caller;
+    }
+  }
+  caller.subject = type + ":" + caller.subject;
+  return caller;
+}
+
+std::int64_t SystemNowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+StatusOr<std::unordered_map<std::string, core::Caller>> ParseApiKeys(std::string_view text, const std::string& source) {
+  std::unordered_map<std::string, core::Caller> keys;
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(source + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap() || !root["keys"] || !root["keys"].IsSequence()) {
+    return InvalidArgumentError(source + ": expected a mapping with a list `keys`");
+  }
+  std::size_t i = 0;
+  for (const YAML::Node& entry : root["keys"]) {
+    const std::string where = source + ": keys[" + std::to_string(i++) + "]";
+    if (!entry.IsMap()) return InvalidArgumentError(where + ": expected a mapping");
+    for (const auto& kv : entry) {
+      const std::string name = kv.first.as<std::string>("");
+      if (name != "sha256" && name != "tenant" && name != "project" && name != "subject" && name != "name") {
+        return InvalidArgumentError(where + ": unknown key " + name);
+      }
+    }
+    auto field = [&entry](const char* name) -> std::string {
+      const YAML::Node n = entry[name];
+      return n && n.IsScalar() ? n.as<std::string>("") : std::string();
+    };
+    std::string sha = field("sha256");
+    if (!IsHex64(sha)) return InvalidArgumentError(where + ".sha256: expected 64 hex digits (the key's SHA-256)");
+    std::transform(sha.begin(), sha.end(), sha.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    core::Caller caller{field("tenant"), field("project"), field("subject")};
+    for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"tenant", &caller.tenant},
+                                      {"project", &caller.project},
+                                      {"subject", &caller.subject}}) {
+      if (!IsComponent(*value)) {
+        return InvalidArgumentError(where + "." + name + ": expected 1..256 visible ASCII characters");
+      }
+    }
+    if (!keys.emplace(sha, std::move(caller)).second) {
+      return InvalidArgumentError(where + ".sha256: the same key is listed twice");
+    }
+  }
+  return keys;
+}
+
+StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(const config::Identity& identity,
+                                                                              const EnvLookup& env) {
+  auto credentials = std::make_shared<IdentityCredentials>();
+  if (identity.mode == config::IdentityMode::kJwt) {
+    const config::JwtIdentity& j = identity.jwt;
+    std::vector<identity::JwtKey> keys;
+    for (std::size_t i = 0; i < j.public_keys.size(); ++i) {
+      const config::JwtPublicKey& k = j.public_keys[i];
+      const std::string where = "identity.jwt.public_keys[" + std::to_string(i) + "] (" + k.file + ")";
+      StatusOr<std::string> pem = ReadWholeFile(k.file);
+      if (!pem.ok()) return InvalidArgumentError(where + ": " + pem.status().message());
+      const auto alg = identity::JwtAlgorithmFromName(k.alg);
+      if (!alg) return InvalidArgumentError(where + ": unknown algorithm " + k.alg);
+      StatusOr<identity::JwtKey> key = identity::JwtVerifier::KeyFromPem(*pem, *alg, k.kid);
+      if (!key.ok()) return InvalidArgumentError(where + ": " + key.status().message());
+      keys.push_back(std::move(*key));
+    }
+    if (!j.jwks_file.empty()) {
+      const std::string where = "identity.jwt.jwks_file (" + j.jwks_file + ")";
+      StatusOr<std::string> text = ReadWholeFile(j.jwks_file);
+      if (!text.ok()) return InvalidArgumentError(where + ": " + text.status().message());
+      StatusOr<std::vector<identity::JwtKey>> jwks = identity::JwtVerifier::KeysFromJwks(*text);
+      if (!jwks.ok()) return InvalidArgumentError(where + ": " + jwks.status().message());
+      for (identity::JwtKey& key : *jwks) keys.push_back(std::move(key));
+    }
+    if (!j.secret_env.empty() || !j.secret_file.empty()) {
+      StatusOr<std::string> secret = ReadSecret(j.secret_env, j.secret_file, env);
+      if (!secret.ok()) return InvalidArgumentError("identity.jwt: " + secret.status().message());
+      // RFC 7518 §3.2: an HS256 key is at least as long as the hash.
+      if (secret->size() < kMinHs256SecretBytes) {
+        return InvalidArgumentError("identity.jwt: the HS256 secret is shorter than " +
+                                    std::to_string(kMinHs256SecretBytes) + " bytes");
+      }
+      keys.push_back(identity::JwtVerifier::KeyFromSecret(std::move(*secret)));
+    }
+    identity::JwtRules rules;
+    for (const std::string& name : j.algorithms) {
+      if (const auto alg = identity::JwtAlgorithmFromName(name)) rules.algorithms.push_back(*alg);
+    }
+    rules.issuer = j.issuer;
+    rules.audience = j.audience;
+    rules.leeway_seconds = std::chrono::duration_cast<std::chrono::seconds>(j.leeway).count();
+    rules.require_exp = j.require_exp;
+    credentials->jwt_.emplace(std::move(keys), std::move(rules));
+  } else if (identity.mode == config::IdentityMode::kApiKey) {
+    const std::string& file = identity.api_key.keys_file;
+    StatusOr<std::string> text = ReadWholeFile(file);
+    if (!text.ok()) return InvalidArgumentError("identity.api_key.keys_file: " + text.status().message());
+    auto keys = ParseApiKeys(*text, file);
+    if (!keys.ok()) return keys.status();
+    credentials->api_keys_ = std::move(*keys);
+  }
+  return std::shared_ptr<const IdentityCredentials>(std::move(credentials));
+}
+
+const core::Caller* IdentityCredentials::FindApiKey(std::string_view key) const {
+  auto it = api_keys_.find(Sha256Hex(key));
+  return it == api_keys_.end() ? nullptr : &it->second;
+}
+
+IdentityStage::IdentityStage(IdentityStageOptions options) : options_(std::move(options)) {
+  if (!options_.now_unix_seconds) options_.now_unix_seconds = SystemNowSeconds;
+}
+
 std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   const config::Identity& identity = ctx.config->identity;
-  if (identity.mode != config::IdentityMode::kTrustedHeaders) return std::nullopt;
+  if (identity.mode == config::IdentityMode::kNone) return std::nullopt;
   // A webhook's sender is identified by its endpoint and signature (webhook_stage.h).
   if (ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook) return std::nullopt;
-  StatusOr<core::Caller> caller = identity::CallerFromTrustedHeaders(ctx.head->headers, identity.trusted_headers);
-  if (!caller.ok()) {
+
+  auto refuse = [&ctx](const std::string& why) {
     ctx.log.outcome = "unauthenticated";
-    return http::MakeProblem(http::ProblemCode::kUnauthenticated, caller.status().message());
+    return http::MakeProblem(http::ProblemCode::kUnauthenticated, why);
+  };
+  StatusOr<core::Caller> caller = InvalidArgumentError("no identity");
+  std::vector<std::string_view> credential_headers;  // api_key: where the key came, kept from the upstream
+  switch (identity.mode) {
+    case config::IdentityMode::kNone: return std::nullopt;
+    case config::IdentityMode::kTrustedHeaders:
+      caller = identity::CallerFromTrustedHeaders(ctx.head->headers, identity.trusted_headers);
+      break;
+    case config::IdentityMode::kJwt: {
+      const identity::JwtVerifier* verifier = ctx.identity != nullptr ? ctx.identity->jwt() : nullptr;
+      if (verifier == nullptr) return refuse("no token verifier is configured");
+      StatusOr<std::string_view> authorization = SingleHeader(*ctx.head, "authorization");
+      if (!authorization.ok()) return refuse(authorization.status().message() + " (a Bearer token is needed)");
+      const std::optional<std::string_view> token = BearerCredentials(*authorization);
+      if (!token) return refuse("the Authorization header does not hold a Bearer token");
+      StatusOr<boost::json::object> claims = verifier->Verify(*token, options_.now_unix_seconds());
+      if (!claims.ok()) return refuse("the bearer token is not valid: " + claims.status().message());
+      caller = CallerFromClaims(*claims, identity.jwt);
+      break;
+    }
+    case config::IdentityMode::kApiKey: {
+      if (ctx.identity == nullptr) return refuse("no API keys are configured");
+      StatusOr<std::string_view> in_header = SingleHeader(*ctx.head, identity.api_key.header);
+      StatusOr<std::string_view> authorization = SingleHeader(*ctx.head, "authorization");
+      std::optional<std::string_view> key;
+      if (in_header.ok()) {
+        key = *in_header;
+        credential_headers.push_back(identity.api_key.header);
+      } else if (in_header.status().code() != StatusCode::kNotFound) {
+        return refuse(in_header.status().message());
+      }
+      if (authorization.ok()) {
+        const std::optional<std::string_view> bearer = BearerCredentials(*authorization);
+        if (bearer && key && *bearer != *key) return refuse("two different API keys were sent");
+        if (bearer) {
+          key = bearer;
+          credential_headers.push_back("Authorization");
+        }
+      }
+      if (!key || key->empty()) {
+        return refuse("an API key is needed (" + identity.api_key.header + " or Authorization: Bearer)");
+      }
+      const core::Caller* found = ctx.identity->FindApiKey(*key);
+      if (found == nullptr) return refuse("unknown API key");
+      caller = *found;
+      break;
+    }
   }
+  if (!caller.ok()) return refuse(caller.status().message());
   ctx.tenant = std::move(caller->tenant);
   ctx.project = std::move(caller->project);
   ctx.subject = std::move(caller->subject);
+
+  if (identity.mode == config::IdentityMode::kJwt || identity.mode == config::IdentityMode::kApiKey) {
+    const config::TrustedHeaders& names = kUpstreamIdentityHeaders;
+    for (const std::string* name : {&names.tenant, &names.project, &names.subject}) ctx.remove_headers.push_back(*name);
+    ctx.set_headers.push_back({names.tenant, ctx.tenant});
+    ctx.set_headers.push_back({names.project, ctx.project});
+    ctx.set_headers.push_back({names.subject, ctx.subject});
+    for (std::string_view name : credential_headers) ctx.remove_headers.push_back(std::string(name));
+  }
   return std::nullopt;
 }
 

@@ -1,17 +1,74 @@
 #pragma once
 
-#include "gateway/hooks.h"
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
 
-// SPEC §2 step 3 for the identity modes this build has: `none` (every caller
-// is (_, _, _)) and `trusted_headers` (identity/trusted_headers.h; a request
-// without a usable identity gets 401 unauthenticated). Reads the mode from
-// the request's config snapshot, so a reload applies to the next request.
-// Stateless; safe to share between workers.
+#include "common/secrets.h"
+#include "common/status.h"
+#include "core/scope.h"
+#include "gateway/hooks.h"
+#include "identity/jwt.h"
+
+// SPEC §2 step 3 for every identity mode (SPEC §6):
+//  - `none`: every caller is (_, _, _);
+//  - `trusted_headers` (identity/trusted_headers.h): three headers set by an
+//    authenticating layer in front;
+//  - `jwt`: `Authorization: Bearer <token>` verified (identity/jwt.h), the
+//    caller read from the token's claims;
+//  - `api_key`: the key in the configured header (or `Authorization: Bearer`)
+//    looked up by its SHA-256 in a keys file.
+// A request without a usable identity gets 401 unauthenticated. With jwt and
+// api_key, the identity headers a client sent are removed and the verified
+// caller is set on the upstream request (X-Tenant-Id, X-Project-Id,
+// X-Subject); api_key also keeps the key itself from the upstream. Webhook
+// routes are identified by their endpoint instead (webhook_stage.h).
 namespace idemgate::gateway {
 
+// What jwt and api_key verify with, read from the files and variables the
+// config names. Immutable; one per config snapshot.
+class IdentityCredentials {
+ public:
+  // Reads the JWT keys (PEM files, a JWKS file, the HS256 secret) or the API
+  // keys file for `identity`'s mode; nothing for the other modes. Fails,
+  // naming the key and the file, on anything unreadable or malformed.
+  static StatusOr<std::shared_ptr<const IdentityCredentials>> Load(const config::Identity& identity,
+                                                                  const EnvLookup& env);
+
+  const identity::JwtVerifier* jwt() const { return jwt_ ? &*jwt_ : nullptr; }
+  // The caller of an API key (as presented), or null.
+  const core::Caller* FindApiKey(std::string_view key) const;
+  std::size_t api_key_count() const { return api_keys_.size(); }
+
+ private:
+  std::optional<identity::JwtVerifier> jwt_;
+  std::unordered_map<std::string, core::Caller> api_keys_;  // by lower-case hex SHA-256 of the key
+};
+
+// Parses an API keys file (YAML):
+//   keys:
+//     - { sha256: <64 hex digits of the key's SHA-256>, tenant: acme, project: shop, subject: "service:billing" }
+// `source` names the file in messages.
+StatusOr<std::unordered_map<std::string, core::Caller>> ParseApiKeys(std::string_view yaml, const std::string& source);
+
+struct IdentityStageOptions {
+  // The current time in Unix seconds (JWT exp and nbf); tests replace it.
+  std::function<std::int64_t()> now_unix_seconds;
+};
+
+// Reads the mode from the request's config snapshot and the credentials
+// from ctx.identity, so a reload applies to the next request. Stateless;
+// safe to share between workers.
 class IdentityStage final : public IdentityHook {
  public:
+  explicit IdentityStage(IdentityStageOptions options = {});
   std::optional<http::Response> Identify(RequestContext& ctx) override;
+
+ private:
+  IdentityStageOptions options_;
 };
 
 }  // namespace idemgate::gateway

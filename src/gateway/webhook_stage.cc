@@ -1,9 +1,6 @@
 #include "gateway/webhook_stage.h"
 
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "admin/gateway_metrics.h"
 #include "core/key.h"
@@ -11,12 +8,6 @@
 #include "http/problem.h"
 
 namespace idemgate::gateway {
-
-std::optional<std::string> DefaultEnvLookup(const std::string& name) {
-  const char* value = std::getenv(name.c_str());
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
 
 namespace {
 
@@ -32,19 +23,6 @@ webhook::GenericSpec ToSpec(const config::GenericWebhook& g) {
   spec.id_pointer = g.id_pointer;
   spec.id_form_fields = g.id_form_fields;
   return spec;
-}
-
-// A secret file's contents without one trailing line break (as editors and
-// `echo` leave one).
-StatusOr<std::string> ReadSecretFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError("cannot read " + path);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  std::string secret = contents.str();
-  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
-  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
-  return secret;
 }
 
 // The first item of a comma-separated forwarding header, trimmed.
@@ -89,19 +67,12 @@ StatusOr<std::shared_ptr<const WebhookEndpoints>> WebhookEndpoints::Resolve(cons
     const std::optional<webhook::Provider> provider = webhook::ProviderFromName(w.provider);
     if (!provider) return InvalidArgumentError(where + ": unknown provider " + w.provider);
     e.provider = *provider;
-    if (!w.secret_env.empty()) {
-      std::optional<std::string> value = env(w.secret_env);
-      if (!value || value->empty()) {
-        return InvalidArgumentError(where + ": the environment variable " + w.secret_env +
-                                    " named by secret_env is not set or empty");
-      }
-      e.secret = std::move(*value);
-    } else {
-      StatusOr<std::string> secret = ReadSecretFile(w.secret_file);
-      if (!secret.ok()) return InvalidArgumentError(where + ": secret_file: " + secret.status().message());
-      if (secret->empty()) return InvalidArgumentError(where + ": secret_file " + w.secret_file + " is empty");
-      e.secret = std::move(*secret);
+    StatusOr<std::string> secret = ReadSecret(w.secret_env, w.secret_file, env);
+    if (!secret.ok()) {
+      return InvalidArgumentError(where + ": " + (w.secret_env.empty() ? "secret_file: " : "secret_env: ") +
+                                  secret.status().message());
     }
+    e.secret = std::move(*secret);
     e.public_url = w.public_url;
     if (w.generic) e.generic = ToSpec(*w.generic);
     endpoints->by_id_.emplace(e.id, std::move(e));

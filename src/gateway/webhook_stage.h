@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/secrets.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "gateway/hooks.h"
@@ -23,10 +24,6 @@ class GatewayMetrics;
 // `service:webhook-ingest`) and the secret; the provider's signature is
 // checked and its event id becomes the idempotency key.
 namespace idemgate::gateway {
-
-// Reads an environment variable; nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-std::optional<std::string> DefaultEnvLookup(const std::string& name);
 
 // The subject of every webhook request (SPEC §7).
 inline constexpr std::string_view kWebhookSubject = "service:webhook-ingest";

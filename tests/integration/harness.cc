@@ -153,6 +153,15 @@ void FakeUpstreamSuite::SetUp() {
   ASSERT_TRUE(ResetFake(fake_endpoint_).ok());
 }
 
+void ExpectUpstreamIdentity(const HttpResponse& res, const std::string& tenant, const std::string& project,
+                            const std::string& subject) {
+  auto echo = ParseObject(res.body);
+  const std::vector<HeaderField> seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "X-Tenant-Id"), (std::vector<std::string>{tenant}));
+  EXPECT_EQ(Values(seen, "X-Project-Id"), (std::vector<std::string>{project}));
+  EXPECT_EQ(Values(seen, "X-Subject"), (std::vector<std::string>{subject}));
+}
+
 void GatewaySuite::TearDown() {
   if (!gateway_) return;
   if (HasFailure()) gateway_->DumpLogs();

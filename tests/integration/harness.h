@@ -29,6 +29,11 @@ std::vector<std::string> Values(const std::vector<HeaderField>& headers, std::st
 // The [name, value] pairs fake_upstream's /echo reports, in order.
 std::vector<HeaderField> EchoedHeaders(boost::json::object& echo);
 
+// Asserts that fake_upstream's /echo answer `res` saw the caller as exactly
+// one X-Tenant-Id, X-Project-Id and X-Subject with these values.
+void ExpectUpstreamIdentity(const HttpResponse& res, const std::string& tenant, const std::string& project,
+                            const std::string& subject);
+
 // fake_upstream on 127.0.0.1:0 with `threads` I/O threads.
 StatusOr<Server> StartFakeUpstream(const TempDir& dir, int threads = 2, std::string_view name = "fake");
 
