@@ -30,6 +30,7 @@ find_binary() {
 
 IDEMGATE="${IDEMGATE_BIN:-$(find_binary idemgate "$BUILD_DIR/src/cli/idemgate")}"
 DEMO="${DEMO_BACKEND_BIN:-$(find_binary demo_backend "$BUILD_DIR/examples/demo_backend")}"
+IDEMCTL="${IDEMCTL_BIN:-$(find_binary idemctl "$BUILD_DIR/src/cli/idemctl")}"
 if [ -z "$IDEMGATE" ] || [ ! -x "$IDEMGATE" ]; then
   die "no idemgate binary under $BUILD_DIR; run 'make build' first"
 fi
@@ -131,6 +132,10 @@ Try, from another terminal:
 
   # 6. What the gateway counted: hits, misses, conflicts per route
   curl -s http://127.0.0.1:$ADMIN_PORT/admin/stats
+
+  # 7. The client: retries under one key, parks what still fails (docs/client.md)
+  $IDEMCTL send -i -k "$KEY-cli" -H 'Content-Type: application/json' -d '{"amount": 5, "currency": "EUR"}' $URL
+  $IDEMCTL dlq list
 
 Press Ctrl-C to stop both.
 

@@ -1,0 +1,546 @@
+// idemctl: the client and operator command line (SPEC §10). Sends requests
+// with retries under one Idempotency-Key, parks what still fails in a
+// dead-letter queue and replays it under the original key, and reads or
+// purges stored keys and statistics through the gateway's admin API.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "common/secrets.h"
+#include "common/units.h"
+
+namespace idemgate::cli {
+namespace {
+
+namespace json = boost::json;
+using client::Millis;
+
+constexpr std::string_view kVersion = IDEMGATE_VERSION_STRING;
+
+constexpr std::string_view kUsage =
+    "idemctl: send requests that are safe to retry, and operate an idemgate.\n"
+    "\n"
+    "Usage:\n"
+    "  idemctl send [options] URL          send with retries under one Idempotency-Key\n"
+    "  idemctl dlq list [--status S]       parked requests (pending|replaying|replayed|discarded)\n"
+    "  idemctl dlq show ID                 one parked request, whole\n"
+    "  idemctl dlq replay ID               send it again under its original key\n"
+    "  idemctl dlq discard ID              give up on a pending request\n"
+    "  idemctl dlq release ID              make a replay cut short (replaying) pending again\n"
+    "  idemctl keys get STORED_KEY         a stored key's record (admin API)\n"
+    "  idemctl keys purge STORED_KEY       delete a stored key (admin API, needs the token)\n"
+    "  idemctl stats                       per-route statistics (admin API)\n"
+    "  idemctl key new [--v7]              print a new key (UUIDv4, or v7)\n"
+    "  idemctl key derive DOMAIN SUBJECT ENTITY OPERATION VERSION\n"
+    "                                      print the stable key of one logical action\n"
+    "  idemctl --version | --help\n"
+    "\n"
+    "send options:\n"
+    "  -X, --request METHOD   method (default POST with a body, else GET)\n"
+    "  -H, --header 'N: V'    a request header (repeatable)\n"
+    "  -d, --data TEXT        the body; -d @FILE reads it from FILE\n"
+    "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4)\n"
+    "      --key-v7           make the key a UUIDv7\n"
+    "      --derive D:S:E:O:V the key of a logical action (domain:subject:entity:operation:version)\n"
+    "      --key-header NAME  the key's header (default Idempotency-Key)\n"
+    "  -i, --include          print the status line and headers before the body\n"
+    "  -v, --verbose          print each attempt on stderr\n"
+    "\n"
+    "retry options (send and dlq replay):\n"
+    "      --attempts N       attempts in all (default 3)\n"
+    "      --base-delay D     first backoff cap (default 250ms)\n"
+    "      --max-delay D      longest wait, Retry-After included (default 5s)\n"
+    "      --timeout D        per attempt (default 10s)\n"
+    "\n"
+    "common options:\n"
+    "      --dlq FILE         the dead-letter queue (default $IDEMCTL_DLQ, else\n"
+    "                         $XDG_DATA_HOME/idemctl/dlq.sqlite or ~/.local/share/idemctl/dlq.sqlite)\n"
+    "      --no-dlq           send: do not park failures\n"
+    "      --admin URL        the gateway's admin API (default $IDEMCTL_ADMIN, else\n"
+    "                         http://127.0.0.1:9090)\n"
+    "      --token-env NAME   environment variable with the admin token (default\n"
+    "                         IDEMGATE_ADMIN_TOKEN)\n"
+    "      --json             dlq list / show: JSON output\n"
+    "\n"
+    "Retried: network errors, timeouts, 408, 409 request-in-flight, 425, 429, 500, 502,\n"
+    "503, 504 (full jitter backoff, Retry-After honoured). Never retried: other 4xx\n"
+    "(422 key-reused included). A request that still fails is parked in the DLQ.\n"
+    "\n"
+    "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
+    "operation failed, 2 usage error.\n";
+
+void Print(FILE* f, std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fflush(f);
+}
+
+int Usage(std::string_view error) {
+  Print(stderr, "idemctl: " + std::string(error) + "\nRun 'idemctl --help' for usage.\n");
+  return 2;
+}
+
+int Fail(std::string_view error) {
+  Print(stderr, "idemctl: " + std::string(error) + "\n");
+  return 1;
+}
+
+std::string EnvOr(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : std::move(fallback);
+}
+
+// The DLQ file: --dlq, else $IDEMCTL_DLQ, else under the XDG data directory
+// (created when missing).
+std::string DlqPath(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return v;
+  std::string data = EnvOr("XDG_DATA_HOME", "");
+  if (data.empty()) {
+    const std::string home = EnvOr("HOME", "");
+    if (home.empty()) return "idemctl-dlq.sqlite";
+    ::mkdir((home + "/.local").c_str(), 0700);
+    data = home + "/.local/share";
+  }
+  ::mkdir(data.c_str(), 0700);
+  const std::string dir = data + "/idemctl";
+  ::mkdir(dir.c_str(), 0700);
+  return dir + "/dlq.sqlite";
+}
+
+// Options shared by the subcommands.
+struct Options {
+  std::string method;
+  std::vector<client::Header> headers;
+  std::optional<std::string> body;
+  std::string key;
+  bool key_v7 = false;
+  std::string derive;
+  std::string key_header = "Idempotency-Key";
+  bool include = false;
+  bool verbose = false;
+  client::RetryPolicy policy;
+  std::string dlq;
+  bool no_dlq = false;
+  std::string admin;
+  std::string token_env = "IDEMGATE_ADMIN_TOKEN";
+  std::string status_filter;
+  bool json = false;
+  std::vector<std::string> positional;
+};
+
+StatusOr<Millis> DurationArg(std::string_view text) {
+  StatusOr<Duration> d = ParseDuration(text);
+  if (!d.ok()) return d.status();
+  return std::chrono::duration_cast<Millis>(*d);
+}
+
+// Parses options and positional arguments after the subcommand words.
+std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::string* error) {
+  Options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= args.size()) {
+        *error = a + " needs a value";
+        return false;
+      }
+      *out = args[++i];
+      return true;
+    };
+    auto duration = [&](Millis* out) {
+      std::string text;
+      if (!value(&text)) return false;
+      StatusOr<Millis> d = DurationArg(text);
+      if (!d.ok() || d->count() < 0) {
+        *error = a + ": invalid duration " + text + " (e.g. 250ms, 5s)";
+        return false;
+      }
+      *out = *d;
+      return true;
+    };
+    std::string v;
+    if (a == "-X" || a == "--request") {
+      if (!value(&o.method)) return std::nullopt;
+    } else if (a == "-H" || a == "--header") {
+      if (!value(&v)) return std::nullopt;
+      const std::size_t colon = v.find(':');
+      if (colon == std::string::npos || colon == 0) {
+        *error = "header " + v + " is not 'Name: value'";
+        return std::nullopt;
+      }
+      std::string name = v.substr(0, colon);
+      std::string val = v.substr(colon + 1);
+      while (!val.empty() && (val.front() == ' ' || val.front() == '\t')) val.erase(0, 1);
+      o.headers.emplace_back(std::move(name), std::move(val));
+    } else if (a == "-d" || a == "--data") {
+      if (!value(&v)) return std::nullopt;
+      if (!v.empty() && v.front() == '@') {
+        StatusOr<std::string> text = ReadWholeFile(v.substr(1));
+        if (!text.ok()) {
+          *error = text.status().message();
+          return std::nullopt;
+        }
+        o.body = std::move(*text);
+      } else {
+        o.body = std::move(v);
+      }
+    } else if (a == "-k" || a == "--key") {
+      if (!value(&o.key)) return std::nullopt;
+    } else if (a == "--key-v7") {
+      o.key_v7 = true;
+    } else if (a == "--derive") {
+      if (!value(&o.derive)) return std::nullopt;
+    } else if (a == "--key-header") {
+      if (!value(&o.key_header)) return std::nullopt;
+    } else if (a == "-i" || a == "--include") {
+      o.include = true;
+    } else if (a == "-v" || a == "--verbose") {
+      o.verbose = true;
+    } else if (a == "--attempts") {
+      if (!value(&v)) return std::nullopt;
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 100) {
+        *error = "--attempts must be 1..100";
+        return std::nullopt;
+      }
+      o.policy.max_attempts = static_cast<int>(n);
+    } else if (a == "--base-delay") {
+      if (!duration(&o.policy.base_delay)) return std::nullopt;
+    } else if (a == "--max-delay") {
+      if (!duration(&o.policy.max_delay)) return std::nullopt;
+    } else if (a == "--timeout") {
+      if (!duration(&o.policy.timeout)) return std::nullopt;
+      if (o.policy.timeout.count() == 0) {
+        *error = "--timeout must be greater than 0";
+        return std::nullopt;
+      }
+    } else if (a == "--dlq") {
+      if (!value(&o.dlq)) return std::nullopt;
+    } else if (a == "--no-dlq") {
+      o.no_dlq = true;
+    } else if (a == "--admin") {
+      if (!value(&o.admin)) return std::nullopt;
+    } else if (a == "--token-env") {
+      if (!value(&o.token_env)) return std::nullopt;
+    } else if (a == "--status") {
+      if (!value(&o.status_filter)) return std::nullopt;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a.size() > 1 && a.front() == '-') {
+      *error = "unknown option " + a;
+      return std::nullopt;
+    } else {
+      o.positional.push_back(a);
+    }
+  }
+  if (o.admin.empty()) o.admin = EnvOr("IDEMCTL_ADMIN", "http://127.0.0.1:9090");
+  while (!o.admin.empty() && o.admin.back() == '/') o.admin.pop_back();
+  return o;
+}
+
+std::string ReasonPhrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 409: return "Conflict";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "";
+  }
+}
+
+void PrintResponse(const client::Response& r, bool include) {
+  if (include) {
+    std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + ReasonPhrase(r.status) + "\r\n";
+    for (const auto& [name, value] : r.headers) head += name + ": " + value + "\r\n";
+    head += "\r\n";
+    Print(stdout, head);
+  }
+  Print(stdout, r.body);
+  if (!r.body.empty() && r.body.back() != '\n' && isatty(fileno(stdout))) Print(stdout, "\n");
+}
+
+StatusOr<std::unique_ptr<client::DeadLetterQueue>> OpenDlq(const std::string& path) {
+  return client::DeadLetterQueue::Open(path);
+}
+
+std::string FormatTime(std::int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json::object EntryJson(const client::DeadLetter& e, bool whole) {
+  json::object o;
+  o["id"] = e.id;
+  o["status"] = std::string(client::EntryStatusName(e.status));
+  o["method"] = e.request.method;
+  o["url"] = e.request.url;
+  o["key"] = e.request.key;
+  o["attempts"] = e.attempts;
+  o["last_status"] = e.last_status;
+  o["error"] = e.error;
+  o["last_attempt"] = FormatTime(e.last_attempt_unix_ms);
+  o["created"] = FormatTime(e.created_unix_ms);
+  if (whole) {
+    o["key_header"] = e.request.key_header;
+    json::array headers;
+    for (const auto& [name, value] : e.request.headers) headers.push_back(json::array{json::string(name), json::string(value)});
+    o["headers"] = std::move(headers);
+    o["body"] = e.request.body;
+  }
+  return o;
+}
+
+// Runs `client` and reports the outcome; the exit status.
+int Report(const client::Outcome& outcome, const Options& o) {
+  if (outcome.response) PrintResponse(*outcome.response, o.include);
+  std::string summary = "idemctl: key " + outcome.key + ", " + std::to_string(outcome.attempts) +
+                        (outcome.attempts == 1 ? " attempt" : " attempts");
+  if (outcome.ok) {
+    if (o.verbose) Print(stderr, summary + ", done\n");
+    return 0;
+  }
+  summary += ", failed: " + outcome.error;
+  if (outcome.dead_letter_id) summary += "; parked as DLQ entry " + std::to_string(*outcome.dead_letter_id);
+  Print(stderr, summary + "\n");
+  return 1;
+}
+
+int Send(const Options& o) {
+  if (o.positional.size() != 1) return Usage("send needs exactly one URL");
+  const int key_sources = (o.key.empty() ? 0 : 1) + (o.key_v7 ? 1 : 0) + (o.derive.empty() ? 0 : 1);
+  if (key_sources > 1) return Usage("use only one of --key, --key-v7 and --derive");
+  client::Request req;
+  req.url = o.positional[0];
+  req.method = !o.method.empty() ? o.method : (o.body ? "POST" : "GET");
+  req.headers = o.headers;
+  req.body = o.body.value_or("");
+  req.key_header = o.key_header;
+  if (!o.key.empty()) {
+    req.key = o.key;
+  } else if (o.key_v7) {
+    req.key = client::NewKeyV7();
+  } else if (!o.derive.empty()) {
+    std::vector<std::string> parts;
+    std::stringstream ss(o.derive);
+    std::string part;
+    while (std::getline(ss, part, ':')) parts.push_back(part);
+    if (parts.size() != 5) return Usage("--derive needs domain:subject:entity:operation:version");
+    req.key = client::DerivedKey(parts[0], parts[1], parts[2], parts[3], parts[4]);
+  }
+  std::unique_ptr<client::DeadLetterQueue> dlq;
+  if (!o.no_dlq) {
+    const std::string path = DlqPath(o.dlq);
+    auto opened = OpenDlq(path);
+    if (!opened.ok()) return Fail("dead-letter queue " + path + ": " + opened.status().message());
+    dlq = std::move(*opened);
+  }
+  client::ClientOptions options;
+  options.policy = o.policy;
+  options.dlq = dlq.get();
+  if (o.verbose) {
+    options.sleep = [](Millis wait) {
+      Print(stderr, "idemctl: retrying in " + std::to_string(wait.count()) + " ms\n");
+      std::this_thread::sleep_for(wait);
+    };
+  }
+  client::Client c(options);
+  return Report(c.Send(std::move(req)), o);
+}
+
+int Dlq(const std::string& verb, const Options& o) {
+  if (o.no_dlq) return Usage("--no-dlq makes no sense with dlq commands");
+  const std::string path = DlqPath(o.dlq);
+  auto opened = OpenDlq(path);
+  if (!opened.ok()) return Fail("dead-letter queue " + path + ": " + opened.status().message());
+  client::DeadLetterQueue& dlq = **opened;
+  auto id_arg = [&o]() -> std::optional<std::int64_t> {
+    if (o.positional.size() != 1) return std::nullopt;
+    char* end = nullptr;
+    const long long id = std::strtoll(o.positional[0].c_str(), &end, 10);
+    if (end == o.positional[0].c_str() || *end != '\0' || id <= 0) return std::nullopt;
+    return id;
+  };
+  if (verb == "list") {
+    if (!o.positional.empty()) return Usage("dlq list takes no arguments");
+    std::optional<client::EntryStatus> filter;
+    if (!o.status_filter.empty()) {
+      filter = client::EntryStatusFromName(o.status_filter);
+      if (!filter) return Usage("--status must be pending, replaying, replayed or discarded");
+    }
+    auto entries = dlq.List(filter);
+    if (!entries.ok()) return Fail(entries.status().message());
+    if (o.json) {
+      json::array out;
+      for (const auto& e : *entries) out.push_back(EntryJson(e, false));
+      Print(stdout, json::serialize(out) + "\n");
+      return 0;
+    }
+    std::string text = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\n";
+    for (const auto& e : *entries) {
+      text += std::to_string(e.id) + "\t" + std::string(client::EntryStatusName(e.status)) + "\t" +
+              std::to_string(e.attempts) + "\t" + FormatTime(e.last_attempt_unix_ms) + "\t" + e.request.method +
+              "\t" + e.request.url + "\t" + e.request.key + "\t" + e.error + "\n";
+    }
+    Print(stdout, text);
+    return 0;
+  }
+  const std::optional<std::int64_t> id = id_arg();
+  if (!id) return Usage("dlq " + verb + " needs one entry id");
+  if (verb == "show") {
+    auto e = dlq.Get(*id);
+    if (!e.ok()) return Fail(e.status().message());
+    Print(stdout, json::serialize(EntryJson(*e, true)) + "\n");
+    return 0;
+  }
+  if (verb == "discard") {
+    Status s = dlq.Discard(*id);
+    if (!s.ok()) return Fail(s.message());
+    Print(stderr, "idemctl: entry " + std::to_string(*id) + " discarded\n");
+    return 0;
+  }
+  if (verb == "release") {
+    Status s = dlq.Release(*id);
+    if (!s.ok()) return Fail(s.message());
+    Print(stderr, "idemctl: entry " + std::to_string(*id) + " is pending again\n");
+    return 0;
+  }
+  if (verb == "replay") {
+    client::ClientOptions options;
+    options.policy = o.policy;
+    options.dlq = &dlq;
+    client::Client c(options);
+    auto outcome = c.Replay(*id);
+    if (!outcome.ok()) return Fail(outcome.status().message());
+    const int code = Report(*outcome, o);
+    if (code == 0) Print(stderr, "idemctl: entry " + std::to_string(*id) + " replayed\n");
+    return code;
+  }
+  return Usage("unknown dlq command " + verb + " (list, show, replay, discard, release)");
+}
+
+// Percent-encodes a stored key for the admin path (it holds ':' and may hold '%').
+std::string EncodePathSegment(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 'A' && u <= 'Z') || (u >= 'a' && u <= 'z') || (u >= '0' && u <= '9') || c == '-' || c == '.' ||
+        c == '_' || c == '~' || c == ':') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    }
+  }
+  return out;
+}
+
+int Admin(const std::string& what, const std::string& verb, const Options& o) {
+  client::Request req;  // no key: the admin API is not idempotency-keyed
+  if (const char* token = std::getenv(o.token_env.c_str()); token != nullptr && *token != '\0') {
+    req.headers.emplace_back("Authorization", std::string("Bearer ") + token);
+  }
+  if (what == "stats") {
+    if (!o.positional.empty()) return Usage("stats takes no arguments");
+    req.method = "GET";
+    req.url = o.admin + "/admin/stats";
+  } else {
+    if (o.positional.size() != 1) return Usage("keys " + verb + " needs one stored key");
+    if (verb != "get" && verb != "purge") return Usage("unknown keys command " + verb + " (get, purge)");
+    req.method = verb == "get" ? "GET" : "DELETE";
+    req.url = o.admin + "/admin/keys/" + EncodePathSegment(o.positional[0]);
+  }
+  auto res = client::SendOnce(req, o.policy.timeout);
+  if (!res.ok()) return Fail("admin API " + o.admin + ": " + res.status().message());
+  PrintResponse(*res, o.include);
+  if (res->status >= 200 && res->status < 300) return 0;
+  Print(stderr, "idemctl: admin API answered " + std::to_string(res->status) + "\n");
+  return 1;
+}
+
+int Key(const Options& o) {
+  if (o.positional.empty()) return Usage("key needs new or derive");
+  if (o.positional[0] == "new") {
+    if (o.positional.size() != 1) return Usage("key new takes no arguments");
+    Print(stdout, (o.key_v7 ? client::NewKeyV7() : client::NewKeyV4()) + "\n");
+    return 0;
+  }
+  if (o.positional[0] == "derive") {
+    if (o.positional.size() != 6) return Usage("key derive needs DOMAIN SUBJECT ENTITY OPERATION VERSION");
+    const auto& p = o.positional;
+    Print(stdout, client::DerivedKey(p[1], p[2], p[3], p[4], p[5]) + "\n");
+    return 0;
+  }
+  return Usage("unknown key command " + o.positional[0] + " (new, derive)");
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return Usage("no command");
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    Print(stdout, kUsage);
+    return 0;
+  }
+  if (args[0] == "--version") {
+    Print(stdout, "idemctl " + std::string(kVersion) + "\n");
+    return 0;
+  }
+  const std::string command = args[0];
+  std::string verb;
+  std::size_t skip = 1;
+  if ((command == "dlq" || command == "keys") && args.size() > 1) {
+    verb = args[1];
+    skip = 2;
+  }
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      Print(stdout, kUsage);
+      return 0;
+    }
+  }
+  std::string error;
+  std::optional<Options> o = ParseOptions(std::vector<std::string>(args.begin() + static_cast<long>(skip), args.end()), &error);
+  if (!o) return Usage(error);
+  if (command == "send") return Send(*o);
+  if (command == "dlq") return verb.empty() ? Usage("dlq needs list, show, replay or discard") : Dlq(verb, *o);
+  if (command == "keys") return verb.empty() ? Usage("keys needs get or purge") : Admin("keys", verb, *o);
+  if (command == "stats") return Admin("stats", "", *o);
+  if (command == "key") return Key(*o);
+  return Usage("unknown command " + command);
+}
+
+}  // namespace
+}  // namespace idemgate::cli
+
+int main(int argc, char** argv) { return idemgate::cli::Main(argc, argv); }

@@ -1,0 +1,151 @@
+#include "client/client.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <boost/beast/http/status.hpp>
+#include <exception>
+#include <random>
+#include <thread>
+
+// Client: the retry loop under one key, parking in and replaying from the DLQ.
+namespace idemgate::client {
+
+namespace {
+
+// 64 random bits for the jitter: OpenSSL, else the system's random device,
+// else a clock reading (jitter needs spread, not secrecy).
+std::uint64_t RandomU64() {
+  std::uint64_t value = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&value), sizeof value) == 1) return value;
+  try {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  } catch (...) {
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+}
+
+// "503 Service Unavailable", plus " (code)" when the body is a problem with a code.
+std::string StatusText(int status, std::string_view problem_code) {
+  std::string text = std::to_string(status);
+  if (status >= 0 && status <= 999) {
+    const auto reason = boost::beast::http::obsolete_reason(
+        boost::beast::http::int_to_status(static_cast<unsigned>(status)));
+    if (!reason.empty() && reason != "<unknown-status>") text += " " + std::string(reason);
+  }
+  if (!problem_code.empty()) text += " (" + std::string(problem_code) + ")";
+  return text;
+}
+
+// Transport failures that another attempt may cure; anything else from
+// SendOnce (a bad URL, an oversized response) would fail the same way again.
+bool IsTransientTransportError(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
+}
+
+// The status of the last attempt's response, 0 without one.
+int LastStatus(const Outcome& outcome) { return outcome.response ? outcome.response->status : 0; }
+
+}  // namespace
+
+// Fills in the real sleep and random source where the options leave them empty.
+Client::Client(ClientOptions options) : options_(std::move(options)) {
+  if (!options_.sleep) options_.sleep = [](Millis wait) { std::this_thread::sleep_for(wait); };
+  if (!options_.random) options_.random = RandomU64;
+}
+
+// The attempts loop for a request that already has its key; never throws.
+Outcome Client::Run(const Request& request) {
+  Outcome out;
+  out.key = request.key;
+  const RetryPolicy& policy = options_.policy;
+  const int max_attempts = std::max(1, policy.max_attempts);
+  try {
+    for (int attempt = 1; attempt <= max_attempts; ++attempt) {
+      out.attempts = attempt;
+      auto result = SendOnce(request, policy.timeout);
+      Verdict verdict = Verdict::kRetry;
+      std::optional<Millis> retry_after;
+      if (result.ok()) {
+        const std::string code = result->ProblemCode();
+        verdict = Classify(result->status, code);
+        if (verdict != Verdict::kSuccess) out.error = StatusText(result->status, code);
+        if (const auto value = result->Header("Retry-After")) {
+          retry_after = ParseRetryAfter(*value, std::chrono::system_clock::now());
+        }
+        out.response = std::move(*result);
+      } else {
+        out.response.reset();
+        out.error = result.status().message();
+        verdict = IsTransientTransportError(result.status()) ? Classify(0, "") : Verdict::kFail;
+      }
+      if (verdict == Verdict::kSuccess) {
+        out.ok = true;
+        out.error.clear();
+        return out;
+      }
+      if (verdict == Verdict::kFail || attempt == max_attempts) return out;
+      Millis wait = BackoffDelay(policy, attempt + 1, options_.random());
+      if (retry_after) wait = std::max(wait, std::min(*retry_after, std::max(policy.max_delay, Millis{0})));
+      options_.sleep(wait);
+    }
+  } catch (const std::exception& e) {
+    out.ok = false;
+    out.error = std::string("client error: ") + e.what();
+  } catch (...) {
+    out.ok = false;
+    out.error = "client error";
+  }
+  return out;
+}
+
+// Sends under one key and parks a final failure.
+Outcome Client::Send(Request request) {
+  Outcome out;
+  try {
+    if (request.key.empty()) request.key = NewKeyV4();
+    out = Run(request);
+    if (!out.ok && options_.dlq != nullptr) {
+      auto id = options_.dlq->Park(request, out.error, out.attempts, LastStatus(out));
+      if (id.ok()) {
+        out.dead_letter_id = *id;
+      } else {
+        out.error += "; not parked: " + id.status().ToString();
+      }
+    }
+  } catch (const std::exception& e) {
+    out.ok = false;
+    out.error = std::string("client error: ") + e.what();
+  }
+  return out;
+}
+
+// Claims the entry, runs the loop under its original request and key, and
+// records the result on the entry.
+StatusOr<Outcome> Client::Replay(std::int64_t id) {
+  try {
+    if (options_.dlq == nullptr) return FailedPreconditionError("the client has no dead-letter queue");
+    auto entry = options_.dlq->ClaimForReplay(id);
+    if (!entry.ok()) return entry.status();
+    if (entry->request.key.empty()) {
+      // Without its key a replay could execute twice; put the entry back untouched.
+      const std::string error = "dead letter " + std::to_string(id) + " has no key";
+      Status s = options_.dlq->FinishReplay(id, false, entry->error, 0, entry->last_status);
+      return FailedPreconditionError(s.ok() ? error : error + "; " + s.ToString());
+    }
+    Outcome out = Run(entry->request);
+    out.dead_letter_id = id;
+    const Status finished = options_.dlq->FinishReplay(id, out.ok, out.error, out.attempts, LastStatus(out));
+    if (!finished.ok()) {
+      return Status(finished.code(), "dead letter " + std::to_string(id) + " was replayed (" +
+                                         (out.ok ? std::string("ok") : out.error) +
+                                         ") but the result was not recorded: " + finished.message());
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return InternalError(std::string("replay failed: ") + e.what());
+  }
+}
+
+}  // namespace idemgate::client

@@ -1,0 +1,196 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+// libidemclient (SPEC §10): the client side of safe retries. One key per
+// logical action, reused on every retry; retries with capped exponential
+// backoff and full jitter, honouring Retry-After; what still fails is parked
+// in a dead-letter queue (a SQLite file) from which it can be replayed under
+// its original key, so a replay can never execute twice.
+//
+// Plain HTTP/1.1 over TCP (put TLS in front with a local proxy, as for the
+// gateway itself). Synchronous; a Client may be used from one thread at a
+// time, a DeadLetterQueue from several (SQLite serialises them).
+namespace idemgate::client {
+
+using Millis = std::chrono::milliseconds;
+using Header = std::pair<std::string, std::string>;
+
+// ---------------------------------------------------------------------------
+// Keys
+
+// A random UUID version 4, lower-case ("6f1c…-4…-[89ab]…"), from OpenSSL's RAND_bytes.
+std::string NewKeyV4();
+// A UUID version 7 (RFC 9562): 48-bit Unix milliseconds of `now`, then random bits.
+std::string NewKeyV7(std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+// Case C (SPEC §10): the same key whenever the same action is named, from
+// any process: a UUID version 8 made of the first 122 bits of SHA-256 over
+// the five parts, each length-prefixed (so no two part lists collide).
+std::string DerivedKey(std::string_view domain, std::string_view subject, std::string_view entity,
+                       std::string_view operation, std::string_view version);
+
+// ---------------------------------------------------------------------------
+// Retry policy
+
+struct RetryPolicy {
+  int max_attempts = 3;      // attempts in all, the first included (>= 1)
+  Millis base_delay{250};    // the first backoff's cap
+  Millis max_delay{5000};    // no backoff is longer (Retry-After is capped by it too)
+  Millis timeout{10000};     // per attempt: connect, send and the whole response
+};
+
+enum class Verdict {
+  kSuccess,  // 1xx..3xx: done
+  kRetry,    // worth another attempt: transport error or timeout (status 0), 408, 409 request-in-flight,
+             // 425, 429, 500, 502, 503, 504
+  kFail,     // final failure: any other status (other 4xx, 422 key-reused, other 5xx)
+};
+
+// `status` 0 means no response (transport error or timeout). `problem_code`
+// is the `code` of an application/problem+json body ("" when there is
+// none): a 409 is retried only as request-in-flight (or without a code).
+Verdict Classify(int status, std::string_view problem_code);
+
+// The wait before attempt `next_attempt` (2 for the first retry): full
+// jitter, uniform in [0, min(max_delay, base_delay * 2^(next_attempt-2))],
+// drawn from `random` (any 64-bit value).
+Millis BackoffDelay(const RetryPolicy& policy, int next_attempt, std::uint64_t random);
+
+// A Retry-After value: delay-seconds or an HTTP-date (IMF-fixdate), as a
+// wait from `now` (never negative); nullopt when it is neither.
+std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::system_clock::time_point now);
+
+// ---------------------------------------------------------------------------
+// Requests
+
+struct Request {
+  std::string method = "POST";
+  std::string url;              // http://host[:port]/path[?query]
+  std::vector<Header> headers;  // sent as given (Host and Content-Length are added)
+  std::string body;
+  std::string key;                          // raw key; empty: Client::Send makes a NewKeyV4
+  std::string key_header = "Idempotency-Key";  // sent as an sf-string: "key"
+};
+
+struct Response {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;  // as received (the Header type)
+  std::string body;
+  // The first value of header `name` (case-insensitive).
+  std::optional<std::string> Header(std::string_view name) const;
+  // The `code` of a problem+json body, or "".
+  std::string ProblemCode() const;
+};
+
+// One attempt: connects, sends `request` (with its key header), reads the
+// whole response (at most 64 MiB), all within `timeout`. An error Status
+// (Unavailable, DeadlineExceeded, InvalidArgument for a bad URL) when there
+// is no response.
+StatusOr<Response> SendOnce(const Request& request, Millis timeout);
+
+// ---------------------------------------------------------------------------
+// Dead-letter queue
+
+enum class EntryStatus { kPending, kReplaying, kReplayed, kDiscarded };
+std::string_view EntryStatusName(EntryStatus status);  // "pending", "replaying", "replayed", "discarded"
+std::optional<EntryStatus> EntryStatusFromName(std::string_view name);
+
+struct DeadLetter {
+  std::int64_t id = 0;
+  Request request;         // target (url), method, headers, body, key, key_header
+  std::string error;       // the last failure, e.g. "503 Service Unavailable" or "connection refused"
+  int attempts = 0;        // attempts so far, replays included
+  int last_status = 0;     // the last response's status, 0 without one
+  std::int64_t last_attempt_unix_ms = 0;
+  std::int64_t created_unix_ms = 0;
+  EntryStatus status = EntryStatus::kPending;
+};
+
+class DeadLetterQueue {
+ public:
+  // Opens (creating when absent) the SQLite file at `path`, with a schema
+  // version check; WAL journal, busy timeout of 5 s.
+  static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path);
+  ~DeadLetterQueue();
+  DeadLetterQueue(const DeadLetterQueue&) = delete;
+  DeadLetterQueue& operator=(const DeadLetterQueue&) = delete;
+
+  // Parks a failed request as pending; returns its id.
+  StatusOr<std::int64_t> Park(const Request& request, std::string_view error, int attempts, int last_status);
+  // Entries, oldest first; only those with `status` when given.
+  StatusOr<std::vector<DeadLetter>> List(std::optional<EntryStatus> status = std::nullopt) const;
+  // NotFound when there is no such entry.
+  StatusOr<DeadLetter> Get(std::int64_t id) const;
+  // pending -> replaying, atomically: FailedPrecondition (naming the status)
+  // when the entry is not pending, so two replays of one entry never both run.
+  StatusOr<DeadLetter> ClaimForReplay(std::int64_t id);
+  // replaying -> replayed (success) or back to pending with the new error,
+  // attempts added and the last status.
+  Status FinishReplay(std::int64_t id, bool replayed, std::string_view error, int attempts, int last_status);
+  // pending -> discarded (FailedPrecondition from another status).
+  Status Discard(std::int64_t id);
+  // replaying -> pending: gives back an entry whose replay was cut short
+  // (its process died) so it can be replayed again (FailedPrecondition from
+  // another status). Only for an entry no replay is running for: if one is,
+  // the gateway still keeps the key from executing twice.
+  Status Release(std::int64_t id);
+
+ private:
+  struct Impl;
+  explicit DeadLetterQueue(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------
+// Client
+
+struct Outcome {
+  bool ok = false;                    // the final answer was a success (kSuccess)
+  std::optional<Response> response;   // the last response, when there was one
+  std::string error;                  // why it failed (the last transport error or status), "" when ok
+  int attempts = 0;
+  std::string key;                    // the key every attempt carried
+  std::optional<std::int64_t> dead_letter_id;  // set when the request was parked
+};
+
+struct ClientOptions {
+  RetryPolicy policy;
+  DeadLetterQueue* dlq = nullptr;  // optional; not owned
+  // Waits between attempts; tests replace it.
+  std::function<void(Millis)> sleep;
+  // 64 random bits for the jitter; tests replace it.
+  std::function<std::uint64_t()> random;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+
+  // Sends with retries under one key (made when request.key is empty): a
+  // kRetry verdict waits max(backoff, Retry-After capped at max_delay) and
+  // tries again while attempts remain. A final failure (kFail, or kRetry
+  // with no attempt left) is parked in the DLQ when there is one.
+  Outcome Send(Request request);
+
+  // Replays a parked entry under its original key (ClaimForReplay first):
+  // the same retries; the entry becomes replayed on success, else pending
+  // again with the new error. Nothing is parked a second time.
+  StatusOr<Outcome> Replay(std::int64_t id);
+
+ private:
+  Outcome Run(const Request& request);
+
+  ClientOptions options_;
+};
+
+}  // namespace idemgate::client

@@ -1,0 +1,450 @@
+#include "client/client.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <boost/json.hpp>
+#include <exception>
+#include <mutex>
+#include <new>
+
+// The dead-letter queue: one SQLite table, `dead_letters`, in WAL mode.
+namespace idemgate::client {
+
+namespace {
+
+// The schema this code reads and writes (PRAGMA user_version).
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kCreateSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dead_letters (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  method TEXT NOT NULL,
+  url TEXT NOT NULL,
+  headers TEXT NOT NULL,
+  body BLOB NOT NULL,
+  "key" TEXT NOT NULL,
+  key_header TEXT NOT NULL,
+  error TEXT NOT NULL,
+  attempts INTEGER NOT NULL,
+  last_status INTEGER NOT NULL,
+  last_attempt_unix_ms INTEGER NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded'))
+);
+CREATE INDEX IF NOT EXISTS dead_letters_status ON dead_letters (status, id);
+)sql";
+
+// "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`.
+std::string SelectEntries(std::string_view rest) {
+  return "SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
+         "last_attempt_unix_ms, created_unix_ms, status FROM dead_letters " +
+         std::string(rest);
+}
+
+std::int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
+
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+// A Status for SQLite result `rc` while doing `what`.
+Status SqliteError(sqlite3* db, int rc, std::string_view what) {
+  std::string message = "dead-letter queue: " + std::string(what) + ": ";
+  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+    case SQLITE_PROTOCOL:
+      return UnavailableError(std::move(message));
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return ResourceExhaustedError(std::move(message));
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+      return FailedPreconditionError(std::move(message));
+    case SQLITE_TOOBIG:
+      return InvalidArgumentError(std::move(message));
+    default:
+      return InternalError(std::move(message));
+  }
+}
+
+// Runs SQL without parameters or results (schema, pragmas, transactions).
+Status Exec(sqlite3* db, const char* sql) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db, rc, sql);
+  return Status::Ok();
+}
+
+// A prepared statement with bound parameters (1-based, in order); the first
+// failing bind is reported by Step.
+class Statement {
+ public:
+  Statement(sqlite3* db, std::string_view sql) : db_(db) {
+    sqlite3_stmt* raw = nullptr;
+    rc_ = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &raw, nullptr);
+    stmt_.reset(raw);
+  }
+
+  Statement& Text(std::string_view value) {
+    Check(sqlite3_bind_text64(stmt_.get(), ++index_, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+    return *this;
+  }
+  Statement& Blob(std::string_view value) {
+    // A null pointer would bind NULL, not an empty blob.
+    static constexpr char kEmpty = 0;
+    Check(sqlite3_bind_blob64(stmt_.get(), ++index_, value.empty() ? &kEmpty : value.data(), value.size(),
+                              SQLITE_TRANSIENT));
+    return *this;
+  }
+  Statement& Int(std::int64_t value) {
+    Check(sqlite3_bind_int64(stmt_.get(), ++index_, value));
+    return *this;
+  }
+
+  // True with a row, false when done.
+  StatusOr<bool> Step() {
+    if (rc_ != SQLITE_OK) return SqliteError(db_, rc_, "prepare");
+    const int rc = sqlite3_step(stmt_.get());
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(db_, rc, "step");
+  }
+  // Steps a statement that returns no rows.
+  Status Run() {
+    auto row = Step();
+    return row.ok() ? Status::Ok() : row.status();
+  }
+
+  std::int64_t ColumnInt(int column) const { return sqlite3_column_int64(stmt_.get(), column); }
+  std::string ColumnText(int column) const {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_.get(), column));
+    const int size = sqlite3_column_bytes(stmt_.get(), column);
+    return text == nullptr ? std::string() : std::string(text, static_cast<std::size_t>(size));
+  }
+  std::string ColumnBlob(int column) const {
+    const auto* data = static_cast<const char*>(sqlite3_column_blob(stmt_.get(), column));
+    const int size = sqlite3_column_bytes(stmt_.get(), column);
+    return data == nullptr ? std::string() : std::string(data, static_cast<std::size_t>(size));
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc_ == SQLITE_OK && rc != SQLITE_OK) rc_ = rc;
+  }
+
+  sqlite3* db_;
+  StmtPtr stmt_;
+  int rc_ = SQLITE_OK;
+  int index_ = 0;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back unless committed.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) { begin_ = Exec(db_, "BEGIN IMMEDIATE"); }
+  ~Transaction() {
+    if (begin_.ok() && !done_) (void)sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  const Status& begin_status() const { return begin_; }
+  // A failed COMMIT leaves the transaction to the destructor's ROLLBACK.
+  Status Commit() {
+    Status s = Exec(db_, "COMMIT");
+    done_ = s.ok();
+    return s;
+  }
+
+ private:
+  sqlite3* db_;
+  Status begin_;
+  bool done_ = false;
+};
+
+// Headers as a JSON array of [name, value] pairs.
+std::string HeadersToJson(const std::vector<Header>& headers) {
+  boost::json::array array;
+  array.reserve(headers.size());
+  for (const auto& [name, value] : headers) {
+    boost::json::array pair;
+    pair.emplace_back(boost::json::string_view(name));
+    pair.emplace_back(boost::json::string_view(value));
+    array.emplace_back(std::move(pair));
+  }
+  return boost::json::serialize(array);
+}
+
+StatusOr<std::vector<Header>> HeadersFromJson(std::string_view text) {
+  boost::json::parse_options options;
+  options.allow_invalid_utf8 = true;  // header values are bytes, stored as given
+  boost::system::error_code ec;
+  const boost::json::value json = boost::json::parse(text, ec, {}, options);
+  if (ec || !json.is_array()) return InternalError("bad headers column");
+  std::vector<Header> headers;
+  for (const auto& item : json.as_array()) {
+    const auto* pair = item.if_array();
+    if (pair == nullptr || pair->size() != 2 || !(*pair)[0].is_string() || !(*pair)[1].is_string()) {
+      return InternalError("bad headers column");
+    }
+    headers.emplace_back(std::string((*pair)[0].as_string()), std::string((*pair)[1].as_string()));
+  }
+  return headers;
+}
+
+// One row selected by SelectEntries.
+StatusOr<DeadLetter> ReadEntry(const Statement& row) {
+  DeadLetter entry;
+  entry.id = row.ColumnInt(0);
+  entry.request.method = row.ColumnText(1);
+  entry.request.url = row.ColumnText(2);
+  auto headers = HeadersFromJson(row.ColumnText(3));
+  if (!headers.ok()) {
+    return InternalError("dead letter " + std::to_string(entry.id) + ": " + headers.status().message());
+  }
+  entry.request.headers = std::move(*headers);
+  entry.request.body = row.ColumnBlob(4);
+  entry.request.key = row.ColumnText(5);
+  entry.request.key_header = row.ColumnText(6);
+  entry.error = row.ColumnText(7);
+  entry.attempts = static_cast<int>(row.ColumnInt(8));
+  entry.last_status = static_cast<int>(row.ColumnInt(9));
+  entry.last_attempt_unix_ms = row.ColumnInt(10);
+  entry.created_unix_ms = row.ColumnInt(11);
+  const std::string status = row.ColumnText(12);
+  const auto parsed = EntryStatusFromName(status);
+  if (!parsed) return InternalError("dead letter " + std::to_string(entry.id) + ": bad status \"" + status + "\"");
+  entry.status = *parsed;
+  return entry;
+}
+
+// Creates the schema on a new file; refuses a version this code does not know.
+Status Migrate(sqlite3* db) {
+  Transaction tx(db);
+  if (!tx.begin_status().ok()) return tx.begin_status();
+  std::int64_t version = 0;
+  {
+    Statement query(db, "PRAGMA user_version");
+    auto row = query.Step();
+    if (!row.ok()) return row.status();
+    if (*row) version = query.ColumnInt(0);
+  }
+  if (version == kSchemaVersion) return tx.Commit();
+  if (version != 0) {
+    return FailedPreconditionError("dead-letter queue: schema version " + std::to_string(version) +
+                                   " is not supported (this build knows version " +
+                                   std::to_string(kSchemaVersion) + ")");
+  }
+  if (Status s = Exec(db, kCreateSchema); !s.ok()) return s;
+  const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+  if (Status s = Exec(db, set_version.c_str()); !s.ok()) return s;
+  return tx.Commit();
+}
+
+// Runs `body`, turning anything thrown into an error Status.
+template <typename Result, typename Body>
+Result Guarded(Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("dead-letter queue: out of memory");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("dead-letter queue: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string_view EntryStatusName(EntryStatus status) {
+  switch (status) {
+    case EntryStatus::kPending: return "pending";
+    case EntryStatus::kReplaying: return "replaying";
+    case EntryStatus::kReplayed: return "replayed";
+    case EntryStatus::kDiscarded: return "discarded";
+  }
+  return "unknown";
+}
+
+std::optional<EntryStatus> EntryStatusFromName(std::string_view name) {
+  for (EntryStatus status :
+       {EntryStatus::kPending, EntryStatus::kReplaying, EntryStatus::kReplayed, EntryStatus::kDiscarded}) {
+    if (EntryStatusName(status) == name) return status;
+  }
+  return std::nullopt;
+}
+
+// One connection; the mutex keeps each operation's statements (and
+// sqlite3_changes) together when threads share the queue.
+struct DeadLetterQueue::Impl {
+  DbPtr db;
+  std::mutex mu;
+
+  StatusOr<DeadLetter> GetLocked(std::int64_t id) {
+    Statement select(db.get(), SelectEntries("WHERE id = ?"));
+    select.Int(id);
+    auto row = select.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return NotFoundError("no dead letter " + std::to_string(id));
+    return ReadEntry(select);
+  }
+
+  // Runs a guarded status change (`update` binds `id` last and requires
+  // `from`); when it changes nothing, says why: NotFound or the current status.
+  Status Transition(Statement& update, std::int64_t id, EntryStatus from) {
+    if (Status s = update.Run(); !s.ok()) return s;
+    if (sqlite3_changes(db.get()) == 1) return Status::Ok();
+    auto current = GetLocked(id);
+    if (!current.ok()) return current.status();
+    return FailedPreconditionError("dead letter " + std::to_string(id) + " is " +
+                                   std::string(EntryStatusName(current->status)) + ", not " +
+                                   std::string(EntryStatusName(from)));
+  }
+};
+
+DeadLetterQueue::DeadLetterQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeadLetterQueue::~DeadLetterQueue() = default;
+
+// Opens the file (serialized mode), sets WAL and the busy timeout, checks the schema.
+StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::string& path) {
+  return Guarded<StatusOr<std::unique_ptr<DeadLetterQueue>>>([&]() -> StatusOr<std::unique_ptr<DeadLetterQueue>> {
+    sqlite3* raw = nullptr;
+    constexpr int kFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
+    const int rc = sqlite3_open_v2(path.c_str(), &raw, kFlags, nullptr);
+    DbPtr db(raw);
+    if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
+    sqlite3_extended_result_codes(db.get(), 1);
+    sqlite3_busy_timeout(db.get(), 5000);
+    if (Status s = Exec(db.get(), "PRAGMA journal_mode=WAL"); !s.ok()) return s;
+    if (Status s = Migrate(db.get()); !s.ok()) return s;
+    auto impl = std::make_unique<Impl>();
+    impl->db = std::move(db);
+    return std::unique_ptr<DeadLetterQueue>(new DeadLetterQueue(std::move(impl)));
+  });
+}
+
+// Inserts a pending entry; the key is required, since a replay must carry it.
+StatusOr<std::int64_t> DeadLetterQueue::Park(const Request& request, std::string_view error, int attempts,
+                                             int last_status) {
+  return Guarded<StatusOr<std::int64_t>>([&]() -> StatusOr<std::int64_t> {
+    if (request.key.empty()) return InvalidArgumentError("dead-letter queue: a parked request needs its key");
+    if (attempts < 0) return InvalidArgumentError("dead-letter queue: negative attempts");
+    const std::string headers = HeadersToJson(request.headers);
+    const std::int64_t now = NowUnixMs();
+    std::lock_guard lock(impl_->mu);
+    Statement insert(impl_->db.get(),
+                     "INSERT INTO dead_letters (method, url, headers, body, \"key\", key_header, error, attempts, "
+                     "last_status, last_attempt_unix_ms, created_unix_ms, status) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id");
+    insert.Text(request.method)
+        .Text(request.url)
+        .Text(headers)
+        .Blob(request.body)
+        .Text(request.key)
+        .Text(request.key_header)
+        .Text(error)
+        .Int(attempts)
+        .Int(last_status)
+        .Int(now)
+        .Int(now)
+        .Text(EntryStatusName(EntryStatus::kPending));
+    auto row = insert.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return InternalError("dead-letter queue: insert returned no id");
+    const std::int64_t id = insert.ColumnInt(0);
+    if (Status s = insert.Run(); !s.ok()) return s;  // finishes the statement
+    return id;
+  });
+}
+
+// All entries (or those with `status`) by id.
+StatusOr<std::vector<DeadLetter>> DeadLetterQueue::List(std::optional<EntryStatus> status) const {
+  return Guarded<StatusOr<std::vector<DeadLetter>>>([&]() -> StatusOr<std::vector<DeadLetter>> {
+    std::lock_guard lock(impl_->mu);
+    Statement select(impl_->db.get(), SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id"));
+    if (status) select.Text(EntryStatusName(*status));
+    std::vector<DeadLetter> entries;
+    for (;;) {
+      auto row = select.Step();
+      if (!row.ok()) return row.status();
+      if (!*row) return entries;
+      auto entry = ReadEntry(select);
+      if (!entry.ok()) return entry.status();
+      entries.push_back(std::move(*entry));
+    }
+  });
+}
+
+StatusOr<DeadLetter> DeadLetterQueue::Get(std::int64_t id) const {
+  return Guarded<StatusOr<DeadLetter>>([&]() -> StatusOr<DeadLetter> {
+    std::lock_guard lock(impl_->mu);
+    return impl_->GetLocked(id);
+  });
+}
+
+// pending -> replaying in one guarded UPDATE, then the row as claimed.
+StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id) {
+  return Guarded<StatusOr<DeadLetter>>([&]() -> StatusOr<DeadLetter> {
+    std::lock_guard lock(impl_->mu);
+    Statement update(impl_->db.get(), "UPDATE dead_letters SET status = ? WHERE id = ? AND status = ?");
+    update.Text(EntryStatusName(EntryStatus::kReplaying)).Int(id).Text(EntryStatusName(EntryStatus::kPending));
+    if (Status s = impl_->Transition(update, id, EntryStatus::kPending); !s.ok()) return s;
+    return impl_->GetLocked(id);
+  });
+}
+
+// replaying -> replayed or pending, recording the replay's attempts and result.
+Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string_view error, int attempts,
+                                     int last_status) {
+  return Guarded<Status>([&]() -> Status {
+    if (attempts < 0) return InvalidArgumentError("dead-letter queue: negative attempts");
+    std::lock_guard lock(impl_->mu);
+    Statement update(impl_->db.get(),
+                     "UPDATE dead_letters SET status = ?, error = ?, attempts = attempts + ?, last_status = ?, "
+                     "last_attempt_unix_ms = ? WHERE id = ? AND status = ?");
+    update.Text(EntryStatusName(replayed ? EntryStatus::kReplayed : EntryStatus::kPending))
+        .Text(error)
+        .Int(attempts)
+        .Int(last_status)
+        .Int(NowUnixMs())
+        .Int(id)
+        .Text(EntryStatusName(EntryStatus::kReplaying));
+    return impl_->Transition(update, id, EntryStatus::kReplaying);
+  });
+}
+
+// pending -> discarded.
+Status DeadLetterQueue::Discard(std::int64_t id) {
+  return Guarded<Status>([&]() -> Status {
+    std::lock_guard lock(impl_->mu);
+    Statement update(impl_->db.get(), "UPDATE dead_letters SET status = ? WHERE id = ? AND status = ?");
+    update.Text(EntryStatusName(EntryStatus::kDiscarded)).Int(id).Text(EntryStatusName(EntryStatus::kPending));
+    return impl_->Transition(update, id, EntryStatus::kPending);
+  });
+}
+
+Status DeadLetterQueue::Release(std::int64_t id) {
+  return Guarded<Status>([&]() -> Status {
+    std::lock_guard lock(impl_->mu);
+    Statement update(impl_->db.get(), "UPDATE dead_letters SET status = ? WHERE id = ? AND status = ?");
+    update.Text(EntryStatusName(EntryStatus::kPending)).Int(id).Text(EntryStatusName(EntryStatus::kReplaying));
+    return impl_->Transition(update, id, EntryStatus::kReplaying);
+  });
+}
+
+}  // namespace idemgate::client

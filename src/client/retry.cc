@@ -1,0 +1,134 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <limits>
+
+// The retry policy: which answers are worth another attempt, and how long to wait.
+namespace idemgate::client {
+
+namespace {
+
+// Retry-After delay-seconds above this are treated as this (about 31 700 years).
+constexpr std::uint64_t kMaxRetryAfterSeconds = 1'000'000'000'000ULL;
+
+bool IsOws(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && IsOws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsOws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// The value of `digits` (all ASCII digits, as checked by the caller).
+int DigitsValue(std::string_view digits) {
+  int value = 0;
+  for (char c : digits) value = value * 10 + (c - '0');
+  return value;
+}
+
+// True when s[pos, pos + n) are all digits.
+bool DigitsAt(std::string_view s, std::size_t pos, std::size_t n) {
+  if (pos + n > s.size()) return false;
+  return std::all_of(s.begin() + static_cast<std::ptrdiff_t>(pos), s.begin() + static_cast<std::ptrdiff_t>(pos + n),
+                     IsDigit);
+}
+
+// An IMF-fixdate (RFC 9110 §5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT", as Unix seconds.
+std::optional<std::chrono::sys_seconds> ParseImfFixdate(std::string_view s) {
+  static constexpr std::array<std::string_view, 7> kDays = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+  static constexpr std::array<std::string_view, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                               "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  //  0123456789012345678901234567 8
+  if (s.size() != 29) return std::nullopt;
+  if (std::find(kDays.begin(), kDays.end(), s.substr(0, 3)) == kDays.end()) return std::nullopt;
+  if (s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s[19] != ':' || s[22] != ':' ||
+      s.substr(25) != " GMT") {
+    return std::nullopt;
+  }
+  if (!DigitsAt(s, 5, 2) || !DigitsAt(s, 12, 4) || !DigitsAt(s, 17, 2) || !DigitsAt(s, 20, 2) ||
+      !DigitsAt(s, 23, 2)) {
+    return std::nullopt;
+  }
+  const auto month = std::find(kMonths.begin(), kMonths.end(), s.substr(8, 3));
+  if (month == kMonths.end()) return std::nullopt;
+  const int hour = DigitsValue(s.substr(17, 2));
+  const int minute = DigitsValue(s.substr(20, 2));
+  const int second = DigitsValue(s.substr(23, 2));
+  if (hour > 23 || minute > 59 || second > 60) return std::nullopt;  // 60: a leap second
+  const std::chrono::year_month_day date{
+      std::chrono::year{DigitsValue(s.substr(12, 4))},
+      std::chrono::month{static_cast<unsigned>(month - kMonths.begin() + 1)},
+      std::chrono::day{static_cast<unsigned>(DigitsValue(s.substr(5, 2)))}};
+  if (!date.ok()) return std::nullopt;
+  return std::chrono::sys_days{date} + std::chrono::hours{hour} + std::chrono::minutes{minute} +
+         std::chrono::seconds{second};
+}
+
+}  // namespace
+
+// The verdict on one attempt's answer (SPEC §10).
+Verdict Classify(int status, std::string_view problem_code) {
+  switch (status) {
+    case 0:
+    case 408:
+    case 425:
+    case 429:
+    case 500:
+    case 502:
+    case 503:
+    case 504:
+      return Verdict::kRetry;
+    case 409:
+      return problem_code.empty() || problem_code == "request-in-flight" ? Verdict::kRetry : Verdict::kFail;
+    default:
+      break;
+  }
+  if (status >= 100 && status < 400) return Verdict::kSuccess;
+  return Verdict::kFail;
+}
+
+// Full jitter: `random` scaled onto [0, cap] (0 gives 0, the largest value gives cap).
+Millis BackoffDelay(const RetryPolicy& policy, int next_attempt, std::uint64_t random) {
+  if (next_attempt < 2) return Millis{0};  // no wait before the first attempt
+  const std::int64_t base = std::max<std::int64_t>(0, policy.base_delay.count());
+  const std::int64_t max_delay = std::max<std::int64_t>(0, policy.max_delay.count());
+  const int shift = next_attempt - 2;
+  std::int64_t cap = 0;
+  if (base == 0) {
+    cap = 0;
+  } else if (shift >= 62 || base > (max_delay >> shift)) {
+    cap = max_delay;  // base * 2^shift would pass max_delay (or overflow)
+  } else {
+    cap = base << shift;
+  }
+  const auto span = static_cast<unsigned __int128>(static_cast<std::uint64_t>(cap) + 1);
+  return Millis{static_cast<std::int64_t>((static_cast<unsigned __int128>(random) * span) >> 64)};
+}
+
+// delay-seconds or an IMF-fixdate, as a wait from `now`.
+std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::system_clock::time_point now) {
+  value = TrimOws(value);
+  if (value.empty()) return std::nullopt;
+  if (std::all_of(value.begin(), value.end(), IsDigit)) {
+    std::uint64_t seconds = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+    if (ec == std::errc::result_out_of_range || seconds > kMaxRetryAfterSeconds) seconds = kMaxRetryAfterSeconds;
+    else if (ec != std::errc() || end != value.data() + value.size()) return std::nullopt;
+    return std::chrono::duration_cast<Millis>(std::chrono::seconds{static_cast<std::int64_t>(seconds)});
+  }
+  const auto date = ParseImfFixdate(value);
+  if (!date) return std::nullopt;
+  // ceil(date - now) in milliseconds, without taking the date to the clock's
+  // nanoseconds (which end in 2262).
+  const auto now_seconds = std::chrono::floor<std::chrono::seconds>(now);
+  const Millis wait = std::chrono::duration_cast<Millis>(*date - now_seconds) -
+                      std::chrono::floor<Millis>(now - now_seconds);
+  return std::max(wait, Millis{0});
+}
+
+}  // namespace idemgate::client

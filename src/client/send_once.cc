@@ -1,0 +1,285 @@
+#include "client/client.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+#include <algorithm>
+#include <charconv>
+#include <exception>
+#include <new>
+
+// One HTTP/1.1 exchange (SendOnce) and the Response accessors.
+namespace idemgate::client {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr std::uint64_t kMaxResponseBody = 64ULL * 1024 * 1024;
+constexpr std::uint32_t kMaxResponseHeader = 1024 * 1024;
+
+char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// ASCII case-insensitive equality (field names, schemes, media types).
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
+
+// RFC 9110 tchar.
+bool IsTchar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar);
+}
+
+// A field value that cannot break the message framing (no CR, LF or NUL).
+bool IsSafeFieldValue(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; }
+
+bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
+  return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return IEquals(h.first, name); });
+}
+
+// The key as an sf-string (RFC 8941 §3.3.3): quoted, with `\` and `"` escaped.
+// Only printable ASCII can be carried.
+StatusOr<std::string> SfString(std::string_view key) {
+  std::string out = "\"";
+  for (char c : key) {
+    if (c < 0x20 || c > 0x7e) return InvalidArgumentError("the key has a byte an sf-string cannot carry");
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+// Where an http:// URL points.
+struct Target {
+  std::string host;         // name or address, without IPv6 brackets
+  std::uint16_t port = 80;
+  std::string host_header;  // as in the URL: host[:port]
+  std::string target;       // origin-form: /path[?query]
+};
+
+StatusOr<Target> ParseUrl(std::string_view url) {
+  const auto parsed = boost::urls::parse_uri(url);
+  if (!parsed) return InvalidArgumentError("bad URL \"" + std::string(url) + "\": " + parsed.error().message());
+  const boost::urls::url_view& u = *parsed;
+  if (!IEquals(u.scheme(), "http")) {
+    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": only http:// is supported");
+  }
+  if (!u.has_authority() || u.has_userinfo()) {
+    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": needs a host and no user info");
+  }
+  Target t;
+  switch (u.host_type()) {
+    case boost::urls::host_type::name:
+      t.host = u.host_address();
+      break;
+    case boost::urls::host_type::ipv4:
+    case boost::urls::host_type::ipv6:
+      t.host = std::string(u.encoded_host_address());
+      break;
+    default:
+      break;
+  }
+  if (t.host.empty()) return InvalidArgumentError("bad URL \"" + std::string(url) + "\": no usable host");
+  t.host_header = std::string(u.encoded_host());
+  if (u.has_port() && !u.port().empty()) {
+    // Parsed here: url_view::port_number() wraps values above 65535.
+    const std::string_view digits = u.port();
+    unsigned long port = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535) {
+      return InvalidArgumentError("bad URL \"" + std::string(url) + "\": bad port");
+    }
+    t.port = static_cast<std::uint16_t>(port);
+    t.host_header += ":" + std::string(digits);
+  }
+  t.target = u.encoded_path().empty() ? "/" : std::string(u.encoded_path());
+  if (u.has_query()) t.target += "?" + std::string(u.encoded_query());
+  return t;
+}
+
+// Methods whose requests carry no content unless a body is given, so no
+// "Content-Length: 0" is sent for them (RFC 9110 §8.6).
+bool MethodWithoutContent(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS" || method == "TRACE";
+}
+
+// The request as it goes on the wire: the given headers in order (the key
+// header excepted), then Host, Content-Length, Connection and the key.
+StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, const Target& target) {
+  if (!IsToken(request.method)) return InvalidArgumentError("bad method \"" + request.method + "\"");
+  std::string key_value;
+  if (!request.key.empty()) {
+    if (!IsToken(request.key_header)) return InvalidArgumentError("bad key header name \"" + request.key_header + "\"");
+    auto sf = SfString(request.key);
+    if (!sf.ok()) return sf.status();
+    key_value = std::move(*sf);
+  }
+  for (const auto& [name, value] : request.headers) {
+    if (!IsToken(name)) return InvalidArgumentError("bad header name \"" + name + "\"");
+    if (!IsSafeFieldValue(value)) return InvalidArgumentError("header " + name + " has CR, LF or NUL in its value");
+    if (IEquals(name, "Transfer-Encoding")) return InvalidArgumentError("Transfer-Encoding is not supported");
+    if (IEquals(name, "Content-Length") && value != std::to_string(request.body.size())) {
+      return InvalidArgumentError("Content-Length " + value + " does not match the body's " +
+                                  std::to_string(request.body.size()) + " bytes");
+    }
+  }
+  http::request<http::string_body> req;
+  req.version(11);
+  req.method_string(request.method);
+  req.target(target.target);
+  for (const auto& [name, value] : request.headers) {
+    if (!request.key.empty() && IEquals(name, request.key_header)) continue;  // the key header is ours
+    req.insert(name, value);
+  }
+  if (!HasHeader(request.headers, "Host")) req.insert(http::field::host, target.host_header);
+  if (!HasHeader(request.headers, "Content-Length") &&
+      (!request.body.empty() || !MethodWithoutContent(request.method))) {
+    req.insert(http::field::content_length, std::to_string(request.body.size()));
+  }
+  if (!HasHeader(request.headers, "Connection")) req.insert(http::field::connection, "close");
+  if (!request.key.empty()) req.insert(request.key_header, key_value);
+  req.body() = request.body;
+  return req;
+}
+
+// Starts one asynchronous operation via `start(handler)` and runs the private
+// io_context until it completes; the stream's expiry bounds it.
+template <typename Start>
+beast::error_code RunOne(asio::io_context& io, Start&& start) {
+  beast::error_code result = asio::error::operation_aborted;
+  start([&result](beast::error_code ec, auto&&...) { result = ec; });
+  io.restart();
+  io.run();
+  return result;
+}
+
+// The one exchange behind SendOnce; may throw (allocation, Beast internals).
+StatusOr<Response> Exchange(const Request& request, Millis timeout) {
+  auto target = ParseUrl(request.url);
+  if (!target.ok()) return target.status();
+  auto req = BuildRequest(request, *target);
+  if (!req.ok()) return req.status();
+  const std::string where = target->host + ":" + std::to_string(target->port);
+  const std::string after = " after " + std::to_string(timeout.count()) + " ms";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+
+  asio::io_context io;
+  beast::error_code ec;
+  std::vector<tcp::endpoint> endpoints;
+  const auto address = asio::ip::make_address(target->host, ec);
+  if (!ec) {
+    endpoints.emplace_back(address, target->port);
+  } else {
+    // Name resolution is bounded by the system resolver's own timeouts.
+    tcp::resolver resolver(io);
+    const auto results = resolver.resolve(target->host, std::to_string(target->port), ec);
+    if (ec) return UnavailableError("cannot resolve " + target->host + ": " + ec.message());
+    for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+    if (endpoints.empty()) return UnavailableError("cannot resolve " + target->host + ": no address");
+  }
+
+  beast::tcp_stream stream(io);
+  stream.expires_at(deadline);
+  ec = RunOne(io, [&](auto handler) { stream.async_connect(endpoints, std::move(handler)); });
+  if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " connecting to " + where);
+  if (ec == asio::error::connection_refused) return UnavailableError("connection refused by " + where);
+  if (ec) return UnavailableError("cannot connect to " + where + ": " + ec.message());
+
+  ec = RunOne(io, [&](auto handler) { http::async_write(stream, *req, std::move(handler)); });
+  if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " sending to " + where);
+  if (ec) return UnavailableError("cannot send to " + where + ": " + ec.message());
+
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(kMaxResponseHeader);
+    parser.body_limit(kMaxResponseBody);
+    if (request.method == "HEAD") parser.skip(true);
+    ec = RunOne(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
+    if (ec == beast::error::timeout) {
+      return DeadlineExceededError("timed out" + after + " waiting for the response from " + where);
+    }
+    if (ec == http::error::end_of_stream) {
+      return UnavailableError("connection closed by " + where + " before a response");
+    }
+    if (ec == http::error::body_limit) return ResourceExhaustedError("response from " + where + " over 64 MiB");
+    if (ec) return UnavailableError("cannot read the response from " + where + ": " + ec.message());
+    auto& message = parser.get();
+    const int status = static_cast<int>(message.result_int());
+    if (status >= 100 && status < 200 && status != 101) continue;  // an interim response
+    Response response;
+    response.status = status;
+    for (const auto& field : message) {
+      response.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    response.body = std::move(message.body());
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    return response;
+  }
+}
+
+}  // namespace
+
+// First value of `name`, compared case-insensitively.
+std::optional<std::string> Response::Header(std::string_view name) const {
+  for (const auto& [field, value] : headers) {
+    if (IEquals(field, name)) return value;
+  }
+  return std::nullopt;
+}
+
+// The string `code` member of an application/problem+json body.
+std::string Response::ProblemCode() const {
+  const auto content_type = Header("Content-Type");
+  if (!content_type) return "";
+  std::string_view media = *content_type;
+  media = media.substr(0, media.find(';'));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
+  if (!IEquals(media, "application/problem+json")) return "";
+  try {
+    boost::system::error_code ec;
+    const boost::json::value json = boost::json::parse(body, ec);
+    if (ec || !json.is_object()) return "";
+    const auto* code = json.as_object().if_contains("code");
+    if (code == nullptr || !code->is_string()) return "";
+    return std::string(code->as_string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// Runs one exchange, turning anything thrown into an error Status.
+StatusOr<Response> SendOnce(const Request& request, Millis timeout) {
+  try {
+    return Exchange(request, timeout);
+  } catch (const boost::system::system_error& e) {
+    return UnavailableError(std::string("HTTP exchange failed: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("out of memory during the HTTP exchange");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("HTTP exchange failed: ") + e.what());
+  }
+}
+
+}  // namespace idemgate::client

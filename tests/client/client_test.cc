@@ -1,0 +1,699 @@
+#include "client/client.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "client/scripted_server.h"
+#include "fakes/testing.h"
+
+namespace idemgate::client {
+namespace {
+
+using testing::Canned;
+using testing::ClosedPort;
+using testing::Recorded;
+using testing::ScriptedServer;
+
+constexpr std::uint64_t kMaxRandom = std::numeric_limits<std::uint64_t>::max();
+
+Request Post(const ScriptedServer& server, std::string key = "k-1") {
+  Request request;
+  request.url = server.Url("/v1/payments?x=1");
+  request.headers = {{"Content-Type", "application/json"}, {"X-Trace", "t-1"}};
+  request.body = R"({"amount":100})";
+  request.key = std::move(key);
+  return request;
+}
+
+// ---------------------------------------------------------------------------
+// SendOnce
+
+TEST(SendOnceTest, SendsTheRequestWithHostLengthConnectionAndKey) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(201, {{"X-Reply", "yes"}}, "created"));
+  auto response = SendOnce(Post(server), Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(response->status, 201);
+  EXPECT_EQ(response->body, "created");
+
+  const auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  const Recorded& got = requests[0];
+  EXPECT_EQ(got.method, "POST");
+  EXPECT_EQ(got.target, "/v1/payments?x=1");
+  EXPECT_EQ(got.body, R"({"amount":100})");
+  const std::vector<Header> expected = {
+      {"Content-Type", "application/json"},
+      {"X-Trace", "t-1"},
+      {"Host", "127.0.0.1:" + std::to_string(server.port())},
+      {"Content-Length", "14"},
+      {"Connection", "close"},
+      {"Idempotency-Key", "\"k-1\""},
+  };
+  EXPECT_EQ(got.headers, expected);
+}
+
+TEST(SendOnceTest, KeyIsAnEscapedSfStringUnderTheChosenHeader) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200));
+  Request request = Post(server, R"(a"b\c)");
+  request.key_header = "X-Idem";
+  request.headers.emplace_back("idempotency-key", "ignored?");
+  request.headers.emplace_back("x-idem", "\"replaced\"");
+  ASSERT_TRUE(SendOnce(request, Millis(5000)).ok());
+  const auto got = server.requests().at(0);
+  EXPECT_EQ(got.Count("X-Idem"), 1);
+  EXPECT_EQ(got.Get("X-Idem"), R"("a\"b\\c")");
+  // Only the header named by key_header is the key; others are sent as given.
+  EXPECT_EQ(got.Get("Idempotency-Key"), "ignored?");
+}
+
+TEST(SendOnceTest, WithoutAKeyNoKeyHeaderIsSent) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200));
+  ASSERT_TRUE(SendOnce(Post(server, ""), Millis(5000)).ok());
+  EXPECT_EQ(server.requests().at(0).Count("Idempotency-Key"), 0);
+}
+
+TEST(SendOnceTest, GivenHostAndContentLengthAreKept) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200));
+  Request request = Post(server);
+  request.headers = {{"Host", "api.example.com"}, {"Content-Length", "14"}, {"Connection", "keep-alive"}};
+  ASSERT_TRUE(SendOnce(request, Millis(5000)).ok());
+  const auto got = server.requests().at(0);
+  EXPECT_EQ(got.Count("Host"), 1);
+  EXPECT_EQ(got.Get("Host"), "api.example.com");
+  EXPECT_EQ(got.Count("Content-Length"), 1);
+  EXPECT_EQ(got.Count("Connection"), 1);
+  EXPECT_EQ(got.body, R"({"amount":100})");
+}
+
+TEST(SendOnceTest, GetWithoutBodyHasNoContentLengthAndPathDefaultsToSlash) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200, {}, "hi"));
+  Request request;
+  request.method = "GET";
+  request.url = "http://127.0.0.1:" + std::to_string(server.port());
+  auto response = SendOnce(request, Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(response->body, "hi");
+  const auto got = server.requests().at(0);
+  EXPECT_EQ(got.method, "GET");
+  EXPECT_EQ(got.target, "/");
+  EXPECT_EQ(got.Count("Content-Length"), 0);
+  EXPECT_EQ(got.Get("Host"), "127.0.0.1:" + std::to_string(server.port()));
+}
+
+TEST(SendOnceTest, EmptyPostStillSaysContentLengthZero) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(204));
+  Request request = Post(server);
+  request.body.clear();
+  ASSERT_TRUE(SendOnce(request, Millis(5000)).ok());
+  EXPECT_EQ(server.requests().at(0).Get("Content-Length"), "0");
+}
+
+TEST(SendOnceTest, BinaryBodyGoesThroughUnchanged) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200, {}, std::string("r\0s", 3)));
+  Request request = Post(server);
+  request.body = std::string("\0\x01\xff\r\n\0", 6);
+  auto response = SendOnce(request, Millis(5000));
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->body, std::string("r\0s", 3));
+  EXPECT_EQ(server.requests().at(0).body, request.body);
+}
+
+TEST(SendOnceTest, ResponseHeadersAndProblemCode) {
+  ScriptedServer server;
+  server.Push(Canned::Problem(409, "request-in-flight", {{"Retry-After", "1"}, {"Set-Cookie", "a=1"},
+                                                         {"Set-Cookie", "b=2"}}));
+  auto response = SendOnce(Post(server), Millis(5000));
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->status, 409);
+  EXPECT_EQ(response->Header("retry-after"), "1");
+  EXPECT_EQ(response->Header("SET-COOKIE"), "a=1");  // the first of two
+  EXPECT_EQ(response->Header("X-Missing"), std::nullopt);
+  EXPECT_EQ(response->ProblemCode(), "request-in-flight");
+}
+
+TEST(SendOnceTest, ProblemCodeNeedsAProblemJsonBodyWithAStringCode) {
+  Response r;
+  r.body = R"({"code":"key-reused"})";
+  EXPECT_EQ(r.ProblemCode(), "");  // no Content-Type
+  r.headers = {{"Content-Type", "application/json"}};
+  EXPECT_EQ(r.ProblemCode(), "");
+  r.headers = {{"content-type", "Application/Problem+JSON ; charset=utf-8"}};
+  EXPECT_EQ(r.ProblemCode(), "key-reused");
+  r.body = "not json";
+  EXPECT_EQ(r.ProblemCode(), "");
+  r.body = R"({"code":7})";
+  EXPECT_EQ(r.ProblemCode(), "");
+  r.body = R"(["code"])";
+  EXPECT_EQ(r.ProblemCode(), "");
+  r.body = "";
+  EXPECT_EQ(r.ProblemCode(), "");
+}
+
+TEST(SendOnceTest, SkipsInterimResponsesAndReadsUntilClose) {
+  ScriptedServer server;
+  server.Push(Canned::Raw("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil eof"));
+  auto response = SendOnce(Post(server), Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, "until eof");
+}
+
+TEST(SendOnceTest, HeadResponseHasNoBodyToWaitFor) {
+  ScriptedServer server;
+  server.Push(Canned::Raw("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
+  Request request;
+  request.method = "HEAD";
+  request.url = server.Url("/");
+  auto response = SendOnce(request, Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, "");
+}
+
+TEST(SendOnceTest, ResolvesHostNames) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200));
+  Request request = Post(server);
+  request.url = "http://localhost:" + std::to_string(server.port()) + "/x";
+  auto response = SendOnce(request, Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(server.requests().at(0).Get("Host"), "localhost:" + std::to_string(server.port()));
+}
+
+TEST(SendOnceTest, BadUrlsAreInvalidArguments) {
+  for (const char* url : {"", "not a url", "https://127.0.0.1/", "ftp://127.0.0.1/", "http://", "http:///path",
+                          "http://127.0.0.1:99999/", "http://127.0.0.1:0/", "http://user:pw@127.0.0.1/",
+                          "//127.0.0.1/", "http://[v1.x]/"}) {
+    Request request;
+    request.url = url;
+    const auto result = SendOnce(request, Millis(1000));
+    ASSERT_FALSE(result.ok()) << url;
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument) << url << ": " << result.status().ToString();
+  }
+}
+
+TEST(SendOnceTest, BadRequestPartsAreInvalidArguments) {
+  ScriptedServer server;
+  auto check = [&](Request request, const char* what) {
+    const auto result = SendOnce(request, Millis(1000));
+    ASSERT_FALSE(result.ok()) << what;
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument) << what << ": " << result.status().ToString();
+  };
+  Request r = Post(server);
+  r.method = "PO ST";
+  check(r, "method");
+  r = Post(server);
+  r.headers = {{"Bad Name", "v"}};
+  check(r, "header name");
+  r = Post(server);
+  r.headers = {{"X-Injected", "a\r\nX-Evil: 1"}};
+  check(r, "header value");
+  r = Post(server);
+  r.key = "bad\nkey";
+  check(r, "key");
+  r = Post(server);
+  r.key_header = "";
+  check(r, "key header");
+  r = Post(server);
+  r.headers = {{"Content-Length", "3"}};
+  check(r, "content length");
+  r = Post(server);
+  r.headers = {{"Transfer-Encoding", "chunked"}};
+  check(r, "transfer encoding");
+  EXPECT_TRUE(server.requests().empty());
+}
+
+TEST(SendOnceTest, ConnectionRefusedIsUnavailable) {
+  Request request;
+  request.url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/";
+  const auto result = SendOnce(request, Millis(2000));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(result.status().message().find("connection refused"), std::string::npos) << result.status().message();
+}
+
+TEST(SendOnceTest, CloseWithoutAnswerIsUnavailable) {
+  ScriptedServer server;
+  server.Push(Canned::Close());
+  const auto result = SendOnce(Post(server), Millis(5000));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
+  EXPECT_EQ(server.requests().size(), 1u);
+}
+
+TEST(SendOnceTest, TruncatedResponseIsUnavailable) {
+  ScriptedServer server;
+  server.Push(Canned::Raw("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"));
+  const auto result = SendOnce(Post(server), Millis(5000));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
+}
+
+TEST(SendOnceTest, ServerThatNeverAnswersHitsTheDeadline) {
+  ScriptedServer server;
+  server.Push(Canned::NeverAnswer());
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = SendOnce(Post(server), Millis(200));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status().ToString();
+  EXPECT_GE(elapsed, Millis(190));
+  EXPECT_LT(elapsed, Millis(2000));
+  EXPECT_EQ(server.requests().size(), 1u);
+}
+
+// ---------------------------------------------------------------------------
+// Client
+
+// A client whose sleeps are recorded instead of slept, with a fixed random value.
+struct Harness {
+  explicit Harness(RetryPolicy policy = {}, std::uint64_t random = kMaxRandom, bool with_dlq = true) {
+    if (with_dlq) {
+      auto opened = DeadLetterQueue::Open(dir.Join("dlq.sqlite"));
+      EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+      if (opened.ok()) dlq = std::move(*opened);
+    }
+    ClientOptions options;
+    options.policy = policy;
+    options.dlq = dlq.get();
+    options.sleep = [this](Millis wait) { sleeps.push_back(wait); };
+    options.random = [random] { return random; };
+    client = std::make_unique<Client>(std::move(options));
+  }
+
+  idemgate::testing::TempDir dir;
+  std::unique_ptr<DeadLetterQueue> dlq;
+  std::vector<Millis> sleeps;
+  std::unique_ptr<Client> client;
+  ScriptedServer server;
+};
+
+// Every request carried the same sf-string key.
+void ExpectSameKey(const std::vector<Recorded>& requests, const std::string& key) {
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(requests[i].Count("Idempotency-Key"), 1) << "attempt " << i + 1;
+    EXPECT_EQ(requests[i].Get("Idempotency-Key"), "\"" + key + "\"") << "attempt " << i + 1;
+  }
+}
+
+TEST(ClientTest, RetriesUntilSuccessUnderOneKey) {
+  Harness h;
+  h.server.Push(Canned::Answer(503));
+  h.server.Push(Canned::Problem(503, "store-unavailable"));
+  h.server.Push(Canned::Answer(200, {}, "done"));
+  Request request = Post(h.server, "");
+  const Outcome out = h.client->Send(request);
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.error, "");
+  EXPECT_EQ(out.attempts, 3);
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(out.response->status, 200);
+  EXPECT_EQ(out.response->body, "done");
+  EXPECT_FALSE(out.dead_letter_id.has_value());
+  // A fresh v4 key, the same on every attempt.
+  const std::regex v4("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
+  EXPECT_TRUE(std::regex_match(out.key, v4)) << out.key;
+  const auto requests = h.server.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  ExpectSameKey(requests, out.key);
+  for (const auto& r : requests) {
+    EXPECT_EQ(r.body, R"({"amount":100})");
+    EXPECT_EQ(r.Get("Host"), "127.0.0.1:" + std::to_string(h.server.port()));
+    EXPECT_EQ(r.Get("Content-Length"), "14");
+  }
+  // Two waits at the top of their ranges: base * 2^0, base * 2^1.
+  EXPECT_EQ(h.sleeps, (std::vector<Millis>{Millis(250), Millis(500)}));
+  // A success is never parked.
+  EXPECT_TRUE(h.dlq->List()->empty());
+}
+
+TEST(ClientTest, WaitsStayWithinTheBackoffBounds) {
+  for (const std::uint64_t random : {std::uint64_t{0}, std::uint64_t{1} << 62, kMaxRandom / 3 * 2, kMaxRandom}) {
+    Harness h(RetryPolicy{.max_attempts = 3, .base_delay = Millis(100), .max_delay = Millis(1000)}, random);
+    h.server.Push(Canned::Answer(503));
+    h.server.Push(Canned::Answer(502));
+    h.server.Push(Canned::Answer(200));
+    const Outcome out = h.client->Send(Post(h.server));
+    ASSERT_TRUE(out.ok);
+    ASSERT_EQ(h.sleeps.size(), 2u);
+    EXPECT_GE(h.sleeps[0].count(), 0);
+    EXPECT_LE(h.sleeps[0].count(), 100);
+    EXPECT_GE(h.sleeps[1].count(), 0);
+    EXPECT_LE(h.sleeps[1].count(), 200);
+    EXPECT_EQ(h.sleeps[0], BackoffDelay(RetryPolicy{.base_delay = Millis(100), .max_delay = Millis(1000)}, 2, random));
+  }
+}
+
+TEST(ClientTest, GivenKeyIsUsed) {
+  Harness h;
+  h.server.Push(Canned::Answer(500));
+  h.server.Push(Canned::Answer(201));
+  const Outcome out = h.client->Send(Post(h.server, "order-77"));
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.key, "order-77");
+  ExpectSameKey(h.server.requests(), "order-77");
+}
+
+TEST(ClientTest, RetryAfterLengthensTheWait) {
+  Harness h;
+  h.server.Push(Canned::Answer(503, {{"Retry-After", "2"}}));
+  h.server.Push(Canned::Answer(200));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_TRUE(out.ok);
+  ASSERT_EQ(h.sleeps.size(), 1u);
+  EXPECT_EQ(h.sleeps[0], Millis(2000));
+}
+
+TEST(ClientTest, RetryAfterIsCappedAtMaxDelay) {
+  Harness h(RetryPolicy{.max_attempts = 2, .max_delay = Millis(1500)});
+  h.server.Push(Canned::Problem(429, "too-many-requests", {{"Retry-After", "60"}}));
+  h.server.Push(Canned::Answer(200));
+  EXPECT_TRUE(h.client->Send(Post(h.server)).ok);
+  EXPECT_EQ(h.sleeps, (std::vector<Millis>{Millis(1500)}));
+}
+
+TEST(ClientTest, ShortRetryAfterDoesNotShortenTheBackoff) {
+  Harness h;
+  h.server.Push(Canned::Answer(503, {{"Retry-After", "0"}}));
+  h.server.Push(Canned::Answer(503, {{"Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"}}));
+  h.server.Push(Canned::Answer(200));
+  EXPECT_TRUE(h.client->Send(Post(h.server)).ok);
+  EXPECT_EQ(h.sleeps, (std::vector<Millis>{Millis(250), Millis(500)}));
+}
+
+TEST(ClientTest, RetryAfterDateInTheFuture) {
+  Harness h(RetryPolicy{.max_attempts = 2, .max_delay = Millis(60000)}, 0);
+  // A whole-second date about 3 s ahead: the wait is between 2 and 3 s.
+  const auto at = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now()) + std::chrono::seconds(3);
+  const std::time_t t = std::chrono::system_clock::to_time_t(at);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char date[64];
+  ASSERT_GT(std::strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm), 0u);
+  h.server.Push(Canned::Answer(503, {{"Retry-After", date}}));
+  h.server.Push(Canned::Answer(200));
+  EXPECT_TRUE(h.client->Send(Post(h.server)).ok);
+  ASSERT_EQ(h.sleeps.size(), 1u);
+  EXPECT_GT(h.sleeps[0], Millis(1000)) << date;
+  EXPECT_LE(h.sleeps[0], Millis(3000)) << date;
+}
+
+TEST(ClientTest, BadRequestIsNotRetriedAndIsParked) {
+  Harness h;
+  h.server.Push(Canned::Problem(400, "missing-key"));
+  Request request = Post(h.server, "k-400");
+  const Outcome out = h.client->Send(request);
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_EQ(out.error, "400 Bad Request (missing-key)");
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(out.response->status, 400);
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  const auto entry = h.dlq->Get(*out.dead_letter_id);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->status, EntryStatus::kPending);
+  EXPECT_EQ(entry->attempts, 1);
+  EXPECT_EQ(entry->last_status, 400);
+  EXPECT_EQ(entry->error, out.error);
+  EXPECT_EQ(entry->request.key, "k-400");
+  EXPECT_EQ(entry->request.url, request.url);
+  EXPECT_EQ(entry->request.body, request.body);
+  EXPECT_EQ(entry->request.headers, request.headers);
+}
+
+TEST(ClientTest, KeyReusedIsNotRetried) {
+  Harness h;
+  h.server.Push(Canned::Problem(422, "key-reused"));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(h.server.requests().size(), 1u);
+  EXPECT_NE(out.error.find("422"), std::string::npos);
+  EXPECT_NE(out.error.find("key-reused"), std::string::npos);
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->last_status, 422);
+}
+
+TEST(ClientTest, RequestInFlightIsRetried) {
+  Harness h;
+  h.server.Push(Canned::Problem(409, "request-in-flight", {{"Retry-After", "1"}}));
+  h.server.Push(Canned::Answer(200));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.attempts, 2);
+  EXPECT_EQ(h.sleeps, (std::vector<Millis>{Millis(1000)}));
+  ExpectSameKey(h.server.requests(), out.key);
+}
+
+TEST(ClientTest, OtherConflictIsNotRetried) {
+  Harness h;
+  h.server.Push(Canned::Problem(409, "version-conflict"));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+}
+
+TEST(ClientTest, ExhaustedRetriesAreParked) {
+  Harness h(RetryPolicy{.max_attempts = 4});
+  for (int i = 0; i < 4; ++i) h.server.Push(Canned::Answer(i < 3 ? 500 : 504));
+  Request request = Post(h.server, "k-exhausted");
+  const Outcome out = h.client->Send(request);
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 4);
+  EXPECT_EQ(out.error, "504 Gateway Timeout");
+  EXPECT_EQ(h.sleeps.size(), 3u);  // none after the last attempt
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  const auto entries = h.dlq->List();
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 1u);
+  const DeadLetter& entry = entries->front();
+  EXPECT_EQ(entry.id, *out.dead_letter_id);
+  EXPECT_EQ(entry.attempts, 4);
+  EXPECT_EQ(entry.last_status, 504);
+  EXPECT_EQ(entry.error, "504 Gateway Timeout");
+  EXPECT_EQ(entry.request.key, "k-exhausted");
+  EXPECT_EQ(entry.request.method, "POST");
+  EXPECT_EQ(entry.request.key_header, "Idempotency-Key");
+  EXPECT_GT(entry.created_unix_ms, 0);
+  ExpectSameKey(h.server.requests(), "k-exhausted");
+}
+
+TEST(ClientTest, ConnectionRefusedIsRetriedThenParked) {
+  Harness h;
+  Request request;
+  request.url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/v1/x";
+  request.body = "b";
+  const Outcome out = h.client->Send(request);
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 3);
+  EXPECT_EQ(h.sleeps.size(), 2u);
+  EXPECT_FALSE(out.response.has_value());
+  EXPECT_NE(out.error.find("connection refused"), std::string::npos) << out.error;
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  const auto entry = h.dlq->Get(*out.dead_letter_id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->last_status, 0);
+  EXPECT_EQ(entry->attempts, 3);
+  EXPECT_EQ(entry->request.key, out.key);
+  EXPECT_NE(entry->error.find("connection refused"), std::string::npos);
+}
+
+TEST(ClientTest, TransportErrorThenSuccess) {
+  Harness h;
+  h.server.Push(Canned::Close());
+  h.server.Push(Canned::Answer(200));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.attempts, 2);
+  ExpectSameKey(h.server.requests(), out.key);
+}
+
+TEST(ClientTest, LastAttemptWithoutResponseLeavesNoResponse) {
+  Harness h(RetryPolicy{.max_attempts = 2});
+  h.server.Push(Canned::Answer(503));
+  h.server.Push(Canned::Close());
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_FALSE(out.response.has_value());
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->last_status, 0);
+}
+
+TEST(ClientTest, SingleAttemptPolicyNeverSleeps) {
+  Harness h(RetryPolicy{.max_attempts = 1});
+  h.server.Push(Canned::Answer(503));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_TRUE(out.dead_letter_id.has_value());
+}
+
+TEST(ClientTest, BadUrlIsNotRetried) {
+  Harness h;
+  Request request;
+  request.url = "https://127.0.0.1/";
+  const Outcome out = h.client->Send(request);
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_NE(out.error.find("http://"), std::string::npos) << out.error;
+}
+
+TEST(ClientTest, WithoutADlqNothingIsParked) {
+  Harness h(RetryPolicy{}, kMaxRandom, /*with_dlq=*/false);
+  h.server.Push(Canned::Answer(400));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_FALSE(out.dead_letter_id.has_value());
+  EXPECT_EQ(out.error, "400 Bad Request");
+}
+
+TEST(ClientTest, RedirectIsASuccess) {
+  Harness h;
+  h.server.Push(Canned::Answer(302, {{"Location", "/elsewhere"}}));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(out.response->Header("Location"), "/elsewhere");
+}
+
+TEST(ClientTest, TimeoutIsRetriedThenParked) {
+  Harness h(RetryPolicy{.max_attempts = 2, .timeout = Millis(50)});
+  h.server.Push(Canned::NeverAnswer());
+  h.server.Push(Canned::NeverAnswer());
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 2);
+  EXPECT_NE(out.error.find("timed out"), std::string::npos) << out.error;
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->last_status, 0);
+}
+
+TEST(ClientTest, DefaultSleepAndRandomAreUsable) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(503));
+  server.Push(Canned::Answer(200));
+  Client client(ClientOptions{.policy = RetryPolicy{.base_delay = Millis(20), .max_delay = Millis(20)}});
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome out = client.Send(Post(server));
+  EXPECT_TRUE(out.ok);
+  EXPECT_EQ(out.attempts, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Millis(2000));
+}
+
+// ---------------------------------------------------------------------------
+// Replay
+
+TEST(ClientReplayTest, ReplaysUnderTheOriginalKeyAndMarksReplayed) {
+  Harness h;
+  for (int i = 0; i < 3; ++i) h.server.Push(Canned::Answer(503));
+  const Outcome first = h.client->Send(Post(h.server, ""));
+  ASSERT_FALSE(first.ok);
+  ASSERT_TRUE(first.dead_letter_id.has_value());
+  const std::int64_t id = *first.dead_letter_id;
+
+  h.server.Push(Canned::Answer(201, {}, "made"));
+  const auto replay = h.client->Replay(id);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(replay->ok);
+  EXPECT_EQ(replay->key, first.key);
+  EXPECT_EQ(replay->attempts, 1);
+  EXPECT_EQ(replay->dead_letter_id, id);
+  EXPECT_EQ(replay->response->body, "made");
+
+  const auto requests = h.server.requests();
+  ASSERT_EQ(requests.size(), 4u);
+  ExpectSameKey(requests, first.key);
+  EXPECT_EQ(requests[3].body, requests[0].body);
+  EXPECT_EQ(requests[3].target, requests[0].target);
+  EXPECT_EQ(requests[3].Get("X-Trace"), "t-1");
+
+  const auto entry = h.dlq->Get(id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->status, EntryStatus::kReplayed);
+  EXPECT_EQ(entry->attempts, 4);
+  EXPECT_EQ(entry->last_status, 201);
+  EXPECT_EQ(h.dlq->List()->size(), 1u);
+
+  // A replayed entry cannot be replayed again.
+  const auto again = h.client->Replay(id);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("replayed"), std::string::npos) << again.status().message();
+}
+
+TEST(ClientReplayTest, FailedReplayGoesBackToPendingAndIsNotParkedAgain) {
+  Harness h(RetryPolicy{.max_attempts = 2});
+  h.server.Push(Canned::Answer(400));
+  const Outcome first = h.client->Send(Post(h.server));
+  ASSERT_TRUE(first.dead_letter_id.has_value());
+  const std::int64_t id = *first.dead_letter_id;
+
+  h.server.Push(Canned::Answer(503));
+  h.server.Push(Canned::Problem(502, "upstream-unavailable"));
+  const auto replay = h.client->Replay(id);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_FALSE(replay->ok);
+  EXPECT_EQ(replay->attempts, 2);
+  EXPECT_EQ(replay->error, "502 Bad Gateway (upstream-unavailable)");
+
+  const auto entries = h.dlq->List();
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 1u);  // not parked a second time
+  EXPECT_EQ(entries->front().status, EntryStatus::kPending);
+  EXPECT_EQ(entries->front().attempts, 3);
+  EXPECT_EQ(entries->front().last_status, 502);
+  EXPECT_EQ(entries->front().error, "502 Bad Gateway (upstream-unavailable)");
+  ExpectSameKey(h.server.requests(), first.key);
+
+  // Pending again: it can be replayed once more.
+  h.server.Push(Canned::Answer(200));
+  const auto third = h.client->Replay(id);
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->ok);
+  EXPECT_EQ(h.dlq->Get(id)->status, EntryStatus::kReplayed);
+  EXPECT_EQ(h.dlq->Get(id)->attempts, 4);
+}
+
+TEST(ClientReplayTest, UnknownOrDiscardedEntries) {
+  Harness h;
+  const auto unknown = h.client->Replay(12345);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+
+  h.server.Push(Canned::Answer(400));
+  const Outcome first = h.client->Send(Post(h.server));
+  ASSERT_TRUE(first.dead_letter_id.has_value());
+  ASSERT_TRUE(h.dlq->Discard(*first.dead_letter_id).ok());
+  const auto discarded = h.client->Replay(*first.dead_letter_id);
+  ASSERT_FALSE(discarded.ok());
+  EXPECT_EQ(discarded.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(discarded.status().message().find("discarded"), std::string::npos);
+  EXPECT_EQ(h.server.requests().size(), 1u);
+}
+
+TEST(ClientReplayTest, WithoutADlq) {
+  Harness h(RetryPolicy{}, kMaxRandom, /*with_dlq=*/false);
+  const auto replay = h.client->Replay(1);
+  ASSERT_FALSE(replay.ok());
+  EXPECT_EQ(replay.status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace idemgate::client

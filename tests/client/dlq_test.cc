@@ -1,0 +1,426 @@
+#include "client/client.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fakes/testing.h"
+
+namespace idemgate::client {
+namespace {
+
+using idemgate::testing::TempDir;
+
+std::int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::unique_ptr<DeadLetterQueue> OpenOrDie(const std::string& path) {
+  auto dlq = DeadLetterQueue::Open(path);
+  EXPECT_TRUE(dlq.ok()) << dlq.status().ToString();
+  return dlq.ok() ? std::move(*dlq) : nullptr;
+}
+
+Request SampleRequest(std::string key = "key-1") {
+  Request request;
+  request.method = "PUT";
+  request.url = "http://billing.internal:8080/v1/invoices/7?dry=0";
+  request.headers = {{"Content-Type", "application/octet-stream"},
+                     {"X-Trace", "t\"1\\"},
+                     {"X-Trace", "second value"},
+                     {"X-Unicode", "caf\xc3\xa9"},
+                     {"X-Bytes", "\xff\xfe"}};
+  request.body = std::string("\0bin\0ary\xff\0", 10);
+  request.key = std::move(key);
+  request.key_header = "X-Idempotency-Key";
+  return request;
+}
+
+// Runs `sql` on the file directly, as another program could.
+void RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  const std::string message = error != nullptr ? error : "";
+  sqlite3_free(error);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << message;
+}
+
+TEST(EntryStatusTest, NamesRoundTrip) {
+  for (EntryStatus s : {EntryStatus::kPending, EntryStatus::kReplaying, EntryStatus::kReplayed,
+                        EntryStatus::kDiscarded}) {
+    EXPECT_EQ(EntryStatusFromName(EntryStatusName(s)), s);
+  }
+  EXPECT_EQ(EntryStatusName(EntryStatus::kPending), "pending");
+  EXPECT_EQ(EntryStatusName(EntryStatus::kReplaying), "replaying");
+  EXPECT_EQ(EntryStatusName(EntryStatus::kReplayed), "replayed");
+  EXPECT_EQ(EntryStatusName(EntryStatus::kDiscarded), "discarded");
+  EXPECT_EQ(EntryStatusFromName("Pending"), std::nullopt);
+  EXPECT_EQ(EntryStatusFromName(""), std::nullopt);
+}
+
+class DlqTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.Join("dlq.sqlite");
+    dlq_ = OpenOrDie(path_);
+    ASSERT_NE(dlq_, nullptr);
+  }
+
+  std::int64_t ParkOrDie(const Request& request, std::string_view error = "503 Service Unavailable",
+                         int attempts = 3, int last_status = 503) {
+    auto id = dlq_->Park(request, error, attempts, last_status);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : -1;
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::unique_ptr<DeadLetterQueue> dlq_;
+};
+
+TEST_F(DlqTest, ParkGetListRoundTripEveryField) {
+  const Request request = SampleRequest();
+  const std::int64_t before = NowMs();
+  const std::int64_t id = ParkOrDie(request, "connection refused by host:1", 3, 0);
+  const std::int64_t after = NowMs();
+  ASSERT_GT(id, 0);
+
+  auto check = [&](const DeadLetter& e) {
+    EXPECT_EQ(e.id, id);
+    EXPECT_EQ(e.request.method, "PUT");
+    EXPECT_EQ(e.request.url, request.url);
+    EXPECT_EQ(e.request.headers, request.headers);
+    EXPECT_EQ(e.request.body, request.body);
+    EXPECT_EQ(e.request.body.size(), 10u);
+    EXPECT_EQ(e.request.key, "key-1");
+    EXPECT_EQ(e.request.key_header, "X-Idempotency-Key");
+    EXPECT_EQ(e.error, "connection refused by host:1");
+    EXPECT_EQ(e.attempts, 3);
+    EXPECT_EQ(e.last_status, 0);
+    EXPECT_GE(e.created_unix_ms, before);
+    EXPECT_LE(e.created_unix_ms, after);
+    EXPECT_EQ(e.last_attempt_unix_ms, e.created_unix_ms);
+    EXPECT_EQ(e.status, EntryStatus::kPending);
+  };
+  const auto got = dlq_->Get(id);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  check(*got);
+  const auto listed = dlq_->List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  check(listed->front());
+}
+
+TEST_F(DlqTest, EmptyBodyAndNoHeaders) {
+  Request request;
+  request.url = "http://h/";
+  request.key = "k";
+  const std::int64_t id = ParkOrDie(request, "", 1, 400);
+  const auto got = dlq_->Get(id);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->request.body, "");
+  EXPECT_TRUE(got->request.headers.empty());
+  EXPECT_EQ(got->request.method, "POST");
+  EXPECT_EQ(got->request.key_header, "Idempotency-Key");
+  EXPECT_EQ(got->error, "");
+}
+
+TEST_F(DlqTest, ParkNeedsAKey) {
+  const auto id = dlq_->Park(SampleRequest(""), "x", 1, 500);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dlq_->List()->empty());
+}
+
+TEST_F(DlqTest, ValuesAreBoundNotSpliced) {
+  Request request = SampleRequest("k'); DROP TABLE dead_letters; --");
+  request.url = "http://h/'\"";
+  const std::int64_t id = ParkOrDie(request, "'; DELETE FROM dead_letters; --");
+  const auto got = dlq_->Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->request.key, request.key);
+  EXPECT_EQ(got->request.url, request.url);
+  EXPECT_EQ(got->error, "'; DELETE FROM dead_letters; --");
+  EXPECT_EQ(dlq_->List()->size(), 1u);
+}
+
+TEST_F(DlqTest, ListIsOldestFirstAndFiltersByStatus) {
+  const std::int64_t a = ParkOrDie(SampleRequest("a"));
+  const std::int64_t b = ParkOrDie(SampleRequest("b"));
+  const std::int64_t c = ParkOrDie(SampleRequest("c"));
+  const std::int64_t d = ParkOrDie(SampleRequest("d"));
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_LT(c, d);
+  ASSERT_TRUE(dlq_->Discard(b).ok());
+  ASSERT_TRUE(dlq_->ClaimForReplay(c).ok());
+  ASSERT_TRUE(dlq_->ClaimForReplay(d).ok());
+  ASSERT_TRUE(dlq_->FinishReplay(d, true, "", 1, 200).ok());
+
+  auto ids = [&](std::optional<EntryStatus> status) {
+    std::vector<std::int64_t> out;
+    const auto list = dlq_->List(status);
+    EXPECT_TRUE(list.ok()) << list.status().ToString();
+    if (list.ok()) {
+      for (const auto& e : *list) out.push_back(e.id);
+    }
+    return out;
+  };
+  EXPECT_EQ(ids(std::nullopt), (std::vector<std::int64_t>{a, b, c, d}));
+  EXPECT_EQ(ids(EntryStatus::kPending), (std::vector<std::int64_t>{a}));
+  EXPECT_EQ(ids(EntryStatus::kDiscarded), (std::vector<std::int64_t>{b}));
+  EXPECT_EQ(ids(EntryStatus::kReplaying), (std::vector<std::int64_t>{c}));
+  EXPECT_EQ(ids(EntryStatus::kReplayed), (std::vector<std::int64_t>{d}));
+}
+
+TEST_F(DlqTest, ClaimTwiceFailsTheSecondTime) {
+  const std::int64_t id = ParkOrDie(SampleRequest());
+  const auto first = dlq_->ClaimForReplay(id);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->status, EntryStatus::kReplaying);
+  EXPECT_EQ(first->request.key, "key-1");
+  EXPECT_EQ(first->request.body, SampleRequest().body);
+  const auto second = dlq_->ClaimForReplay(id);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("replaying"), std::string::npos) << second.status().message();
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kReplaying);
+}
+
+TEST_F(DlqTest, FinishReplaySuccessMarksReplayed) {
+  const std::int64_t id = ParkOrDie(SampleRequest(), "503 Service Unavailable", 3, 503);
+  const std::int64_t parked_at = dlq_->Get(id)->last_attempt_unix_ms;
+  ASSERT_TRUE(dlq_->ClaimForReplay(id).ok());
+  ASSERT_TRUE(dlq_->FinishReplay(id, true, "", 2, 201).ok());
+  const auto e = dlq_->Get(id);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->status, EntryStatus::kReplayed);
+  EXPECT_EQ(e->attempts, 5);
+  EXPECT_EQ(e->last_status, 201);
+  EXPECT_EQ(e->error, "");
+  EXPECT_GE(e->last_attempt_unix_ms, parked_at);
+  // Finished entries cannot be finished, claimed or discarded again.
+  EXPECT_EQ(dlq_->FinishReplay(id, true, "", 1, 200).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(dlq_->ClaimForReplay(id).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(dlq_->Discard(id).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DlqTest, FinishReplayFailureGoesBackToPendingWithAttemptsAdded) {
+  const std::int64_t id = ParkOrDie(SampleRequest(), "503 Service Unavailable", 3, 503);
+  ASSERT_TRUE(dlq_->ClaimForReplay(id).ok());
+  ASSERT_TRUE(dlq_->FinishReplay(id, false, "connection refused by x:1", 3, 0).ok());
+  const auto e = dlq_->Get(id);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->status, EntryStatus::kPending);
+  EXPECT_EQ(e->attempts, 6);
+  EXPECT_EQ(e->last_status, 0);
+  EXPECT_EQ(e->error, "connection refused by x:1");
+  EXPECT_EQ(e->request.key, "key-1");
+  // Pending again: claimable again.
+  EXPECT_TRUE(dlq_->ClaimForReplay(id).ok());
+}
+
+TEST_F(DlqTest, ReleaseGivesBackAReplayCutShort) {
+  const std::int64_t id = ParkOrDie(SampleRequest());
+  // Only a replaying entry can be released.
+  EXPECT_EQ(dlq_->Release(id).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(dlq_->ClaimForReplay(id).ok());
+  // The replaying process died here; the entry would stay replaying for good.
+  ASSERT_TRUE(dlq_->Release(id).ok());
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kPending);
+  EXPECT_TRUE(dlq_->ClaimForReplay(id).ok());
+  EXPECT_EQ(dlq_->Release(424242).code(), StatusCode::kNotFound);
+}
+
+TEST_F(DlqTest, FinishReplayNeedsAClaim) {
+  const std::int64_t id = ParkOrDie(SampleRequest());
+  const Status s = dlq_->FinishReplay(id, true, "", 1, 200);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("pending"), std::string::npos) << s.message();
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kPending);
+  EXPECT_EQ(dlq_->Get(id)->attempts, 3);
+}
+
+TEST_F(DlqTest, DiscardOnlyFromPending) {
+  const std::int64_t pending = ParkOrDie(SampleRequest("p"));
+  const std::int64_t replaying = ParkOrDie(SampleRequest("r"));
+  ASSERT_TRUE(dlq_->ClaimForReplay(replaying).ok());
+
+  EXPECT_TRUE(dlq_->Discard(pending).ok());
+  EXPECT_EQ(dlq_->Get(pending)->status, EntryStatus::kDiscarded);
+  const Status twice = dlq_->Discard(pending);
+  EXPECT_EQ(twice.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.message().find("discarded"), std::string::npos) << twice.message();
+  const Status busy = dlq_->Discard(replaying);
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(busy.message().find("replaying"), std::string::npos) << busy.message();
+  EXPECT_EQ(dlq_->Get(replaying)->status, EntryStatus::kReplaying);
+  EXPECT_EQ(dlq_->ClaimForReplay(pending).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DlqTest, UnknownIdsAreNotFound) {
+  ParkOrDie(SampleRequest());
+  EXPECT_EQ(dlq_->Get(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(dlq_->ClaimForReplay(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(dlq_->FinishReplay(999, true, "", 1, 200).code(), StatusCode::kNotFound);
+  EXPECT_EQ(dlq_->Discard(999).code(), StatusCode::kNotFound);
+  EXPECT_EQ(dlq_->Get(-1).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(DlqTest, ReopeningKeepsEntries) {
+  const std::int64_t a = ParkOrDie(SampleRequest("a"));
+  const std::int64_t b = ParkOrDie(SampleRequest("b"));
+  ASSERT_TRUE(dlq_->Discard(a).ok());
+  dlq_.reset();
+
+  auto reopened = OpenOrDie(path_);
+  ASSERT_NE(reopened, nullptr);
+  const auto list = reopened->List();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, a);
+  EXPECT_EQ((*list)[0].status, EntryStatus::kDiscarded);
+  EXPECT_EQ((*list)[1].id, b);
+  EXPECT_EQ((*list)[1].request.headers, SampleRequest().headers);
+  EXPECT_EQ((*list)[1].request.body, SampleRequest().body);
+  // Ids are never reused, even after the newest row is gone.
+  RawExec(path_, "DELETE FROM dead_letters WHERE id = " + std::to_string(b));
+  const auto c = reopened->Park(SampleRequest("c"), "e", 1, 500);
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(*c, b);
+}
+
+TEST_F(DlqTest, UsesWalAndRecordsTheSchemaVersion) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  auto single = [&](const char* sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  };
+  EXPECT_EQ(single("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(single("PRAGMA user_version"), "1");
+  sqlite3_close(db);
+}
+
+TEST_F(DlqTest, RefusesAFutureSchemaVersion) {
+  dlq_.reset();
+  RawExec(path_, "PRAGMA user_version = 2");
+  const auto opened = DeadLetterQueue::Open(path_);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(opened.status().message().find("2"), std::string::npos) << opened.status().message();
+}
+
+TEST(DlqOpenTest, RefusesAFileThatIsNotADatabase) {
+  TempDir dir;
+  const std::string path = dir.Join("junk");
+  ASSERT_TRUE(idemgate::testing::WriteFile(path, std::string(4096, 'x')).ok());
+  const auto opened = DeadLetterQueue::Open(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition) << opened.status().ToString();
+}
+
+TEST(DlqOpenTest, ReportsAPathThatCannotBeCreated) {
+  TempDir dir;
+  const auto opened = DeadLetterQueue::Open(dir.Join("missing-dir/dlq.sqlite"));
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kUnavailable) << opened.status().ToString();
+}
+
+TEST_F(DlqTest, TwoThreadsClaimingOneEntryExactlyOneWins) {
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t id = ParkOrDie(SampleRequest("race-" + std::to_string(round)));
+    std::atomic<bool> go{false};
+    std::atomic<int> wins{0};
+    std::atomic<int> refused{0};
+    auto claim = [&] {
+      while (!go.load()) std::this_thread::yield();
+      const auto result = dlq_->ClaimForReplay(id);
+      if (result.ok()) {
+        ++wins;
+      } else if (result.status().code() == StatusCode::kFailedPrecondition) {
+        ++refused;
+      }
+    };
+    std::thread t1(claim);
+    std::thread t2(claim);
+    go = true;
+    t1.join();
+    t2.join();
+    EXPECT_EQ(wins.load(), 1) << "round " << round;
+    EXPECT_EQ(refused.load(), 1) << "round " << round;
+  }
+}
+
+TEST_F(DlqTest, TwoConnectionsClaimingOneEntryExactlyOneWins) {
+  auto other = OpenOrDie(path_);
+  ASSERT_NE(other, nullptr);
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t id = ParkOrDie(SampleRequest("race-" + std::to_string(round)));
+    std::atomic<bool> go{false};
+    std::atomic<int> wins{0};
+    std::atomic<int> refused{0};
+    auto claim = [&](DeadLetterQueue* q) {
+      while (!go.load()) std::this_thread::yield();
+      const auto result = q->ClaimForReplay(id);
+      if (result.ok()) {
+        ++wins;
+      } else if (result.status().code() == StatusCode::kFailedPrecondition) {
+        ++refused;
+      } else {
+        ADD_FAILURE() << result.status().ToString();
+      }
+    };
+    std::thread t1(claim, dlq_.get());
+    std::thread t2(claim, other.get());
+    go = true;
+    t1.join();
+    t2.join();
+    EXPECT_EQ(wins.load(), 1) << "round " << round;
+    EXPECT_EQ(refused.load(), 1) << "round " << round;
+  }
+}
+
+TEST_F(DlqTest, ConcurrentParksGetDistinctIds) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 25;
+  std::vector<std::map<std::int64_t, std::string>> parked(kThreads);  // id -> key, per thread
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
+        const auto id = dlq_->Park(SampleRequest(key), "e", 1, 500);
+        if (id.ok()) parked[t][*id] = key;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::map<std::int64_t, std::string> all;
+  for (const auto& m : parked) all.insert(m.begin(), m.end());
+  EXPECT_EQ(all.size(), static_cast<std::size_t>(kThreads * kPerThread));  // no id given twice
+  const auto list = dlq_->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), all.size());
+  for (const auto& e : *list) EXPECT_EQ(e.request.key, all[e.id]) << "id " << e.id;
+}
+
+}  // namespace
+}  // namespace idemgate::client

@@ -1,0 +1,191 @@
+// End-to-end tests of idemctl (SPEC §10): the real idemctl binary against the
+// real idemgate in front of fake_upstream: sending under one key, parking
+// what fails in the dead-letter queue and replaying it under its key, and
+// the admin commands.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "integration/harness.h"
+
+namespace idemgate::testing {
+namespace {
+
+namespace json = boost::json;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class IdemctlTest : public GatewaySuite {
+ protected:
+  std::string Yaml(const std::string& listen = "127.0.0.1:0") {
+    std::ostringstream y;
+    y << "listen: " << listen << "\n"
+      << "workers: 2\n"
+      << "shutdown_grace: 10s\n"
+      << "admin: { listen: 127.0.0.1:0, token_env: TEST_ADMIN_TOKEN }\n"
+      << "store: { kind: memory }\n"
+      << "identity: { mode: none }\n"
+      << "upstreams:\n"
+      << "  fake: { url: http://" << fake_endpoint_.ToString() << ", timeout: 10s }\n"
+      << "routes:\n"
+      << "  - id: api\n"
+      << "    match: { path_prefix: / }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: required }\n";
+    return y.str();
+  }
+
+  // Runs idemctl with `args` (and the test's DLQ file), waiting for it.
+  CliRun Idemctl(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
+    static int runs = 0;
+    const std::string base = dir_.Join("idemctl-" + std::to_string(++runs));
+    ProcessOptions options;
+    options.stdout_path = base + ".out";
+    options.stderr_path = base + ".err";
+    options.env = std::move(env);
+    options.env.emplace_back("IDEMCTL_DLQ", dir_.Join("dlq.sqlite"));
+    CliRun run;
+    auto process = Process::Start(IDEMCTL_BIN, args, options);
+    EXPECT_TRUE(process.ok()) << process.status().ToString();
+    if (!process.ok()) return run;
+    const std::optional<ExitStatus> status = process->WaitExit(60s);
+    EXPECT_TRUE(status.has_value() && status->exited) << "idemctl did not finish";
+    if (status && status->exited) run.code = status->code;
+    run.out = ReadFileOrEmpty(options.stdout_path);
+    run.err = ReadFileOrEmpty(options.stderr_path);
+    return run;
+  }
+
+  std::string Url(const std::string& path) { return "http://" + gateway_->endpoint().ToString() + path; }
+  std::string AdminUrl() { return "http://" + gateway_->admin().ToString(); }
+};
+
+// The DLQ entry id in idemctl's "parked as DLQ entry N" line.
+std::string ParkedId(const std::string& err) {
+  std::smatch m;
+  if (std::regex_search(err, m, std::regex("parked as DLQ entry ([0-9]+)"))) return m[1];
+  return "";
+}
+
+TEST_F(IdemctlTest, SendRetriesUnderOneKeyAndTheGatewayReplays) {
+  StartGateway(Yaml());
+  const CliRun first = Idemctl({"send", "-i", "-k", "order-7", "-H", "Content-Type: application/json", "-d",
+                             R"({"amount":5})", Url("/echo/pay")});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("HTTP/1.1 200"), std::string::npos) << first.out;
+  // fake_upstream echoes the key the gateway forwarded: the scoped one.
+  EXPECT_NE(first.out.find("t-_:_:_:api:order-7"), std::string::npos) << first.out;
+  const CliRun again = Idemctl({"send", "-i", "-k", "order-7", "-H", "Content-Type: application/json", "-d",
+                             R"({"amount":5})", Url("/echo/pay")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("Idempotent-Replayed: true"), std::string::npos) << again.out;
+  EXPECT_EQ(Executions(), 1u);
+
+  // Another payload under the key: 422 key-reused, not retried, parked.
+  const CliRun reused = Idemctl({"send", "-k", "order-7", "-H", "Content-Type: application/json", "-d",
+                              R"({"amount":6})", "--attempts", "3", Url("/echo/pay")});
+  EXPECT_EQ(reused.code, 1);
+  EXPECT_NE(reused.err.find("1 attempt,"), std::string::npos) << reused.err;
+  EXPECT_FALSE(ParkedId(reused.err).empty()) << reused.err;
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(IdemctlTest, AFailureIsParkedAndItsReplayRunsOnceUnderTheOriginalKey) {
+  // The gateway is not there yet: every attempt is refused, the request is parked.
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(*port) + "/echo/pay";
+  const CliRun failed = Idemctl({"send", "-k", "pay-42", "-d", "{}", "--attempts", "2", "--base-delay", "10ms", url});
+  EXPECT_EQ(failed.code, 1);
+  EXPECT_NE(failed.err.find("2 attempts"), std::string::npos) << failed.err;
+  const std::string id = ParkedId(failed.err);
+  ASSERT_FALSE(id.empty()) << failed.err;
+
+  const CliRun listed = Idemctl({"dlq", "list", "--json"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  const json::value entries = json::parse(listed.out);
+  ASSERT_EQ(entries.as_array().size(), 1u) << listed.out;
+  const json::object& entry = entries.as_array()[0].as_object();
+  EXPECT_EQ(entry.at("status").as_string(), "pending");
+  EXPECT_EQ(entry.at("key").as_string(), "pay-42");
+  EXPECT_EQ(entry.at("attempts").as_int64(), 2);
+  const CliRun shown = Idemctl({"dlq", "show", id});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out).as_object().at("url").as_string(), url);
+
+  // Now the gateway runs on that port: the replay goes through once.
+  StartGateway(Yaml("127.0.0.1:" + std::to_string(*port)));
+  const CliRun replayed = Idemctl({"dlq", "replay", id});
+  ASSERT_EQ(replayed.code, 0) << replayed.err;
+  EXPECT_NE(replayed.out.find("t-_:_:_:api:pay-42"), std::string::npos) << replayed.out;
+  EXPECT_EQ(Idemctl({"dlq", "list", "--status", "replayed", "--json"}).out.find("pay-42") != std::string::npos, true);
+  // A second replay of the same entry is refused: it is no longer pending.
+  const CliRun twice = Idemctl({"dlq", "replay", id});
+  EXPECT_EQ(twice.code, 1);
+  EXPECT_NE(twice.err.find("replayed"), std::string::npos) << twice.err;
+  // And the client retrying by hand under the key gets the stored answer.
+  const CliRun by_hand = Idemctl({"send", "-i", "-k", "pay-42", "-d", "{}", url});
+  EXPECT_NE(by_hand.out.find("Idempotent-Replayed: true"), std::string::npos) << by_hand.out;
+  EXPECT_EQ(Executions(), 1u);
+
+  // Discard: only a pending entry.
+  EXPECT_EQ(Idemctl({"dlq", "discard", id}).code, 1);
+}
+
+TEST_F(IdemctlTest, AdminCommandsReadAndPurgeKeys) {
+  StartGateway(Yaml(), {{"TEST_ADMIN_TOKEN", "s3cret"}});
+  ASSERT_EQ(Idemctl({"send", "-k", "k-admin", "-d", "{}", Url("/echo/pay")}).code, 0);
+  const std::string stored = "t-_:_:_:api:k-admin";
+  const std::vector<std::pair<std::string, std::string>> token = {{"IDEMGATE_ADMIN_TOKEN", "s3cret"}};
+  // The gateway has an admin token: key calls need it.
+  EXPECT_EQ(Idemctl({"keys", "get", stored, "--admin", AdminUrl()}).code, 1);
+  const CliRun got = Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, token);
+  ASSERT_EQ(got.code, 0) << got.err;
+  EXPECT_NE(got.out.find("completed"), std::string::npos) << got.out;
+
+  EXPECT_EQ(Idemctl({"keys", "purge", stored, "--admin", AdminUrl()}).code, 1);
+  const CliRun purged =
+      Idemctl({"keys", "purge", stored, "--admin", AdminUrl(), "--token-env", "MY_TOKEN"}, {{"MY_TOKEN", "s3cret"}});
+  EXPECT_EQ(purged.code, 0) << purged.out << purged.err;
+  EXPECT_NE(purged.out.find("\"purged\":true"), std::string::npos) << purged.out;
+  EXPECT_EQ(Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, token).code, 1);
+
+  const CliRun stats = Idemctl({"stats", "--admin", AdminUrl()}, token);
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  EXPECT_NE(stats.out.find("\"api\""), std::string::npos) << stats.out;
+}
+
+TEST_F(IdemctlTest, KeysAndUsage) {
+  const CliRun v4 = Idemctl({"key", "new"});
+  EXPECT_EQ(v4.code, 0);
+  EXPECT_TRUE(std::regex_match(v4.out, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n")))
+      << v4.out;
+  const CliRun v7 = Idemctl({"key", "new", "--key-v7"});
+  EXPECT_TRUE(std::regex_match(v7.out, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n")))
+      << v7.out;
+  const CliRun d1 = Idemctl({"key", "derive", "billing", "user:alice", "invoice-9", "pay", "v1"});
+  const CliRun d2 = Idemctl({"key", "derive", "billing", "user:alice", "invoice-9", "pay", "v1"});
+  const CliRun d3 = Idemctl({"key", "derive", "billing", "user:alice", "invoice-9", "pay", "v2"});
+  EXPECT_EQ(d1.code, 0);
+  EXPECT_EQ(d1.out, d2.out);
+  EXPECT_NE(d1.out, d3.out);
+
+  const CliRun help = Idemctl({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("idemctl send"), std::string::npos);
+  EXPECT_EQ(Idemctl({"send"}).code, 2);
+  EXPECT_EQ(Idemctl({"send", "--attempts", "0", "http://127.0.0.1:1/"}).code, 2);
+  EXPECT_EQ(Idemctl({"frobnicate"}).code, 2);
+  EXPECT_EQ(Idemctl({"dlq", "show", "nope"}).code, 2);
+}
+
+}  // namespace
+}  // namespace idemgate::testing
