@@ -2,7 +2,6 @@
 // with retries under one Idempotency-Key, parks what still fails in a
 // dead-letter queue and replays it under the original key, and reads or
 // purges stored keys and statistics through the gateway's admin API.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -11,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -112,13 +112,12 @@ std::string DlqPath(const std::string& given) {
   if (data.empty()) {
     const std::string home = EnvOr("HOME", "");
     if (home.empty()) return "idemctl-dlq.sqlite";
-    ::mkdir((home + "/.local").c_str(), 0700);
     data = home + "/.local/share";
   }
-  ::mkdir(data.c_str(), 0700);
-  const std::string dir = data + "/idemctl";
-  ::mkdir(dir.c_str(), 0700);
-  return dir + "/dlq.sqlite";
+  const std::filesystem::path dir = std::filesystem::path(data) / "idemctl";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // a failure shows when the file is opened
+  return (dir / "dlq.sqlite").string();
 }
 
 // Options shared by the subcommands.
@@ -361,7 +360,7 @@ int Send(const Options& o) {
   if (!o.no_dlq) {
     const std::string path = DlqPath(o.dlq);
     auto opened = OpenDlq(path);
-    if (!opened.ok()) return Fail("dead-letter queue " + path + ": " + opened.status().message());
+    if (!opened.ok()) return Fail(opened.status().message());
     dlq = std::move(*opened);
   }
   client::ClientOptions options;
@@ -381,7 +380,7 @@ int Dlq(const std::string& verb, const Options& o) {
   if (o.no_dlq) return Usage("--no-dlq makes no sense with dlq commands");
   const std::string path = DlqPath(o.dlq);
   auto opened = OpenDlq(path);
-  if (!opened.ok()) return Fail("dead-letter queue " + path + ": " + opened.status().message());
+  if (!opened.ok()) return Fail(opened.status().message());
   client::DeadLetterQueue& dlq = **opened;
   auto id_arg = [&o]() -> std::optional<std::int64_t> {
     if (o.positional.size() != 1) return std::nullopt;
