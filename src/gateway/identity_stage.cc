@@ -1,16 +1,16 @@
 #include "gateway/identity_stage.h"
 
 #include <openssl/evp.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "config/names.h"
 #include "core/decision.h"
 #include "core/fingerprint.h"
 #include "gateway/route_table.h"
 #include "http/problem.h"
+#include "identity/api_keys.h"
+#include "identity/claims.h"
 #include "identity/trusted_headers.h"
 
 namespace idemgate::gateway {
@@ -29,21 +29,6 @@ std::string Sha256Hex(std::string_view data) {
   unsigned int n = 0;
   if (EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) != 1) return {};
   return core::ToHex(std::string_view(reinterpret_cast<const char*>(digest), n));
-}
-
-// True for 1..256 visible ASCII characters: a tenant, project or subject.
-bool IsComponent(std::string_view s) {
-  if (s.empty() || s.size() > identity::kMaxComponentLength) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u > 0x20 && u < 0x7f;
-  });
-}
-
-bool IsHex64(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-         });
 }
 
 // "Bearer <credentials>" (the scheme case-insensitive); nullopt otherwise.
@@ -73,102 +58,12 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
   return *found;
 }
 
-// A claim's string value (a string, or an integer written in decimal).
-std::optional<std::string> ClaimString(const boost::json::object& claims, const std::string& name) {
-  const boost::json::value* v = claims.if_contains(name);
-  if (v == nullptr) return std::nullopt;
-  if (v->is_string()) return std::string(v->get_string());
-  if (v->is_int64()) return std::to_string(v->get_int64());
-  if (v->is_uint64()) return std::to_string(v->get_uint64());
-  return std::nullopt;
-}
-
-bool IsSubjectType(std::string_view type) {
-  return std::find(std::begin(config::kSubjectTypes), std::end(config::kSubjectTypes), type) !=
-         std::end(config::kSubjectTypes);
-}
-
-// The caller named by a verified token's claims (SPEC §6): tenant, project
-// and a typed subject "<type>:<id>".
-StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const config::JwtIdentity& jwt) {
-  core::Caller caller;
-  const std::pair<const std::string*, std::string*> parts[] = {
-      {&jwt.claims.tenant, &caller.tenant}, {&jwt.claims.project, &caller.project}, {&jwt.claims.subject, &caller.subject}};
-  for (const auto& [claim, out] : parts) {
-    std::optional<std::string> value = ClaimString(claims, *claim);
-    if (!value || !IsComponent(*value)) {
-      return InvalidArgumentError("the token's " + *claim + " claim is missing or not 1..256 visible characters");
-    }
-    *out = std::move(*value);
-  }
-  std::string type = jwt.subject_type;
-  if (!jwt.claims.subject_type.empty()) {
-    std::optional<std::string> claimed = ClaimString(claims, jwt.claims.subject_type);
-    if (!claimed || !IsSubjectType(*claimed)) {
-      return InvalidArgumentError("the token's " + jwt.claims.subject_type +
-                                  " claim is not one of user, service, tenant_member, client");
-    }
-    type = std::move(*claimed);
-  } else {
-    // A subject already typed ("service:billing") keeps its own type.
-    const std::size_t colon = caller.subject.find(':');
-    if (colon != std::string::npos && IsSubjectType(std::string_view(caller.subject).substr(0, colon))) {
-      return caller;
-    }
-  }
-  caller.subject = type + ":" + caller.subject;
-  return caller;
-}
-
 std::int64_t SystemNowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 }  // namespace
-
-StatusOr<std::unordered_map<std::string, core::Caller>> ParseApiKeys(std::string_view text, const std::string& source) {
-  std::unordered_map<std::string, core::Caller> keys;
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(source + ": YAML syntax error: " + e.msg);
-  }
-  if (!root.IsMap() || !root["keys"] || !root["keys"].IsSequence()) {
-    return InvalidArgumentError(source + ": expected a mapping with a list `keys`");
-  }
-  std::size_t i = 0;
-  for (const YAML::Node& entry : root["keys"]) {
-    const std::string where = source + ": keys[" + std::to_string(i++) + "]";
-    if (!entry.IsMap()) return InvalidArgumentError(where + ": expected a mapping");
-    for (const auto& kv : entry) {
-      const std::string name = kv.first.as<std::string>("");
-      if (name != "sha256" && name != "tenant" && name != "project" && name != "subject" && name != "name") {
-        return InvalidArgumentError(where + ": unknown key " + name);
-      }
-    }
-    auto field = [&entry](const char* name) -> std::string {
-      const YAML::Node n = entry[name];
-      return n && n.IsScalar() ? n.as<std::string>("") : std::string();
-    };
-    std::string sha = field("sha256");
-    if (!IsHex64(sha)) return InvalidArgumentError(where + ".sha256: expected 64 hex digits (the key's SHA-256)");
-    std::transform(sha.begin(), sha.end(), sha.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    core::Caller caller{field("tenant"), field("project"), field("subject")};
-    for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"tenant", &caller.tenant},
-                                      {"project", &caller.project},
-                                      {"subject", &caller.subject}}) {
-      if (!IsComponent(*value)) {
-        return InvalidArgumentError(where + "." + name + ": expected 1..256 visible ASCII characters");
-      }
-    }
-    if (!keys.emplace(sha, std::move(caller)).second) {
-      return InvalidArgumentError(where + ".sha256: the same key is listed twice");
-    }
-  }
-  return keys;
-}
 
 StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(const config::Identity& identity,
                                                                               const EnvLookup& env) {
@@ -218,7 +113,7 @@ StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(c
     const std::string& file = identity.api_key.keys_file;
     StatusOr<std::string> text = ReadWholeFile(file);
     if (!text.ok()) return InvalidArgumentError("identity.api_key.keys_file: " + text.status().message());
-    auto keys = ParseApiKeys(*text, file);
+    auto keys = identity::ParseApiKeys(*text, file);
     if (!keys.ok()) return keys.status();
     credentials->api_keys_ = std::move(*keys);
   }
@@ -260,7 +155,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
       if (!token) return refuse("the Authorization header does not hold a Bearer token");
       StatusOr<boost::json::object> claims = verifier->Verify(*token, options_.now_unix_seconds());
       if (!claims.ok()) return refuse("the bearer token is not valid: " + claims.status().message());
-      caller = CallerFromClaims(*claims, identity.jwt);
+      caller = identity::CallerFromClaims(*claims, identity.jwt);
       break;
     }
     case config::IdentityMode::kApiKey: {

@@ -48,12 +48,6 @@ class IdentityCredentials {
   std::unordered_map<std::string, core::Caller> api_keys_;  // by lower-case hex SHA-256 of the key
 };
 
-// Parses an API keys file (YAML):
-//   keys:
-//     - { sha256: <64 hex digits of the key's SHA-256>, tenant: acme, project: shop, subject: "service:billing" }
-// `source` names the file in messages.
-StatusOr<std::unordered_map<std::string, core::Caller>> ParseApiKeys(std::string_view yaml, const std::string& source);
-
 struct IdentityStageOptions {
   // The current time in Unix seconds (JWT exp and nbf); tests replace it.
   std::function<std::int64_t()> now_unix_seconds;

@@ -11,13 +11,13 @@ namespace idemgate::gateway {
 
 namespace {
 
-webhook::GenericSpec ToSpec(const config::GenericWebhook& g) {
-  webhook::GenericSpec spec;
+webhooks::GenericSpec ToSpec(const config::GenericWebhook& g) {
+  webhooks::GenericSpec spec;
   spec.header = g.header;
-  spec.algorithm = g.algorithm == "sha1" ? webhook::GenericSpec::Algorithm::kSha1
-                                         : webhook::GenericSpec::Algorithm::kSha256;
-  spec.encoding = g.encoding == "base64" ? webhook::GenericSpec::Encoding::kBase64
-                                         : webhook::GenericSpec::Encoding::kHex;
+  spec.algorithm = g.algorithm == "sha1" ? webhooks::GenericSpec::Algorithm::kSha1
+                                         : webhooks::GenericSpec::Algorithm::kSha256;
+  spec.encoding = g.encoding == "base64" ? webhooks::GenericSpec::Encoding::kBase64
+                                         : webhooks::GenericSpec::Encoding::kHex;
   spec.prefix = g.prefix;
   spec.id_header = g.id_header;
   spec.id_pointer = g.id_pointer;
@@ -64,7 +64,7 @@ StatusOr<std::shared_ptr<const WebhookEndpoints>> WebhookEndpoints::Resolve(cons
     e.id = w.id;
     e.tenant = w.tenant;
     e.project = w.project;
-    const std::optional<webhook::Provider> provider = webhook::ProviderFromName(w.provider);
+    const std::optional<webhooks::Provider> provider = webhooks::ProviderFromName(w.provider);
     if (!provider) return InvalidArgumentError(where + ": unknown provider " + w.provider);
     e.provider = *provider;
     StatusOr<std::string> secret = ReadSecret(w.secret_env, w.secret_file, env);
@@ -103,7 +103,7 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
   const std::string& provider_name = route.config->idempotency.provider;
   const std::string_view id = route.WebhookId(ctx.head->path);
   const ResolvedEndpoint* endpoint = ctx.webhooks != nullptr ? ctx.webhooks->Find(id) : nullptr;
-  if (endpoint == nullptr || webhook::ProviderName(endpoint->provider) != provider_name) {
+  if (endpoint == nullptr || webhooks::ProviderName(endpoint->provider) != provider_name) {
     // The same answer as for any unknown path: whether an id exists (for
     // another provider) is not told.
     ctx.log.outcome = "no_route";
@@ -114,31 +114,31 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
   ctx.project = endpoint->project;
   ctx.subject = std::string(kWebhookSubject);
 
-  webhook::WebhookRequest request;
+  webhooks::WebhookRequest request;
   const std::string url = SignedUrl(*endpoint, *ctx.head);
   request.url = url;
   request.headers.reserve(ctx.head->headers.size());
   for (const http::HeaderView& h : ctx.head->headers) request.headers.push_back({h.name, h.value});
   request.body = ctx.body;
   request.now_unix_seconds = options_.now_unix_seconds();
-  webhook::Translation t = webhook::Translate(endpoint->provider, endpoint->generic ? &*endpoint->generic : nullptr,
+  webhooks::Translation t = webhooks::Translate(endpoint->provider, endpoint->generic ? &*endpoint->generic : nullptr,
                                               endpoint->secret, request);
 
   const admin::MetricScope scope{.route = route.id, .tenant = ctx.tenant, .project = ctx.project};
-  if (t.outcome == webhook::Translation::Outcome::kOk) {
+  if (t.outcome == webhooks::Translation::Outcome::kOk) {
     const core::KeyError error = core::ValidateRawKey(t.key, route.idempotency.key);
     if (error != core::KeyError::kNone) {
-      t.outcome = webhook::Translation::Outcome::kNoId;
+      t.outcome = webhooks::Translation::Outcome::kNoId;
       t.detail = "the event id is not a valid idempotency key (" + std::string(core::KeyErrorReason(error)) + ")";
     }
   }
   switch (t.outcome) {
-    case webhook::Translation::Outcome::kOk: break;
-    case webhook::Translation::Outcome::kSignatureInvalid:
+    case webhooks::Translation::Outcome::kOk: break;
+    case webhooks::Translation::Outcome::kSignatureInvalid:
       if (options_.metrics != nullptr) options_.metrics->TranslationFailed(scope, provider_name);
       ctx.log.outcome = "signature_invalid";
       return http::MakeProblem(http::ProblemCode::kSignatureInvalid, provider_name + ": " + t.detail);
-    case webhook::Translation::Outcome::kNoId:
+    case webhooks::Translation::Outcome::kNoId:
       if (options_.metrics != nullptr) options_.metrics->TranslationFailed(scope, provider_name);
       ctx.log.outcome = "translation_failed";
       return http::MakeProblem(http::ProblemCode::kTranslationFailed, provider_name + ": " + t.detail);

@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "gateway/hooks.h"
-#include "webhook/providers.h"
+#include "webhooks/providers.h"
 
 namespace idemgate::admin {
 class GatewayMetrics;
@@ -33,10 +33,10 @@ struct ResolvedEndpoint {
   std::string id;
   std::string tenant;
   std::string project;
-  webhook::Provider provider = webhook::Provider::kGeneric;
+  webhooks::Provider provider = webhooks::Provider::kGeneric;
   std::string secret;
   std::string public_url;  // "scheme://host[:port]", or empty
-  std::optional<webhook::GenericSpec> generic;
+  std::optional<webhooks::GenericSpec> generic;
 };
 
 // The endpoints of one config, secrets read. Immutable; shared by workers.

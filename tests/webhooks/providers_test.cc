@@ -1,4 +1,4 @@
-#include "webhook/providers.h"
+#include "webhooks/providers.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 // Every expected signature below was computed with the OpenSSL command line
 // (the command is next to each constant), not with the code under test.
-namespace idemgate::webhook {
+namespace idemgate::webhooks {
 namespace {
 
 using Outcome = Translation::Outcome;
@@ -761,4 +761,4 @@ TEST(GenericTest, FormFieldsNeedAFormBody) {
 }
 
 }  // namespace
-}  // namespace idemgate::webhook
+}  // namespace idemgate::webhooks

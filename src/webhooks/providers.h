@@ -10,7 +10,7 @@
 // id it carries, which becomes the idempotency key. Pure functions over one
 // buffered request; no I/O, no clock (the caller passes the time). Safe to
 // call from any thread.
-namespace idemgate::webhook {
+namespace idemgate::webhooks {
 
 enum class Provider { kStripe, kGitHub, kTwilio, kTwilioEventStreams, kGeneric };
 
@@ -90,4 +90,4 @@ struct Translation {
 Translation Translate(Provider provider, const GenericSpec* generic, std::string_view secret,
                       const WebhookRequest& request);
 
-}  // namespace idemgate::webhook
+}  // namespace idemgate::webhooks

@@ -1,8 +1,8 @@
-#include "gateway/identity_stage.h"
+#include "identity/api_keys.h"
 
 #include <gtest/gtest.h>
 
-namespace idemgate::gateway {
+namespace idemgate::identity {
 namespace {
 
 constexpr char kHashA[] = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";  // sha256("password")
@@ -40,4 +40,4 @@ TEST(ApiKeysTest, RefusesMalformedFilesNamingTheEntry) {
 }
 
 }  // namespace
-}  // namespace idemgate::gateway
+}  // namespace idemgate::identity

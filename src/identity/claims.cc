@@ -1,0 +1,73 @@
+#include "identity/claims.h"
+
+#include <algorithm>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "config/names.h"
+#include "identity/trusted_headers.h"
+
+namespace idemgate::identity {
+
+bool IsIdentityComponent(std::string_view s) {
+  if (s.empty() || s.size() > kMaxComponentLength) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u < 0x7f;
+  });
+}
+
+namespace {
+
+// A claim's string value (a string, or an integer written in decimal).
+std::optional<std::string> ClaimString(const boost::json::object& claims, const std::string& name) {
+  const boost::json::value* v = claims.if_contains(name);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return std::string(v->get_string());
+  if (v->is_int64()) return std::to_string(v->get_int64());
+  if (v->is_uint64()) return std::to_string(v->get_uint64());
+  return std::nullopt;
+}
+
+bool IsSubjectType(std::string_view type) {
+  return std::find(std::begin(config::kSubjectTypes), std::end(config::kSubjectTypes), type) !=
+         std::end(config::kSubjectTypes);
+}
+
+}  // namespace
+
+// The caller named by a verified token's claims (SPEC §6): tenant, project
+// and a typed subject "<type>:<id>".
+StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const config::JwtIdentity& jwt) {
+  core::Caller caller;
+  const std::pair<const std::string*, std::string*> parts[] = {
+      {&jwt.claims.tenant, &caller.tenant}, {&jwt.claims.project, &caller.project}, {&jwt.claims.subject, &caller.subject}};
+  for (const auto& [claim, out] : parts) {
+    std::optional<std::string> value = ClaimString(claims, *claim);
+    if (!value || !IsIdentityComponent(*value)) {
+      return InvalidArgumentError("the token's " + *claim + " claim is missing or not 1..256 visible characters");
+    }
+    *out = std::move(*value);
+  }
+  std::string type = jwt.subject_type;
+  if (!jwt.claims.subject_type.empty()) {
+    std::optional<std::string> claimed = ClaimString(claims, jwt.claims.subject_type);
+    if (!claimed || !IsSubjectType(*claimed)) {
+      return InvalidArgumentError("the token's " + jwt.claims.subject_type +
+                                  " claim is not one of user, service, tenant_member, client");
+    }
+    type = std::move(*claimed);
+  } else {
+    // A subject already typed ("service:billing") keeps its own type.
+    const std::size_t colon = caller.subject.find(':');
+    if (colon != std::string::npos && IsSubjectType(std::string_view(caller.subject).substr(0, colon))) {
+      return caller;
+    }
+  }
+  caller.subject = type + ":" + caller.subject;
+  return caller;
+}
+
+}  // namespace idemgate::identity

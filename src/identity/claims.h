@@ -1,0 +1,24 @@
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <string_view>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "core/scope.h"
+
+// identity.mode jwt (SPEC §6): the caller a verified token names.
+namespace idemgate::identity {
+
+// True for 1..256 visible ASCII characters: a tenant, project or subject.
+bool IsIdentityComponent(std::string_view s);
+
+// The caller named by `claims` under `jwt.claims`: tenant, project and a
+// typed subject "<type>:<id>" (the type from the `claims.subject_type`
+// claim, else the sub's own type when it already has one of user, service,
+// tenant_member, client, else `subject_type`). Each claim is a string or an
+// integer of 1..256 visible characters; InvalidArgument naming the claim
+// otherwise. Pure.
+StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const config::JwtIdentity& jwt);
+
+}  // namespace idemgate::identity
