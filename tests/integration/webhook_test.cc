@@ -8,9 +8,12 @@
 #include <openssl/hmac.h>
 
 #include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/harness.h"
@@ -279,6 +282,31 @@ TEST_F(WebhookTest, WithTrustedHeadersTheEndpointIsTheIdentityAndSenderHeadersAr
   ExpectUpstreamIdentity(res, "acme", "shop", "service:webhook-ingest");
   // Other routes still require the identity headers.
   ExpectProblem(Send(KeyedPost("/echo/pay", "k1")), 401, "unauthenticated");
+}
+
+TEST_F(WebhookTest, ASecretRotatedInItsFileTakesEffectOnReload) {
+  Start();
+  const std::string body = R"({"id":"evt_rot"})";
+  ASSERT_EQ(Send(StripeEvent("globex", "whsec_from_file", body)).status, 200);
+  {
+    std::ofstream f(secret_file_);
+    f << "whsec_rotated\n";
+  }
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  // The reload is asynchronous: wait until the new secret is accepted.
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = Send(StripeEvent("globex", "whsec_rotated", R"({"id":"evt_rot2"})")).status;
+    if (status != 200) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(status, 200);
+  ExpectProblem(Send(StripeEvent("globex", "whsec_from_file", R"({"id":"evt_rot3"})")), 401, "signature-invalid");
+  // A reload whose secret cannot be read keeps the running config.
+  std::filesystem::remove(secret_file_);
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Send(StripeEvent("globex", "whsec_rotated", R"({"id":"evt_rot4"})")).status, 200);
+  EXPECT_NE(gateway_->Stdout().find("secret_file"), std::string::npos);
 }
 
 TEST_F(WebhookTest, AMissingSecretStopsTheStart) {
