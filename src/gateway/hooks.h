@@ -14,9 +14,10 @@
 // The seams of the per-request pipeline (SPEC §2):
 //   parse -> route -> identity -> [buffer body] -> webhook -> idempotency
 //   -> admission -> proxy (+ capture) -> log line
-// Identity, webhook translation and the idempotency decision are hooks that
-// later work implements; without them the gateway is a plain reverse proxy.
-// Every hook method runs on the request's worker thread and may await; a
+// Identity (identity_stage.h), webhook translation (webhook_stage.h) and the
+// idempotency decision (idempotency_stage.h) are hooks; without them the
+// gateway is a plain reverse proxy. Every hook method runs on the request's
+// worker thread (Decide may await); a
 // hook object is shared by all workers, so it must be safe to call
 // concurrently (keep per-request state in the RequestContext or in the
 // ForwardObserver it returns).
