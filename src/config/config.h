@@ -160,6 +160,7 @@ struct Route {
   bool recovery = false;
   std::string recovery_upstream_path;
   std::optional<std::uint32_t> max_in_flight;
+  std::optional<std::uint32_t> max_in_flight_per_tenant;  // unset: unlimited
   std::optional<std::uint64_t> max_request_bytes;  // unset: limits.max_request_bytes
   Idempotency idempotency;  // defaults.idempotency with the route's keys applied
   int line = 0;             // line of the route in the config file, for messages

@@ -442,7 +442,7 @@ class Loader {
     r.idempotency = defaults;
     if (f.node.IsNull()) Fail(f, "expected a mapping, got nothing");
     Map m(*this, f,
-          {"id", "match", "upstream", "recovery", "recovery_upstream_path", "max_in_flight",
+          {"id", "match", "upstream", "recovery", "recovery_upstream_path", "max_in_flight", "max_in_flight_per_tenant",
            "max_request_bytes", "idempotency"});
     if (auto g = m.Get("id")) r.id = String(*g);
     if (auto g = m.Get("match")) {
@@ -456,6 +456,10 @@ class Loader {
     if (auto g = m.Get("recovery_upstream_path")) r.recovery_upstream_path = String(*g);
     if (auto g = m.Get("max_in_flight")) {
       r.max_in_flight =
+          static_cast<std::uint32_t>(Uint(*g, std::numeric_limits<std::uint32_t>::max()));
+    }
+    if (auto g = m.Get("max_in_flight_per_tenant")) {
+      r.max_in_flight_per_tenant =
           static_cast<std::uint32_t>(Uint(*g, std::numeric_limits<std::uint32_t>::max()));
     }
     if (auto g = m.Get("max_request_bytes")) r.max_request_bytes = Size(*g);

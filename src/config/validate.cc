@@ -368,6 +368,9 @@ class Validator {
       if (r.max_in_flight) {
         Check(*r.max_in_flight > 0, path + ".max_in_flight", "must be greater than 0");
       }
+      if (r.max_in_flight_per_tenant) {
+        Check(*r.max_in_flight_per_tenant > 0, path + ".max_in_flight_per_tenant", "must be greater than 0");
+      }
       if (r.max_request_bytes) {
         Check(*r.max_request_bytes > 0, path + ".max_request_bytes", "must be greater than 0");
       }

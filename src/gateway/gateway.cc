@@ -175,9 +175,9 @@ namespace {
 // Why the pipeline answered by itself. The problem details are built in
 // Refuse (a frame of its own, made only on these paths) to keep the
 // pipeline's coroutine frame small.
-enum class Refusal { kNoRoute, kTooLarge, kMalformedBody, kBodyGone, kAdmission };
+enum class Refusal { kNoRoute, kTooLarge, kMalformedBody, kBodyGone, kAdmission, kTenantAdmission };
 
-Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* route) {
+Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* route, std::string_view tenant = {}) {
   http::ProblemCode code = http::ProblemCode::kBadRequest;
   std::string detail;
   std::string_view outcome;
@@ -204,6 +204,13 @@ Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* r
     case Refusal::kAdmission:
       code = http::ProblemCode::kTooManyRequests;
       detail = "route " + route->id + " has " + std::to_string(route->admission->limit()) + " requests in flight";
+      outcome = "admission";
+      retry_after = kAdmissionRetryAfter;
+      break;
+    case Refusal::kTenantAdmission:
+      code = http::ProblemCode::kTooManyRequests;
+      detail = "tenant " + std::string(tenant) + " has " + std::to_string(route->tenant_admission->limit()) +
+               " requests in flight on route " + route->id;
       outcome = "admission";
       retry_after = kAdmissionRetryAfter;
       break;
@@ -277,17 +284,33 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   }
 
   AdmissionSlot slot;
-  if (route->admission) {
-    if (!route->admission->TryAcquire()) {
+  TenantSlot tenant_slot;
+  if (route->admission || route->tenant_admission) {
+    std::optional<Refusal> refusal;
+    // An unknown tenant is "_", as in stored keys: one shared budget.
+    std::string tenant = ctx.tenant.empty() ? std::string("_") : ctx.tenant;
+    if (route->admission && !route->admission->TryAcquire()) {
+      refusal = Refusal::kAdmission;
+    } else {
+      if (route->admission) slot = AdmissionSlot(route->admission.get());
+      if (route->tenant_admission) {
+        if (route->tenant_admission->TryAcquire(tenant)) {
+          tenant_slot = TenantSlot(route->tenant_admission.get(), tenant);
+        } else {
+          refusal = Refusal::kTenantAdmission;
+          slot.Reset();
+        }
+      }
+    }
+    if (refusal) {
       if (decision.observer) {
         http::ForwardResult refused;
         refused.outcome = http::ForwardOutcome::kNotForwarded;
         refused.status = http::ProblemDefaultStatus(http::ProblemCode::kTooManyRequests);
         co_await decision.observer->OnFinished(refused);
       }
-      co_return co_await Refuse(ex, Refusal::kAdmission, route);
+      co_return co_await Refuse(ex, *refusal, route, tenant);
     }
-    slot = AdmissionSlot(route->admission.get());
   }
 
   MergeHeaderChanges(ctx, decision.forward);
@@ -295,6 +318,7 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   decision.forward.observer = decision.observer.get();
   const http::ForwardResult result = co_await ex.Forward(*pools[route->upstream_index], decision.forward);
   slot.Reset();
+  tenant_slot.Reset();
   if (decision.observer) co_await decision.observer->OnFinished(result);
   co_return Summarize(result, *route, ctx, options);
 }

@@ -138,6 +138,9 @@ StatusOr<RouteTable> RouteTable::Build(const config::Config& config, AdmissionRe
     e.upstream_index = it->second;
     e.max_request_bytes = route.max_request_bytes ? *route.max_request_bytes : config.limits.max_request_bytes;
     if (route.max_in_flight) e.admission = admission.Get(route.id, *route.max_in_flight);
+    if (route.max_in_flight_per_tenant) {
+      e.tenant_admission = admission.GetPerTenant(route.id, *route.max_in_flight_per_tenant);
+    }
     e.config = &route;
     e.idempotency = MakeRouteIdempotency(config, route, config.upstreams.at(route.upstream));
     table.routes_.push_back(std::move(e));

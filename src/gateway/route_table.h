@@ -81,6 +81,7 @@ struct RouteEntry {
   std::size_t upstream_index = 0;    // index into RouteTable::upstreams()
   std::uint64_t max_request_bytes = 0;
   std::shared_ptr<AdmissionCounter> admission;  // null: unlimited
+  std::shared_ptr<TenantAdmission> tenant_admission;  // null: no per-tenant limit
   const config::Route* config = nullptr;        // the route's config (owned by the snapshot)
   RouteIdempotency idempotency;
 

@@ -253,6 +253,8 @@ std::vector<BadConfig> BadConfigs() {
       {"TwoPlaceholders",
        HookRoute("/h/{webhook_id}/{webhook_id}", "    idempotency: { policy: webhook, provider: stripe }\n"), 5,
        "routes[0].match.path", "needs one whole segment"},
+      {"ZeroPerTenantInFlight", std::string(kMinimal) + "    max_in_flight_per_tenant: 0\n", 7,
+       "routes[0].max_in_flight_per_tenant", "must be greater than 0"},
       {"WebhookRouteWithRecovery",
        HookRoute("/h/{webhook_id}", "    recovery: true\n    idempotency: { policy: webhook, provider: stripe }\n",
                  "path_prefix"),

@@ -284,6 +284,7 @@ routes:
     match: { path_prefix: /pay }
     upstream: app
     max_in_flight: 100
+    max_in_flight_per_tenant: 10
     max_request_bytes: 64KiB
     idempotency:
       policy: prohibited
@@ -357,6 +358,7 @@ log: { level: debug, format: text }
   ASSERT_EQ(c.routes.size(), 3u);
   const Route& pay = c.routes[0];
   EXPECT_EQ(pay.max_in_flight, 100u);
+  EXPECT_EQ(pay.max_in_flight_per_tenant, 10u);
   EXPECT_EQ(pay.max_request_bytes, 64u * kKiB);
   EXPECT_EQ(pay.idempotency.policy, Policy::kProhibited);
   EXPECT_EQ(pay.idempotency.header, "X-Idem");

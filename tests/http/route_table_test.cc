@@ -173,5 +173,46 @@ TEST(RouteTableTest, BodyLimitAndAdmissionPerRoute) {
   EXPECT_EQ(l2->admission->in_flight(), 2u);
 }
 
+TEST(RouteTableTest, PerTenantAdmissionCountsEachTenantApart) {
+  AdmissionRegistry admission;
+  auto limited = MakeRoute("limited", "/l");
+  limited.max_in_flight_per_tenant = 2;
+  auto config = MakeConfig({limited, MakeRoute("free", "/")});
+  auto table = RouteTable::Build(config, admission);
+  ASSERT_TRUE(table.ok());
+  const RouteEntry* l = table->Match("GET", "/l");
+  ASSERT_NE(l->tenant_admission, nullptr);
+  EXPECT_EQ(table->Match("GET", "/f")->tenant_admission, nullptr);
+  TenantAdmission& t = *l->tenant_admission;
+  EXPECT_TRUE(t.TryAcquire("acme"));
+  EXPECT_TRUE(t.TryAcquire("acme"));
+  EXPECT_FALSE(t.TryAcquire("acme"));
+  EXPECT_TRUE(t.TryAcquire("globex"));
+  EXPECT_EQ(t.in_flight("acme"), 2u);
+  EXPECT_EQ(t.in_flight("globex"), 1u);
+  {
+    TenantSlot a(&t, "globex");  // takes over the slot acquired above
+    TenantSlot b(std::move(a));
+  }
+  EXPECT_EQ(t.in_flight("globex"), 0u);
+  // A tenant's entry lives only while it has requests in flight.
+  EXPECT_EQ(t.tenants(), 1u);
+  t.Release("acme");
+  t.Release("acme");
+  EXPECT_EQ(t.tenants(), 0u);
+  t.Release("nobody");  // a release without an acquire changes nothing
+  EXPECT_EQ(t.tenants(), 0u);
+
+  // A reload shares the admission, with the new limit.
+  EXPECT_TRUE(t.TryAcquire("acme"));
+  config.routes[0].max_in_flight_per_tenant = 1;
+  auto reloaded = RouteTable::Build(config, admission);
+  ASSERT_TRUE(reloaded.ok());
+  const RouteEntry* l2 = reloaded->Match("GET", "/l");
+  EXPECT_EQ(l2->tenant_admission.get(), &t);
+  EXPECT_FALSE(t.TryAcquire("acme"));
+  EXPECT_EQ(t.limit(), 1u);
+}
+
 }  // namespace
 }  // namespace idemgate::gateway

@@ -281,6 +281,30 @@ TEST_F(IdempotencyTest, AdmissionRefusalDoesNotPoisonTheKey) {
             1.0);
 }
 
+TEST_F(IdempotencyTest, PerTenantAdmissionKeepsOneTenantFromTakingTheRoute) {
+  Start({.route_extra = "    max_in_flight_per_tenant: 1\n", .identity = "{ mode: trusted_headers }"});
+  auto as = [](HttpRequest req, const std::string& tenant) {
+    req.headers.push_back({"X-Tenant-Id", tenant});
+    req.headers.push_back({"X-Project-Id", "p"});
+    req.headers.push_back({"X-Subject", "user:u"});
+    return req;
+  };
+  std::thread hog([&] { Send(as(KeyedPost("/slow?ms=1500", "k-hog"), "acme")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  // acme has its one request in flight; globex is not held back by it.
+  const HttpResponse refused = Send(as(KeyedPost("/echo", "k-t"), "acme"));
+  ExpectProblem(refused, 429, "too-many-requests");
+  EXPECT_TRUE(refused.HasHeader("Retry-After"));
+  EXPECT_NE(refused.body.find("tenant acme"), std::string::npos) << refused.body;
+  EXPECT_EQ(Send(as(KeyedPost("/echo", "k-t"), "globex")).status, 200);
+  hog.join();
+  // The refusal released acme's reservation: the same key runs now.
+  const HttpResponse later = Send(as(KeyedPost("/echo", "k-t"), "acme"));
+  EXPECT_EQ(later.status, 200) << later.body;
+  EXPECT_FALSE(later.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 3u);
+}
+
 TEST_F(IdempotencyTest, ExpiredLeaseIsTakenOverAndTheLoserCannotOverwrite) {
   Start({.idempotency = "{ policy: required, lease: 500ms }"});
   std::optional<HttpResponse> original;
