@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "fakes/testing.h"
+
 namespace idemgate::client::testing {
 
 namespace {
@@ -19,16 +21,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // The bytes of a canned answer: status line, its headers, Content-Length and Connection: close.
 std::string Serialize(const Canned& canned) {
@@ -59,14 +51,14 @@ Canned Canned::NeverAnswer() { return Canned{Kind::kNeverAnswer, 0, {}, ""}; }
 
 std::optional<std::string> Recorded::Get(std::string_view name) const {
   for (const auto& [field, value] : headers) {
-    if (IEquals(field, name)) return value;
+    if (idemgate::testing::IEquals(field, name)) return value;
   }
   return std::nullopt;
 }
 
 int Recorded::Count(std::string_view name) const {
   int n = 0;
-  for (const auto& header : headers) n += IEquals(header.first, name) ? 1 : 0;
+  for (const auto& header : headers) n += idemgate::testing::IEquals(header.first, name) ? 1 : 0;
   return n;
 }
 

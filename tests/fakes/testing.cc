@@ -50,6 +50,15 @@ std::string ErrnoText(std::string_view what) {
   return std::string(what) + ": " + std::strerror(errno);
 }
 
+
+int MillisLeft(SteadyClock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
+  return left < 0 ? 0
+                  : static_cast<int>(std::min<long long>(left, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -60,14 +69,6 @@ bool IEquals(std::string_view a, std::string_view b) {
   }
   return true;
 }
-
-int MillisLeft(SteadyClock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()).count();
-  return left < 0 ? 0
-                  : static_cast<int>(std::min<long long>(left, std::numeric_limits<int>::max()));
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // Files

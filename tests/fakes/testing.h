@@ -57,6 +57,9 @@ StatusOr<std::string> WriteConfig(const TempDir& dir, std::string_view yaml,
 bool PollUntil(const std::function<bool()>& done, Millis timeout, Millis interval = 10ms);
 
 // ---------------------------------------------------------------------------
+// ASCII case-insensitive equality (header names).
+bool IEquals(std::string_view a, std::string_view b);
+
 // Processes
 
 struct ExitStatus {

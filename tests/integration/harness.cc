@@ -48,16 +48,6 @@ void ExpectProblem(const HttpResponse& res, int status, const std::string& code)
   }
 }
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::vector<std::string> Values(const std::vector<HeaderField>& headers, std::string_view name) {
   std::vector<std::string> out;
   for (const auto& h : headers) {

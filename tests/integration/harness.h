@@ -22,8 +22,6 @@ boost::json::object ParseObject(const std::string& body);
 // Asserts the RFC 9457 shape of SPEC §4.5 with `status` and, unless empty, `code`.
 void ExpectProblem(const HttpResponse& res, int status, const std::string& code);
 
-// ASCII case-insensitive equality.
-bool IEquals(std::string_view a, std::string_view b);
 // Every value of `name` in `headers`, in order.
 std::vector<std::string> Values(const std::vector<HeaderField>& headers, std::string_view name);
 // The [name, value] pairs fake_upstream's /echo reports, in order.
