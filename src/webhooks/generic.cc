@@ -24,7 +24,8 @@ Translation GenericId(const GenericSpec& spec, const WebhookRequest& request) {
   if (!spec.id_pointer.empty()) {
     const auto body = ParseJson(request.body);
     if (!body) return NoId("body is not JSON");
-    const json::value* id = FindPointer(*body, spec.id_pointer);
+    boost::system::error_code ec;  // an invalid or absent pointer finds nothing
+    const json::value* id = body->find_pointer(spec.id_pointer, ec);
     if (id != nullptr && id->is_string() && !id->get_string().empty()) return Ok(std::string(id->get_string()));
     if (id != nullptr && id->is_int64()) return Ok(std::to_string(id->get_int64()));
     if (id != nullptr && id->is_uint64()) return Ok(std::to_string(id->get_uint64()));

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <boost/json/parse.hpp>
-#include <charconv>
 #include <climits>
 #include <cstddef>
 #include <string>
@@ -245,58 +244,6 @@ std::optional<json::value> ParseJson(std::string_view text) {
   json::value value = json::parse(json::string_view(text.data(), text.size()), ec);
   if (ec) return std::nullopt;
   return value;
-}
-
-// One reference token of a JSON Pointer with ~1 → '/' and ~0 → '~'; nothing on another '~'.
-std::optional<std::string> UnescapePointerToken(std::string_view token) {
-  std::string out;
-  out.reserve(token.size());
-  for (std::size_t i = 0; i < token.size(); ++i) {
-    if (token[i] != '~') {
-      out.push_back(token[i]);
-    } else if (i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
-      out.push_back(token[i + 1] == '0' ? '~' : '/');
-      ++i;
-    } else {
-      return std::nullopt;
-    }
-  }
-  return out;
-}
-
-// An array index token: "0" or digits without a leading zero.
-std::optional<std::size_t> ArrayIndex(std::string_view token) {
-  if (token.empty() || (token.size() > 1 && token.front() == '0')) return std::nullopt;
-  std::size_t index = 0;
-  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), index);
-  if (ec != std::errc() || end != token.data() + token.size()) return std::nullopt;
-  return index;
-}
-
-// Resolves an RFC 6901 JSON Pointer in `root`; null when it names nothing.
-const json::value* FindPointer(const json::value& root, std::string_view pointer) {
-  if (pointer.empty()) return &root;
-  if (pointer.front() != '/') return nullptr;
-  const json::value* at = &root;
-  std::string_view rest = pointer.substr(1);
-  while (true) {
-    const std::size_t slash = rest.find('/');
-    const auto token = UnescapePointerToken(rest.substr(0, slash));
-    if (!token) return nullptr;
-    if (const json::object* object = at->if_object()) {
-      const auto it = object->find(*token);
-      if (it == object->end()) return nullptr;
-      at = &it->value();
-    } else if (const json::array* array = at->if_array()) {
-      const auto index = ArrayIndex(*token);
-      if (!index || *index >= array->size()) return nullptr;
-      at = &(*array)[*index];
-    } else {
-      return nullptr;
-    }
-    if (slash == std::string_view::npos) return at;
-    rest.remove_prefix(slash + 1);
-  }
 }
 
 }  // namespace idemgate::webhooks::internal

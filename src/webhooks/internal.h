@@ -67,8 +67,6 @@ std::optional<Form> FormBody(const WebhookRequest& request);
 
 // JSON.
 std::optional<json::value> ParseJson(std::string_view text);
-// Resolves an RFC 6901 JSON Pointer in `root`; null when it names nothing.
-const json::value* FindPointer(const json::value& root, std::string_view pointer);
 
 // The providers (SPEC §7; the rules are in providers.h).
 Translation VerifyStripe(std::string_view secret, const WebhookRequest& request);
