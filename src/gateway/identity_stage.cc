@@ -58,11 +58,6 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
   return *found;
 }
 
-std::int64_t SystemNowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(const config::Identity& identity,
@@ -125,9 +120,7 @@ const core::Caller* IdentityCredentials::FindApiKey(std::string_view key) const 
   return it == api_keys_.end() ? nullptr : &it->second;
 }
 
-IdentityStage::IdentityStage(IdentityStageOptions options) : options_(std::move(options)) {
-  if (!options_.now_unix_seconds) options_.now_unix_seconds = SystemNowSeconds;
-}
+IdentityStage::IdentityStage(IdentityStageOptions options) : options_(options) {}
 
 std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   const config::Identity& identity = ctx.config->identity;
@@ -153,7 +146,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
       if (!authorization.ok()) return refuse(authorization.status().message() + " (a Bearer token is needed)");
       const std::optional<std::string_view> token = BearerCredentials(*authorization);
       if (!token) return refuse("the Authorization header does not hold a Bearer token");
-      StatusOr<boost::json::object> claims = verifier->Verify(*token, options_.now_unix_seconds());
+      StatusOr<boost::json::object> claims = verifier->Verify(*token, options_.clock->NowMillis() / 1000);
       if (!claims.ok()) return refuse("the bearer token is not valid: " + claims.status().message());
       caller = identity::CallerFromClaims(*claims, identity.jwt);
       break;

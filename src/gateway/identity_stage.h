@@ -1,12 +1,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/secrets.h"
 #include "common/status.h"
 #include "core/scope.h"
@@ -49,8 +49,8 @@ class IdentityCredentials {
 };
 
 struct IdentityStageOptions {
-  // The current time in Unix seconds (JWT exp and nbf); tests replace it.
-  std::function<std::int64_t()> now_unix_seconds;
+  // The time for a JWT's exp and nbf; must outlive the stage.
+  const Clock* clock = &SystemClock::Instance();
 };
 
 // Reads the mode from the request's config snapshot and the credentials

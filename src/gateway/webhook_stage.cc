@@ -1,7 +1,5 @@
 #include "gateway/webhook_stage.h"
 
-#include <chrono>
-
 #include "admin/gateway_metrics.h"
 #include "core/key.h"
 #include "gateway/route_table.h"
@@ -85,14 +83,7 @@ const ResolvedEndpoint* WebhookEndpoints::Find(std::string_view id) const {
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
-WebhookStage::WebhookStage(WebhookStageOptions options) : options_(std::move(options)) {
-  if (!options_.now_unix_seconds) {
-    options_.now_unix_seconds = [] {
-      return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
-}
+WebhookStage::WebhookStage(WebhookStageOptions options) : options_(options) {}
 
 bool WebhookStage::Applies(const RequestContext& ctx) const {
   return ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook;
@@ -120,7 +111,7 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
   request.headers.reserve(ctx.head->headers.size());
   for (const http::HeaderView& h : ctx.head->headers) request.headers.push_back({h.name, h.value});
   request.body = ctx.body;
-  request.now_unix_seconds = options_.now_unix_seconds();
+  request.now_unix_seconds = options_.clock->NowMillis() / 1000;
   webhooks::Translation t = webhooks::Translate(endpoint->provider, endpoint->generic ? &*endpoint->generic : nullptr,
                                               endpoint->secret, request);
 

@@ -1,13 +1,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
 #include "common/secrets.h"
 #include "common/status.h"
 #include "config/config.h"
@@ -59,8 +59,8 @@ class WebhookEndpoints {
 struct WebhookStageOptions {
   // Optional; must outlive the stage.
   admin::GatewayMetrics* metrics = nullptr;
-  // The current time in Unix seconds (Stripe's tolerance); tests replace it.
-  std::function<std::int64_t()> now_unix_seconds;
+  // The time for Stripe's tolerance; must outlive the stage.
+  const Clock* clock = &SystemClock::Instance();
 };
 
 // Stateless per request; safe to share between workers.
