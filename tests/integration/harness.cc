@@ -152,6 +152,13 @@ void ExpectUpstreamIdentity(const HttpResponse& res, const std::string& tenant, 
   EXPECT_EQ(Values(seen, "X-Subject"), (std::vector<std::string>{subject}));
 }
 
+std::string GatewayConfigHead(const HostPort& fake, const ConfigHead& head) {
+  return "listen: " + head.listen + "\nworkers: 2\nshutdown_grace: 10s\nadmin: " + head.admin +
+         "\nstore: " + head.store + "\nidentity: " + head.identity +
+         "\nlog: { level: info, format: json }\nupstreams:\n  fake: { url: http://" + fake.ToString() + ", " +
+         head.upstream + " }\nroutes:\n";
+}
+
 void GatewaySuite::TearDown() {
   if (!gateway_) return;
   if (HasFailure()) gateway_->DumpLogs();

@@ -103,6 +103,17 @@ class FakeUpstreamSuite : public ::testing::Test {
   HostPort fake_endpoint_;  // set by SetUp
 };
 
+// The top of a test gateway's config, up to and including "routes:": two
+// workers, an admin listener, JSON info logs and one upstream `fake`.
+struct ConfigHead {
+  std::string listen = "127.0.0.1:0";
+  std::string admin = "{ listen: 127.0.0.1:0 }";
+  std::string store = "{ kind: memory }";
+  std::string identity = "{ mode: none }";  // a flow mapping, or a block starting with "\n"
+  std::string upstream = "timeout: 10s";    // the fake upstream's keys after its url
+};
+std::string GatewayConfigHead(const HostPort& fake, const ConfigHead& head = {});
+
 // A FakeUpstreamSuite whose tests each start one gateway (StartGateway) that
 // is stopped after the test, its logs printed when the test failed.
 class GatewaySuite : public FakeUpstreamSuite {

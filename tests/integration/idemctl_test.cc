@@ -6,7 +6,6 @@
 
 #include <boost/json.hpp>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,21 +25,9 @@ struct CliRun {
 class IdemctlTest : public GatewaySuite {
  protected:
   std::string Yaml(const std::string& listen = "127.0.0.1:0") {
-    std::ostringstream y;
-    y << "listen: " << listen << "\n"
-      << "workers: 2\n"
-      << "shutdown_grace: 10s\n"
-      << "admin: { listen: 127.0.0.1:0, token_env: TEST_ADMIN_TOKEN }\n"
-      << "store: { kind: memory }\n"
-      << "identity: { mode: none }\n"
-      << "upstreams:\n"
-      << "  fake: { url: http://" << fake_endpoint_.ToString() << ", timeout: 10s }\n"
-      << "routes:\n"
-      << "  - id: api\n"
-      << "    match: { path_prefix: / }\n"
-      << "    upstream: fake\n"
-      << "    idempotency: { policy: required }\n";
-    return y.str();
+    return GatewayConfigHead(fake_endpoint_,
+                             {.listen = listen, .admin = "{ listen: 127.0.0.1:0, token_env: TEST_ADMIN_TOKEN }"}) +
+           "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n    idempotency: { policy: required }\n";
   }
 
   // Runs idemctl with `args` (and the test's DLQ file), waiting for it.

@@ -26,23 +26,12 @@ struct GatewaySetup {
 };
 
 std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
-  std::ostringstream y;
-  y << "listen: 127.0.0.1:0\n"
-    << "workers: 2\n"
-    << "shutdown_grace: 10s\n"
-    << "admin: { listen: 127.0.0.1:0 }\n"
-    << "store: " << s.store << "\n"
-    << "identity: " << s.identity << "\n"
-    << "log: { level: info, format: json }\n"
-    << "upstreams:\n"
-    << "  fake: { url: http://" << fake.ToString() << ", timeout: " << s.upstream_timeout
-    << ", connect_timeout: 2s, max_connections: 256 }\n"
-    << "routes:\n"
-    << "  - id: api\n"
-    << "    match: { path_prefix: / }\n"
-    << "    upstream: fake\n"
-    << s.route_extra << "    idempotency: " << s.idempotency << "\n";
-  return y.str();
+  return GatewayConfigHead(fake, {.store = s.store,
+                                  .identity = s.identity,
+                                  .upstream = "timeout: " + s.upstream_timeout +
+                                              ", connect_timeout: 2s, max_connections: 256"}) +
+         "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n" + s.route_extra +
+         "    idempotency: " + s.idempotency + "\n";
 }
 
 class IdempotencyTest : public GatewaySuite {

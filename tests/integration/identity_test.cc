@@ -11,7 +11,6 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -105,23 +104,10 @@ std::string Claims(const std::string& tenant, const std::string& sub, std::int64
 
 class IdentityTest : public GatewaySuite {
  protected:
+  // `identity`: the identity block's lines (2-space indent).
   std::string Yaml(const std::string& identity) {
-    std::ostringstream y;
-    y << "listen: 127.0.0.1:0\n"
-      << "workers: 2\n"
-      << "shutdown_grace: 10s\n"
-      << "admin: { listen: 127.0.0.1:0 }\n"
-      << "store: { kind: memory }\n"
-      << "identity:\n"
-      << identity << "log: { level: info, format: json }\n"
-      << "upstreams:\n"
-      << "  fake: { url: http://" << fake_endpoint_.ToString() << ", timeout: 10s }\n"
-      << "routes:\n"
-      << "  - id: api\n"
-      << "    match: { path_prefix: / }\n"
-      << "    upstream: fake\n"
-      << "    idempotency: { policy: required }\n";
-    return y.str();
+    return GatewayConfigHead(fake_endpoint_, {.identity = "\n" + identity}) +
+           "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n    idempotency: { policy: required }\n";
   }
 
   void StartJwt() {

@@ -63,16 +63,7 @@ class WebhookTest : public GatewaySuite {
  protected:
   std::string Yaml(const std::string& identity = "{ mode: none }") {
     std::ostringstream y;
-    y << "listen: 127.0.0.1:0\n"
-      << "workers: 2\n"
-      << "shutdown_grace: 10s\n"
-      << "admin: { listen: 127.0.0.1:0 }\n"
-      << "store: { kind: memory }\n"
-      << "identity: " << identity << "\n"
-      << "log: { level: info, format: json }\n"
-      << "upstreams:\n"
-      << "  fake: { url: http://" << fake_endpoint_.ToString() << ", timeout: 10s }\n"
-      << "routes:\n"
+    y << GatewayConfigHead(fake_endpoint_, {.identity = identity})
       << "  - id: stripe-hooks\n"
       << "    match: { path: \"/echo/stripe/{webhook_id}\" }\n"
       << "    upstream: fake\n"
