@@ -287,15 +287,16 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   TenantSlot tenant_slot;
   if (route->admission || route->tenant_admission) {
     std::optional<Refusal> refusal;
-    // An unknown tenant is "_", as in stored keys: one shared budget.
-    std::string tenant = ctx.tenant.empty() ? std::string("_") : ctx.tenant;
+    std::string tenant;  // only for a per-tenant limit
     if (route->admission && !route->admission->TryAcquire()) {
       refusal = Refusal::kAdmission;
     } else {
       if (route->admission) slot = AdmissionSlot(route->admission.get());
       if (route->tenant_admission) {
+        // An unknown tenant is "_", as in stored keys: one shared budget.
+        tenant = ctx.tenant.empty() ? std::string("_") : ctx.tenant;
         if (route->tenant_admission->TryAcquire(tenant)) {
-          tenant_slot = TenantSlot(route->tenant_admission.get(), tenant);
+          tenant_slot = TenantSlot(route->tenant_admission.get(), std::move(tenant));
         } else {
           refusal = Refusal::kTenantAdmission;
           slot.Reset();
