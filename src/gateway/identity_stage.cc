@@ -132,7 +132,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
     ctx.log.outcome = "unauthenticated";
     return http::MakeProblem(http::ProblemCode::kUnauthenticated, why);
   };
-  StatusOr<core::Caller> caller = InvalidArgumentError("no identity");
+  StatusOr<core::Caller> caller = core::Caller{};  // every mode below sets it
   std::vector<std::string_view> credential_headers;  // api_key: where the key came, kept from the upstream
   switch (identity.mode) {
     case config::IdentityMode::kNone: return std::nullopt;
