@@ -95,7 +95,8 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
 
 Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
   const std::string quoted = "\"" + std::string(url) + "\"";
-  const std::string expected = " (expected http://host:port[/base], e.g. http://127.0.0.1:9001)";
+  const std::string expected =
+      " (expected http://host[:port][/base] or https://host[:port][/base], e.g. http://127.0.0.1:9001)";
   for (char c : url) {
     const auto uc = static_cast<unsigned char>(c);
     if (uc <= 0x20 || uc >= 0x7f) {
@@ -103,19 +104,18 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
                                   ": contains white space or a non-ASCII character");
     }
   }
-  constexpr std::string_view kHttp = "http://";
-  if (url.size() < kHttp.size() ||
-      !std::equal(kHttp.begin(), kHttp.end(), url.begin(), [](char a, char b) {
-        return a == std::tolower(static_cast<unsigned char>(b));
-      })) {
-    if (url.substr(0, 8) == "https://") {
-      return InvalidArgumentError("invalid upstream url " + quoted +
-                                  ": https upstreams are not supported" + expected);
-    }
-    return InvalidArgumentError("invalid upstream url " + quoted + ": scheme must be http" +
+  const auto starts_with = [url](std::string_view prefix) {
+    return url.size() >= prefix.size() &&
+           std::equal(prefix.begin(), prefix.end(), url.begin(), [](char a, char b) {
+             return a == std::tolower(static_cast<unsigned char>(b));
+           });
+  };
+  const bool tls = starts_with("https://");
+  if (!tls && !starts_with("http://")) {
+    return InvalidArgumentError("invalid upstream url " + quoted + ": scheme must be http or https" +
                                 expected);
   }
-  std::string_view after = url.substr(kHttp.size());
+  std::string_view after = url.substr(tls ? 8 : 7);
   if (after.find_first_of("?#") != std::string_view::npos) {
     return InvalidArgumentError("invalid upstream url " + quoted +
                                 ": a query or fragment is not allowed" + expected);
@@ -134,7 +134,7 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
   if (!SplitAuthority(authority, &host, &rest, &why)) {
     return InvalidArgumentError("invalid upstream url " + quoted + ": " + why + expected);
   }
-  std::uint32_t port = 80;
+  std::uint32_t port = tls ? 443 : 80;
   if (!rest.empty()) {
     if (rest.front() != ':' || !ParsePort(rest.substr(1), &port) || port == 0) {
       return InvalidArgumentError("invalid upstream url " + quoted + ": port \"" +
@@ -147,7 +147,7 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
                                 ": base path contains an empty segment" + expected);
   }
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  upstream->scheme = "http";
+  upstream->scheme = tls ? "https" : "http";
   upstream->host = std::move(host);
   upstream->port = static_cast<std::uint16_t>(port);
   upstream->base_path = std::string(path);

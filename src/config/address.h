@@ -22,8 +22,9 @@ struct HostPort {
 // The message names what is wrong, without a key or line.
 StatusOr<HostPort> ParseHostPort(std::string_view text);
 
-// Parses "http://host[:port][/base]" into upstream->scheme ("http"), host,
-// port (80 when absent) and base_path ("" or "/base" without a trailing '/').
+// Parses "http://host[:port][/base]" or "https://host[:port][/base]" into
+// upstream->scheme ("http" or "https"), host, port (80 or 443 when absent)
+// and base_path ("" or "/base" without a trailing '/').
 // Leaves upstream->url and every other member untouched; on error leaves
 // *upstream unchanged. Rejects other schemes, user info, query and fragment.
 Status ParseUpstreamUrl(std::string_view url, Upstream* upstream);

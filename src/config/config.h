@@ -104,16 +104,28 @@ struct Identity {
   ApiKeyIdentity api_key;
 };
 
+// TLS to an https upstream. The server's certificate is always verified,
+// against `ca_file` or the system's trust store, and must name the host
+// (or `server_name`).
+struct UpstreamTls {
+  std::string ca_file;      // PEM bundle of trusted CAs; empty: the system's store
+  std::string server_name;  // SNI and the name checked in the certificate; empty: the url's host
+  std::string cert_file;    // client certificate chain (PEM), for upstreams that require one
+  std::string key_file;     // its private key (PEM); set together with cert_file
+  bool configured = false;  // a `tls` block was written
+};
+
 struct Upstream {
   std::string name;
   std::string url;        // as written
-  std::string scheme;     // "http"
+  std::string scheme;     // "http" or "https"
   std::string host;
-  std::uint16_t port = 80;
+  std::uint16_t port = 80;  // 443 for https when the url names none
   std::string base_path;  // path prefix prepended to forwarded paths ("" or "/x")
   Duration timeout = 30s;
   Duration connect_timeout = 2s;
   std::uint32_t max_connections = 256;
+  UpstreamTls tls;
 };
 
 struct Fingerprint {

@@ -386,7 +386,7 @@ class Loader {
       const Field& entry = all.entries()[i];
       Upstream u;
       u.name = all.names()[i];
-      Map m(*this, entry, {"url", "timeout", "connect_timeout", "max_connections"});
+      Map m(*this, entry, {"url", "timeout", "connect_timeout", "max_connections", "tls"});
       auto url = m.Get("url");
       if (!url) Fail(entry.line, Child(entry.path, "url"), "missing (every upstream needs a url)");
       u.url = String(*url);
@@ -397,6 +397,14 @@ class Loader {
       if (auto g = m.Get("max_connections")) {
         u.max_connections =
             static_cast<std::uint32_t>(Uint(*g, std::numeric_limits<std::uint32_t>::max()));
+      }
+      if (auto g = m.Get("tls")) {
+        Map t(*this, *g, {"ca_file", "server_name", "cert_file", "key_file"});
+        u.tls.configured = true;
+        if (auto h = t.Get("ca_file")) u.tls.ca_file = String(*h);
+        if (auto h = t.Get("server_name")) u.tls.server_name = String(*h);
+        if (auto h = t.Get("cert_file")) u.tls.cert_file = String(*h);
+        if (auto h = t.Get("key_file")) u.tls.key_file = String(*h);
       }
       upstreams->emplace(u.name, std::move(u));
     }

@@ -87,6 +87,23 @@ int WebhookIdSegments(std::string_view path) {
   return braces == static_cast<std::size_t>(whole) ? whole : -1;
 }
 
+// A DNS name for SNI and certificate checks: dot-separated labels of
+// letters, digits and '-', each 1..63 characters, 253 at most in all.
+bool IsTlsServerName(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  std::size_t label = 0;
+  for (char c : name) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    if (!ok || ++label > 63) return false;
+  }
+  return label > 0;
+}
+
 // "http://host[:port]" or "https://host[:port]": no path, query, user info
 // or white space.
 bool IsPublicUrl(std::string_view url) {
@@ -280,8 +297,16 @@ class Validator {
       const std::string path = "upstreams." + name;
       Check(IsId(name), path,
             "invalid upstream name " + Quote(name) + " (letters, digits, '.', '_', '~', '-')");
-      Check(u.scheme == "http", path + ".url",
-            "scheme must be http (got " + Quote(u.scheme) + " from url " + Quote(u.url) + ")");
+      Check(u.scheme == "http" || u.scheme == "https", path + ".url",
+            "scheme must be http or https (got " + Quote(u.scheme) + " from url " + Quote(u.url) + ")");
+      if (u.tls.configured) {
+        Check(u.scheme == "https", path + ".tls",
+              "only an https upstream takes tls settings (url " + Quote(u.url) + ")");
+        Check(u.tls.cert_file.empty() == u.tls.key_file.empty(), path + ".tls",
+              "cert_file and key_file go together (a client certificate needs its key)");
+        Check(u.tls.server_name.empty() || IsTlsServerName(u.tls.server_name), path + ".tls.server_name",
+              "invalid server name " + Quote(u.tls.server_name) + " (a DNS name: letters, digits, '-' and '.')");
+      }
       Check(!u.host.empty(), path + ".url", "missing host (url " + Quote(u.url) + ")");
       Check(u.port != 0, path + ".url", "port must be in 1..65535");
       Check(u.base_path.empty() || (u.base_path.front() == '/' && u.base_path.back() != '/'),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <map>
 
@@ -10,6 +11,7 @@
 #include "config/names.h"
 #include "http/headers.h"
 #include "http/problem.h"
+#include "http/upstream_tls.h"
 
 namespace idemgate::gateway {
 
@@ -31,6 +33,14 @@ std::string PoolKey(const http::UpstreamTarget& t) {
   key += std::to_string(t.timeout.count());
   key += '|';
   key += std::to_string(t.max_connections);
+  if (t.tls) {
+    // Each snapshot reads the TLS files again (rotated certificates take
+    // effect on reload), so a TLS pool lives as long as its context.
+    key += "|tls|";
+    key += std::to_string(reinterpret_cast<std::uintptr_t>(t.tls.get()));
+    key += '|';
+    key += t.tls_server_name;
+  }
   return key;
 }
 
@@ -115,6 +125,13 @@ StatusOr<std::shared_ptr<const Snapshot>> Gateway::BuildSnapshot(const config::C
     const config::Upstream& u = snapshot->config->upstreams.at(name);
     http::UpstreamTarget target = UpstreamTargetFromConfig(u, slots_.size());
     if (target.name.empty()) target.name = name;
+    if (u.scheme == "https") {
+      auto tls = http::MakeUpstreamTls(
+          http::UpstreamTlsOptions{.ca_file = u.tls.ca_file, .cert_file = u.tls.cert_file, .key_file = u.tls.key_file});
+      if (!tls.ok()) return Status(tls.status().code(), "upstreams." + name + ".tls: " + tls.status().message());
+      target.tls = std::move(*tls);
+      target.tls_server_name = u.tls.server_name;
+    }
     snapshot->upstreams.push_back(std::move(target));
   }
   return std::shared_ptr<const Snapshot>(std::move(snapshot));

@@ -3,6 +3,8 @@
 // one send, then block by block; the response likewise, captured on the way
 // when an observer asks for it. Heads are written by hand from the parsed
 // fields; sockets are driven directly (internal/io.h).
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
 
@@ -125,7 +127,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     AppendField(out, name, View(f.value()));
   }
   if (forwarded_host.empty() || host_dropped) {
-    if (target.port == 80) {
+    if (target.port == target.default_port()) {
       AppendField(out, "Host", target.host);
     } else {
       out.append("Host: ");
@@ -222,8 +224,22 @@ void CaptureBody(const char* data, std::size_t n, std::uint64_t cap, core::Store
 
 bool IsStaleConnectionError(const error_code& ec) {
   return ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
-         ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
+         ec == asio::error::broken_pipe || ec == asio::error::connection_aborted ||
+         ec == asio::ssl::error::stream_truncated;
 }
+
+// Sends all of `iov` over an upstream's TLS session. The pieces are joined
+// first, so that a head and its first block of body leave as one TLS record
+// and one system call instead of one of each per piece. The connection's
+// deadline cancels the socket, which ends the write.
+Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined) {
+  joined.clear();
+  for (const asio::const_buffer& b : iov.buffers()) joined.append(static_cast<const char*>(b.data()), b.size());
+  auto [ec, n] = co_await asio::async_write(tls, asio::buffer(joined), kTuple);
+  (void)n;
+  co_return ec;
+}
+
 
 // One piece of a body for the wire: `data` framed as a chunk when
 // `chunked`, the last chunk added when `last`.
@@ -250,6 +266,7 @@ void AddPiece(IoVec& iov, PieceFrame& frame, const char* data, std::size_t n, bo
 struct ProxyScratch {
   std::string request_head;
   std::string response_head;
+  std::string tls_out;  // what one send to a TLS upstream carries, joined
   std::optional<ResponseParser> response;
   CapturedResponse captured;
 
@@ -258,6 +275,7 @@ struct ProxyScratch {
     captured = {};
     if (request_head.capacity() > kKeepBytes) std::string().swap(request_head);
     if (response_head.capacity() > kKeepBytes) std::string().swap(response_head);
+    if (tls_out.capacity() > kKeepBytes) std::string().swap(tls_out);
   }
   static constexpr std::size_t kKeepBytes = 16 * 1024;
 };
@@ -405,7 +423,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         PieceFrame frame;
         iov.Add(s.request_head);
         if (framing != Framing::kNone) AddPiece(iov, frame, first_data, first_size, chunked_out, body_complete);
-        if (!TrySend(conn->socket, iov, ec)) ec = co_await SendAll(conn->socket, conn->deadline, iov);
+        if (conn->tls) {
+          ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
+        } else if (!TrySend(conn->socket, iov, ec)) {
+          ec = co_await SendAll(conn->socket, conn->deadline, iov);
+        }
       }
       if (ec || conn->deadline.fired()) {
         const bool fired = conn->deadline.fired();
@@ -444,7 +466,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         IoVec iov;
         PieceFrame frame;
         AddPiece(iov, frame, block.data(), piece.bytes, chunked_out, body_complete);
-        if (!TrySend(conn->socket, iov, ec)) ec = co_await SendAll(conn->socket, conn->deadline, iov);
+        if (conn->tls) {
+          ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
+        } else if (!TrySend(conn->socket, iov, ec)) {
+          ec = co_await SendAll(conn->socket, conn->deadline, iov);
+        }
         if (ec || conn->deadline.fired()) {
           const bool fired = conn->deadline.fired();
           p.Release(std::move(conn), false);
@@ -476,7 +502,14 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         for (;;) {
           ParseHeader(up, conn->buffer, pump);
           if (!pump.need_more) break;
-          auto [read_ec, n] = co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
+          error_code read_ec;
+          std::size_t n = 0;
+          if (conn->tls) {
+            std::tie(read_ec, n) = co_await conn->tls->async_read_some(conn->buffer.prepare(kHeaderReadSize), kTuple);
+          } else {
+            std::tie(read_ec, n) =
+                co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
+          }
           if (conn->deadline.fired()) break;
           if (!OnReceive(up, conn->buffer, read_ec, n, pump)) break;
         }
@@ -549,7 +582,14 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         for (;;) {
           ParseBody(up, conn->buffer, block.size(), false, pump);
           if (!pump.need_more) break;
-          auto [read_ec, got] = co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kBodyReadSize)), kTuple);
+          error_code read_ec;
+          std::size_t got = 0;
+          if (conn->tls) {
+            std::tie(read_ec, got) = co_await conn->tls->async_read_some(conn->buffer.prepare(kBodyReadSize), kTuple);
+          } else {
+            std::tie(read_ec, got) =
+                co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kBodyReadSize)), kTuple);
+          }
           if (conn->deadline.fired()) break;
           if (!OnReceive(up, conn->buffer, read_ec, got, pump)) break;
         }

@@ -1,11 +1,14 @@
 #include "http/upstream_pool.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
 #include <cerrno>
 
 #include "http/internal/upstream_impl.h"
+#include "http/internal/upstream_tls_impl.h"
 
 namespace idemgate::http {
 
@@ -28,6 +31,43 @@ bool LooksStale(tcp::socket& socket) {
 }
 
 void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->cancel(); }
+
+// Prepares a TLS session over `socket` for `name`: SNI (for a DNS name; RFC
+// 6066 leaves IP addresses out) and the name or address the certificate
+// must carry, checked by OpenSSL during the handshake.
+std::unique_ptr<internal::TlsStream> NewTlsStream(tcp::socket& socket, const UpstreamTls& tls,
+                                                  const std::string& name, std::string* error) {
+  auto stream = std::make_unique<internal::TlsStream>(socket, tls.impl().context);
+  SSL* ssl = stream->native_handle();
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  error_code ec;
+  (void)asio::ip::make_address(name, ec);
+  bool ok = false;
+  if (!ec) {
+    ok = X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) == 1;
+  } else {
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    ok = SSL_set_tlsext_host_name(ssl, name.c_str()) == 1 && SSL_set1_host(ssl, name.c_str()) == 1;
+  }
+  if (!ok) {
+    *error = "cannot set the TLS server name \"" + name + "\"";
+    return nullptr;
+  }
+  return stream;
+}
+
+// Why a handshake failed, with the certificate check's verdict when that
+// was the reason.
+std::string HandshakeError(internal::TlsStream& stream, const error_code& ec) {
+  std::string why = ec.message();
+  const long verify = SSL_get_verify_result(stream.native_handle());
+  if (verify != X509_V_OK) {
+    why += " (";
+    why += X509_verify_cert_error_string(verify);
+    why += ")";
+  }
+  return why;
+}
 
 }  // namespace
 
@@ -61,20 +101,45 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
       std::tie(ec, std::ignore) = co_await asio::async_connect(connection->socket, endpoints, kTuple);
     }
   }
-  const bool fired = connection->deadline.fired();
-  connection->deadline.Disarm();
+  bool fired = connection->deadline.fired();
+  std::string why;
   if (ec || fired) {
+    why = fired ? std::string("connect timeout") : ec.message();
+  } else {
+    connection->socket.set_option(tcp::no_delay(true), ec);
+    connection->socket.non_blocking(true, ec);
+    EnableReceiveQueueHint(connection->socket);
+    if (target.tls) {
+      // The handshake shares the connect deadline: connect_timeout bounds
+      // the whole way to a usable connection.
+      const std::string& name = target.tls_server_name.empty() ? target.host : target.tls_server_name;
+      std::unique_ptr<internal::TlsStream> stream = NewTlsStream(connection->socket, *target.tls, name, &why);
+      if (stream) {
+        auto [hs_ec] = co_await stream->async_handshake(asio::ssl::stream_base::client, kTuple);
+        fired = connection->deadline.fired();
+        if (fired) {
+          why = "TLS handshake timeout";
+        } else if (hs_ec) {
+          why = "TLS handshake failed: " + HandshakeError(*stream, hs_ec);
+        } else {
+          connection->tls = std::move(stream);
+        }
+      }
+    }
+  }
+  connection->deadline.Disarm();
+  if (!why.empty()) {
     result.timed_out = result.timed_out || fired;
     result.error = "cannot connect to upstream " + target.name + " (" + target.host + ":" +
-                   std::to_string(target.port) + "): " + (fired ? std::string("connect timeout") : ec.message());
+                   std::to_string(target.port) + "): " + why;
+    error_code ignored;
+    connection->tls.reset();
+    connection->socket.close(ignored);
     connection.reset();
     --open;
     WakeOne();
     co_return result;
   }
-  connection->socket.set_option(tcp::no_delay(true), ec);
-  connection->socket.non_blocking(true, ec);
-  EnableReceiveQueueHint(connection->socket);
   result.connection = std::move(connection);
   co_return result;
 }
@@ -143,7 +208,10 @@ void UpstreamPool::Impl::WakeOne() {
 void UpstreamPool::Impl::Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable) {
   if (!connection) return;
   connection->deadline.Disarm();
-  if (reusable && !w.draining && connection->buffer.size() == 0 && connection->socket.is_open()) {
+  // With TLS, bytes already decrypted but not yet read count as left over.
+  const bool drained =
+      connection->buffer.size() == 0 && (!connection->tls || SSL_pending(connection->tls->native_handle()) == 0);
+  if (reusable && !w.draining && drained && connection->socket.is_open()) {
     connection->idle_since = internal::SteadyClock::now();
     connection->reused = false;
     idle.push_back(std::move(connection));

@@ -15,6 +15,7 @@ namespace idemgate::http {
 using namespace std::chrono_literals;
 
 class Worker;
+class UpstreamTls;
 
 struct UpstreamTarget {
   std::string name;       // for logs
@@ -31,6 +32,14 @@ struct UpstreamTarget {
   std::uint32_t max_connections = 256;
   // Idle connections older than this are closed instead of reused.
   Duration idle_timeout = 55s;
+  // https upstreams: the TLS context (upstream_tls.h), and the name sent as
+  // SNI and required in the server's certificate (`host` when empty). Null
+  // for plain http.
+  std::shared_ptr<const UpstreamTls> tls;
+  std::string tls_server_name;
+
+  // The port a Host header may leave out: 443 with TLS, else 80.
+  std::uint16_t default_port() const { return tls ? 443 : 80; }
 };
 
 class UpstreamPool {

@@ -59,9 +59,23 @@ TEST(ParseUpstreamUrlTest, SplitsSchemeHostPortAndBasePath) {
   EXPECT_EQ(u.base_path, "");
 }
 
-TEST(ParseUpstreamUrlTest, RejectsAnythingButPlainHttp) {
+TEST(ParseUpstreamUrlTest, HttpsDefaultsToPort443) {
+  Upstream u;
+  ASSERT_TRUE(ParseUpstreamUrl("https://payments.internal/v2", &u).ok());
+  EXPECT_EQ(u.scheme, "https");
+  EXPECT_EQ(u.host, "payments.internal");
+  EXPECT_EQ(u.port, 443);
+  EXPECT_EQ(u.base_path, "/v2");
+
+  ASSERT_TRUE(ParseUpstreamUrl("HTTPS://127.0.0.1:8443", &u).ok());
+  EXPECT_EQ(u.scheme, "https");
+  EXPECT_EQ(u.port, 8443);
+  EXPECT_EQ(u.base_path, "");
+}
+
+TEST(ParseUpstreamUrlTest, RejectsAnythingButHttpAndHttps) {
   for (const char* bad :
-       {"https://h:443", "ftp://h", "127.0.0.1:9001", "http://", "http://:80",
+       {"https://", "https://h:0", "https://user@h", "httpx://h", "ftp://h", "127.0.0.1:9001", "http://", "http://:80",
         "http://h:", "http://h:0", "http://h:99999", "http://user@h:80", "http://h:80/x?y=1",
         "http://h/#f", "http://h:80//x", "http://h x:80", "http://h:80a"}) {
     Upstream u;
@@ -72,9 +86,8 @@ TEST(ParseUpstreamUrlTest, RejectsAnythingButPlainHttp) {
     EXPECT_NE(s.message().find(bad), std::string::npos) << s.message();
   }
   Upstream u;
-  Status https = ParseUpstreamUrl("https://h:443", &u);
-  EXPECT_NE(https.message().find("https upstreams are not supported"), std::string::npos)
-      << https.message();
+  Status ftp = ParseUpstreamUrl("ftp://h", &u);
+  EXPECT_NE(ftp.message().find("scheme must be http or https"), std::string::npos) << ftp.message();
 }
 
 }  // namespace

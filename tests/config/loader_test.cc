@@ -257,6 +257,36 @@ routes:
             (std::vector<std::string>{"x-request-hash", "content-type"}));
 }
 
+TEST(LoaderTest, HttpsUpstreamsReadTheirTlsSettings) {
+  Config c = MustLoad(R"(upstreams:
+  pay:
+    url: https://payments.internal/v2
+    tls:
+      ca_file: /etc/idemgate/ca.pem
+      server_name: payments.example
+      cert_file: /etc/idemgate/client.pem
+      key_file: /etc/idemgate/client.key
+  system: { url: "https://api.example:8443" }
+routes:
+  - { id: r1, match: { path_prefix: /a }, upstream: pay }
+  - { id: r2, match: { path_prefix: /b }, upstream: system }
+)");
+  const Upstream& pay = c.upstreams.at("pay");
+  EXPECT_EQ(pay.scheme, "https");
+  EXPECT_EQ(pay.port, 443);
+  EXPECT_EQ(pay.base_path, "/v2");
+  EXPECT_TRUE(pay.tls.configured);
+  EXPECT_EQ(pay.tls.ca_file, "/etc/idemgate/ca.pem");
+  EXPECT_EQ(pay.tls.server_name, "payments.example");
+  EXPECT_EQ(pay.tls.cert_file, "/etc/idemgate/client.pem");
+  EXPECT_EQ(pay.tls.key_file, "/etc/idemgate/client.key");
+  const Upstream& system = c.upstreams.at("system");
+  EXPECT_EQ(system.scheme, "https");
+  EXPECT_EQ(system.port, 8443);
+  EXPECT_FALSE(system.tls.configured);
+  EXPECT_TRUE(system.tls.ca_file.empty());
+}
+
 TEST(LoaderTest, EverySectionIsRead) {
   Config c = MustLoad(R"(listen: 0.0.0.0:0
 workers: 4

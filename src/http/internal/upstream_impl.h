@@ -4,6 +4,7 @@
 // to src/http: include only from .cc files of src/http.
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <cstdint>
@@ -19,12 +20,17 @@
 namespace idemgate::http {
 namespace internal {
 
-// One TCP connection to the upstream with its read buffer and deadline.
+using TlsStream = asio::ssl::stream<tcp::socket&>;
+
+// One TCP connection to the upstream with its read buffer and deadline, and
+// for an https upstream the TLS session over it. The deadline cancels the
+// socket, which also ends a TLS operation waiting on it.
 struct UpstreamConnection {
   explicit UpstreamConnection(Worker::Impl& w)
       : socket(w.io), deadline(w.watchdog, &CancelSocket, &socket) {}
 
   tcp::socket socket;
+  std::unique_ptr<TlsStream> tls;  // set once the handshake succeeded (https only)
   beast::flat_buffer buffer;
   Deadline deadline;
   SteadyTime idle_since{};
