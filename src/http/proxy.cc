@@ -4,13 +4,13 @@
 // when an observer asks for it. Heads are written by hand from the parsed
 // fields; sockets are driven directly (internal/io.h).
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
 
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
 #include "http/internal/io.h"
+#include "http/internal/tls_io.h"
 #include "http/internal/upstream_impl.h"
 
 namespace idemgate::http {
@@ -107,7 +107,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   out += ' ';
   out.append(target.base_path);
   out.append(fr.target.empty() ? head.path_and_query : std::string_view(fr.target));
-  out.append(" HTTP/1.1\r\n");
+  out.append(std::string_view(" HTTP/1.1\r\n"));
   const bool host_dropped = filter.ShouldDrop("host");
   for (const auto& f : in) {
     const bhttp::field id = f.name();
@@ -130,7 +130,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     if (target.port == target.default_port()) {
       AppendField(out, "Host", target.host);
     } else {
-      out.append("Host: ");
+      out.append(std::string_view("Host: "));
       out.append(target.host);
       out += ':';
       char digits[8];
@@ -140,13 +140,13 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
       out.append(kCrlf);
     }
   }
-  out.append("X-Forwarded-For: ");
+  out.append(std::string_view("X-Forwarded-For: "));
   for (std::string_view v : xff) {
     while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
     while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
     if (v.empty()) continue;
     out.append(v);
-    out.append(", ");
+    out.append(std::string_view(", "));
   }
   out.append(head.peer_ip);
   out.append(kCrlf);
@@ -154,11 +154,11 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   if (!forwarded_host.empty()) AppendField(out, "X-Forwarded-Host", forwarded_host);
   if (replace_request_id) AppendField(out, "X-Request-Id", fr.request_id);
   if (new_trace) {
-    out.append("traceparent: 00-");
+    out.append(std::string_view("traceparent: 00-"));
     AppendRandomHex(32, out);
     out += '-';
     AppendRandomHex(16, out);
-    out.append("-00\r\n");
+    out.append(std::string_view("-00\r\n"));
   }
   for (const Header& h : fr.set_headers) AppendField(out, h.name, h.value);
   if (framing == Framing::kLength) {
@@ -226,18 +226,6 @@ bool IsStaleConnectionError(const error_code& ec) {
   return ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::error::connection_aborted ||
          ec == asio::ssl::error::stream_truncated;
-}
-
-// Sends all of `iov` over an upstream's TLS session. The pieces are joined
-// first, so that a head and its first block of body leave as one TLS record
-// and one system call instead of one of each per piece. The connection's
-// deadline cancels the socket, which ends the write.
-Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined) {
-  joined.clear();
-  for (const asio::const_buffer& b : iov.buffers()) joined.append(static_cast<const char*>(b.data()), b.size());
-  auto [ec, n] = co_await asio::async_write(tls, asio::buffer(joined), kTuple);
-  (void)n;
-  co_return ec;
 }
 
 
@@ -505,7 +493,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           error_code read_ec;
           std::size_t n = 0;
           if (conn->tls) {
-            std::tie(read_ec, n) = co_await conn->tls->async_read_some(conn->buffer.prepare(kHeaderReadSize), kTuple);
+            n = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kHeaderReadSize), read_ec);
           } else {
             std::tie(read_ec, n) =
                 co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
@@ -585,7 +573,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           error_code read_ec;
           std::size_t got = 0;
           if (conn->tls) {
-            std::tie(read_ec, got) = co_await conn->tls->async_read_some(conn->buffer.prepare(kBodyReadSize), kTuple);
+            got = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kBodyReadSize), read_ec);
           } else {
             std::tie(read_ec, got) =
                 co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kBodyReadSize)), kTuple);

@@ -1,0 +1,22 @@
+#include "http/internal/tls_io.h"
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+namespace idemgate::http::internal {
+
+Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined) {
+  joined.clear();
+  for (const asio::const_buffer& b : iov.buffers()) joined.append(static_cast<const char*>(b.data()), b.size());
+  error_code ec;
+  co_await asio::async_write(tls, asio::buffer(joined), asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec;
+}
+
+Task<std::size_t> TlsReadSome(TlsStream& tls, asio::mutable_buffer into, error_code& ec) {
+  co_return co_await tls.async_read_some(into, asio::redirect_error(asio::use_awaitable, ec));
+}
+
+}  // namespace idemgate::http::internal
