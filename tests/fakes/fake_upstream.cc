@@ -2,6 +2,21 @@
 // often it executes requests.
 //
 //   fake_upstream [--port N] [--ready-file PATH] [--threads N]
+//                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+//
+// --tls-cert FILE, --tls-key FILE
+//   serve HTTPS (TLS 1.2 or 1.3) instead of plain HTTP, with the PEM
+//   certificate chain (leaf first) and the PEM private key in these files.
+//   Every endpoint below behaves the same over TLS. A connection whose TLS
+//   handshake fails is closed and counted in tls_handshake_failures (a
+//   plain-HTTP request to the port is one). A clean close (a response without
+//   keep-alive) sends a TLS close_notify first, waiting at most 200 ms for
+//   the peer's; the /die-* endpoints and errors close the TCP connection
+//   without one.
+// --tls-client-ca FILE (with --tls-cert)
+//   require a client certificate signed by a CA in the PEM FILE; a handshake
+//   without one (or with another) fails. With TLS 1.3 the client may only
+//   see that failure on its first read after the handshake.
 //
 // Endpoints (any method):
 //   /echo, /echo/...      200, JSON {method, target, version, headers: [[name, value]...] in
@@ -16,27 +31,37 @@
 //   /die-before-response  reads the request, closes without answering
 //   /upload-sha256        streams the body, 200 JSON {bytes, sha256, execution}
 //   anything else         404 JSON
-//   /__stats              JSON {executions, by_key: {Idempotency-Key value: count}, connections}
+//   /__stats              JSON {executions, by_key: {Idempotency-Key value: count}, connections,
+//                         tls_handshake_failures}; connections counts accepted TCP
+//                         connections (TLS or not), tls_handshake_failures is 0 without TLS
 //   /__reset              zeroes the counters
 // Every request except /__* counts one execution (by its raw Idempotency-Key
 // value when present) before it is answered; `execution` is that count.
 //
 // Binds 127.0.0.1:N (0: ephemeral), then writes "listen=127.0.0.1:PORT\n" to
 // PATH atomically (write to PATH.tmp, rename), or to stdout without
-// --ready-file. SIGTERM or SIGINT: exit 0.
+// --ready-file (the same with TLS). Unusable TLS files: a message on stderr,
+// exit 1, before the ready file. SIGTERM or SIGINT: exit 0.
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,11 +88,14 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace json = boost::json;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t kChunkBytes = 64 * 1024;
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+// How long a clean TLS close waits for the peer's close_notify.
+constexpr std::chrono::milliseconds kTlsShutdownWait{200};
 
 // Execution and connection counters shared by every session.
 // Thread-safe: all members lock mu_.
@@ -87,10 +115,16 @@ class Counters {
     ++connections_;
   }
 
+  void CountHandshakeFailure() {
+    std::lock_guard lock(mu_);
+    ++tls_handshake_failures_;
+  }
+
   void Reset() {
     std::lock_guard lock(mu_);
     executions_ = 0;
     connections_ = 0;
+    tls_handshake_failures_ = 0;
     by_key_.clear();
   }
 
@@ -102,6 +136,7 @@ class Counters {
     stats["executions"] = executions_;
     stats["by_key"] = std::move(by_key);
     stats["connections"] = connections_;
+    stats["tls_handshake_failures"] = tls_handshake_failures_;
     return json::serialize(stats);
   }
 
@@ -109,6 +144,7 @@ class Counters {
   std::mutex mu_;
   std::uint64_t executions_ = 0;
   std::uint64_t connections_ = 0;
+  std::uint64_t tls_handshake_failures_ = 0;
   std::map<std::string, std::uint64_t> by_key_;
 };
 
@@ -216,9 +252,18 @@ struct Reply {
 
 std::string JsonBody(json::object o) { return json::serialize(o); }
 
+// How a connection's request loop ended.
+enum class End {
+  kClose,  // after a response without keep-alive: close cleanly
+  kAbort,  // /die-*: close the TCP connection (over TLS without close_notify)
+  kError,  // the peer closed, a read or write failed, a malformed request: drop it
+};
+
 class Server {
  public:
-  explicit Server(asio::io_context& ioc) : ioc_(ioc) {}
+  // `tls`: serve HTTPS with that context (which must outlive the sessions);
+  // null: plain HTTP.
+  Server(asio::io_context& ioc, ssl::context* tls) : ioc_(ioc), tls_(tls) {}
 
   asio::awaitable<void> Accept(tcp::acceptor acceptor) {
     for (;;) {
@@ -227,13 +272,59 @@ class Server {
       if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
       counters_.CountConnection();
       socket.set_option(tcp::no_delay(true), ec);
-      asio::co_spawn(ioc_, Session(std::move(socket)), asio::detached);
+      if (tls_) {
+        // A strand: the bounded TLS shutdown cancels the socket from a timer.
+        asio::co_spawn(asio::make_strand(ioc_), TlsSession(std::move(socket)), asio::detached);
+      } else {
+        asio::co_spawn(ioc_, PlainSession(std::move(socket)), asio::detached);
+      }
     }
   }
 
  private:
+  asio::awaitable<void> PlainSession(tcp::socket socket) {
+    const End end = co_await Serve(socket);
+    if (end == End::kError) co_return;
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+  }
+
+  asio::awaitable<void> TlsSession(tcp::socket socket) {
+    ssl::stream<tcp::socket> stream(std::move(socket), *tls_);
+    if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, kTuple); ec) {
+      counters_.CountHandshakeFailure();
+      std::cerr << "fake_upstream: TLS handshake failed: " + ec.message() + "\n" << std::flush;
+      beast::error_code ignored;
+      stream.next_layer().close(ignored);
+      co_return;
+    }
+    const End end = co_await Serve(stream);
+    if (end == End::kError) co_return;
+    if (end == End::kClose) {
+      // close_notify, then wait for the peer's, but not for long. The timer
+      // runs on this coroutine's strand; `done` keeps a late expiry from
+      // touching the stream once this coroutine has moved on.
+      auto done = std::make_shared<bool>(false);
+      asio::steady_timer timer(co_await asio::this_coro::executor);
+      timer.expires_after(kTlsShutdownWait);
+      timer.async_wait([done, &stream](beast::error_code ec) {
+        if (ec || *done) return;
+        beast::error_code ignored;
+        stream.next_layer().cancel(ignored);
+      });
+      co_await stream.async_shutdown(kTuple);
+      *done = true;
+      timer.cancel();
+    }
+    beast::error_code ignored;
+    stream.next_layer().shutdown(tcp::socket::shutdown_send, ignored);
+    stream.next_layer().close(ignored);
+  }
+
   // One connection: requests are served in order until either side closes.
-  asio::awaitable<void> Session(tcp::socket socket) {
+  template <typename Stream>
+  asio::awaitable<End> Serve(Stream& stream) {
     beast::flat_buffer buffer;
     std::vector<char> chunk(kChunkBytes);
     for (;;) {
@@ -241,9 +332,9 @@ class Server {
       // order /echo reports is taken from the raw header block first.
       std::size_t header_end = std::string_view::npos;
       while ((header_end = BufferView(buffer).find("\r\n\r\n")) == std::string_view::npos) {
-        if (buffer.size() > kHeaderLimit) co_return;
-        auto [rec, rn] = co_await socket.async_read_some(buffer.prepare(kChunkBytes), kTuple);
-        if (rec) co_return;
+        if (buffer.size() > kHeaderLimit) co_return End::kError;
+        auto [rec, rn] = co_await stream.async_read_some(buffer.prepare(kChunkBytes), kTuple);
+        if (rec) co_return End::kError;
         buffer.commit(rn);
       }
       const std::vector<HeaderField> wire_fields =
@@ -252,8 +343,8 @@ class Server {
       http::request_parser<http::buffer_body> parser;
       parser.header_limit(kHeaderLimit);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-      auto [ec, n] = co_await http::async_read_header(socket, buffer, parser, kTuple);
-      if (ec) co_return;
+      auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kTuple);
+      if (ec) co_return End::kError;
       auto& req = parser.get();
       const std::string target(req.target());
       const auto qpos = target.find('?');
@@ -262,8 +353,8 @@ class Server {
 
       if (beast::iequals(req[http::field::expect], "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(kContinue), kTuple);
-        if (wec) co_return;
+        auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(kContinue), kTuple);
+        if (wec) co_return End::kError;
       }
 
       // Read the body: hashed on the fly for /upload-sha256, kept otherwise.
@@ -274,9 +365,9 @@ class Server {
       while (!parser.is_done()) {
         req.body().data = chunk.data();
         req.body().size = chunk.size();
-        auto [rec, rn] = co_await http::async_read(socket, buffer, parser, kTuple);
+        auto [rec, rn] = co_await http::async_read(stream, buffer, parser, kTuple);
         if (rec == http::error::need_buffer) rec = {};
-        if (rec) co_return;
+        if (rec) co_return End::kError;
         const std::size_t got = chunk.size() - req.body().size;
         body_bytes += got;
         if (hash_only) {
@@ -298,9 +389,9 @@ class Server {
         } else {
           control.body = counters_.StatsJson();
         }
-        const bool written = co_await Write(socket, control, keep_alive, head);
-        if (!written) co_return;
-        if (!keep_alive) break;
+        const bool written = co_await Write(stream, control, keep_alive, head);
+        if (!written) co_return End::kError;
+        if (!keep_alive) co_return End::kClose;
         continue;
       }
 
@@ -309,18 +400,18 @@ class Server {
       const std::uint64_t execution = counters_.CountExecution(key);
 
       if (path == "/die-before-response") {
-        break;
+        co_return End::kAbort;
       }
       if (path == "/die-mid-response") {
         static constexpr std::string_view kPartial =
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n"
             "this body stops well before its declared length";
-        co_await asio::async_write(socket, asio::buffer(kPartial), kTuple);
-        break;
+        co_await asio::async_write(stream, asio::buffer(kPartial), kTuple);
+        co_return End::kAbort;
       }
       if (path == "/large") {
-        if (!co_await WriteLarge(socket, query, execution, keep_alive, head)) co_return;
-        if (!keep_alive) break;
+        if (!co_await WriteLarge(stream, query, execution, keep_alive, head)) co_return End::kError;
+        if (!keep_alive) co_return End::kClose;
         continue;
       }
 
@@ -352,12 +443,9 @@ class Server {
         reply.status = 404;
         reply.body = JsonBody(std::move(o));
       }
-      if (!co_await Write(socket, reply, keep_alive, head)) co_return;
-      if (!keep_alive) break;
+      if (!co_await Write(stream, reply, keep_alive, head)) co_return End::kError;
+      if (!keep_alive) co_return End::kClose;
     }
-    beast::error_code ignored;
-    socket.shutdown(tcp::socket::shutdown_send, ignored);
-    socket.close(ignored);
   }
 
   static Reply Echo(const http::request<http::buffer_body>& req,
@@ -413,7 +501,8 @@ class Server {
   }
 
   // Writes `reply` (only its header for HEAD); false when the connection failed.
-  static asio::awaitable<bool> Write(tcp::socket& socket, const Reply& reply, bool keep_alive,
+  template <typename Stream>
+  static asio::awaitable<bool> Write(Stream& stream, const Reply& reply, bool keep_alive,
                                      bool head) {
     http::response<http::string_body> res;
     res.result(reply.status);
@@ -426,15 +515,16 @@ class Server {
     res.prepare_payload();
     if (head) {
       http::response<http::empty_body> header_only(res.base());
-      auto [ec, n] = co_await http::async_write(socket, header_only, kTuple);
+      auto [ec, n] = co_await http::async_write(stream, header_only, kTuple);
       co_return !ec;
     }
-    auto [ec, n] = co_await http::async_write(socket, res, kTuple);
+    auto [ec, n] = co_await http::async_write(stream, res, kTuple);
     co_return !ec;
   }
 
   // /large?bytes=N[&chunked=1]: N bytes of a repeating a..z pattern, streamed.
-  static asio::awaitable<bool> WriteLarge(tcp::socket& socket, std::string_view query,
+  template <typename Stream>
+  static asio::awaitable<bool> WriteLarge(Stream& stream, std::string_view query,
                                           std::uint64_t execution, bool keep_alive, bool head) {
     const std::uint64_t total = ParseUint(QueryParam(query, "bytes").value_or("")).value_or(0);
     const bool chunked = QueryParam(query, "chunked").value_or("") == "1";
@@ -445,7 +535,7 @@ class Server {
     header += chunked ? std::string("Transfer-Encoding: chunked\r\n")
                       : "Content-Length: " + std::to_string(total) + "\r\n";
     header += "\r\n";
-    if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(header), kTuple); ec)
+    if (auto [ec, n] = co_await asio::async_write(stream, asio::buffer(header), kTuple); ec)
       co_return false;
     if (head) co_return true;
     std::string piece;
@@ -461,19 +551,20 @@ class Server {
       }
       for (std::size_t i = 0; i < len; ++i) piece += static_cast<char>('a' + (sent + i) % 26);
       if (chunked) piece += "\r\n";
-      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(piece), kTuple); ec)
+      if (auto [ec, n] = co_await asio::async_write(stream, asio::buffer(piece), kTuple); ec)
         co_return false;
       sent += len;
     }
     if (chunked) {
       static constexpr std::string_view kLast = "0\r\n\r\n";
-      if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(kLast), kTuple); ec)
+      if (auto [ec, n] = co_await asio::async_write(stream, asio::buffer(kLast), kTuple); ec)
         co_return false;
     }
     co_return true;
   }
 
   asio::io_context& ioc_;
+  ssl::context* const tls_;
   Counters counters_;
 };
 
@@ -490,14 +581,65 @@ bool WriteReadyFile(const std::string& path, const std::string& contents) {
 }
 
 int Usage() {
-  std::cerr << "usage: fake_upstream [--port N] [--ready-file PATH] [--threads N]\n";
+  std::cerr << "usage: fake_upstream [--port N] [--ready-file PATH] [--threads N]\n"
+               "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
   return 2;
+}
+
+// The server side of TLS 1.2 and 1.3 with `cert_file` (a PEM chain) and
+// `key_file`; with `client_ca_file`, clients must present a certificate
+// signed by a CA in it. Fails with a message naming the file.
+std::unique_ptr<ssl::context> MakeTlsContext(const std::string& cert_file,
+                                             const std::string& key_file,
+                                             const std::string& client_ca_file,
+                                             std::string& error) {
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+  SSL_CTX* const native = ctx->native_handle();
+  beast::error_code ec;
+  if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1 ||
+      SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION) != 1) {
+    error = "cannot limit TLS to versions 1.2 and 1.3";
+    return nullptr;
+  }
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_compression, ec);
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    error = "cannot use certificate chain " + cert_file + ": " + ec.message();
+    return nullptr;
+  }
+  ctx->use_private_key_file(key_file, ssl::context::pem, ec);
+  if (ec) {
+    error = "cannot use private key " + key_file + ": " + ec.message();
+    return nullptr;
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    error = "private key " + key_file + " does not match certificate " + cert_file;
+    return nullptr;
+  }
+  if (!client_ca_file.empty()) {
+    ctx->load_verify_file(client_ca_file, ec);
+    if (ec) {
+      error = "cannot load client CA " + client_ca_file + ": " + ec.message();
+      return nullptr;
+    }
+    // The CertificateRequest names the acceptable CAs (takes ownership).
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca_file.c_str())) {
+      SSL_CTX_set_client_CA_list(native, names);
+    }
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert, ec);
+    // Resumed sessions (of clients that cache them) need a session id context.
+    static constexpr unsigned char kSessionContext[] = "fake_upstream";
+    SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext - 1);
+  }
+  ERR_clear_error();
+  return ctx;
 }
 
 int Main(int argc, char** argv) {
   std::uint64_t port = 0;
   std::uint64_t threads = 2;
   std::string ready_file;
+  std::string tls_cert, tls_key, tls_client_ca;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -512,8 +654,27 @@ int Main(int argc, char** argv) {
       threads = *v;
     } else if (arg == "--ready-file") {
       ready_file = value;
+    } else if (arg == "--tls-cert") {
+      tls_cert = value;
+    } else if (arg == "--tls-key") {
+      tls_key = value;
+    } else if (arg == "--tls-client-ca") {
+      tls_client_ca = value;
     } else {
       return Usage();
+    }
+  }
+  if (tls_cert.empty() != tls_key.empty() || (!tls_client_ca.empty() && tls_cert.empty())) {
+    return Usage();
+  }
+  // Made before the io_context, so it outlives every session.
+  std::unique_ptr<ssl::context> tls;
+  if (!tls_cert.empty()) {
+    std::string error;
+    tls = MakeTlsContext(tls_cert, tls_key, tls_client_ca, error);
+    if (!tls) {
+      std::cerr << "fake_upstream: " << error << "\n";
+      return 1;
     }
   }
 
@@ -533,7 +694,7 @@ int Main(int argc, char** argv) {
   }
   const auto bound = acceptor.local_endpoint();
 
-  Server server(ioc);
+  Server server(ioc, tls.get());
   asio::co_spawn(ioc, server.Accept(std::move(acceptor)), asio::detached);
   asio::signal_set signals(ioc, SIGTERM, SIGINT);
   signals.async_wait([&ioc](const beast::error_code&, int) { ioc.stop(); });

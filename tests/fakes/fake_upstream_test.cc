@@ -1,9 +1,26 @@
 // Tests of fake_upstream and of the idemgate_testing helpers it is driven by.
 #include <gtest/gtest.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/json.hpp>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -418,6 +435,400 @@ TEST(TestingHelpersTest, ParseResponseHandlesLengthChunkedAndEof) {
   EXPECT_EQ(r->body, "until eof");
   EXPECT_FALSE(ParseResponse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").ok());
   EXPECT_FALSE(ParseResponse("garbage\r\n\r\n").ok());
+}
+
+// ---------------------------------------------------------------------------
+// The test PKI and fake_upstream over TLS
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+
+struct X509Free {
+  void operator()(X509* p) const { X509_free(p); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+
+X509Ptr LoadCert(const std::string& path) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_file(path.c_str(), "r"), &BIO_free);
+  if (!bio) return nullptr;
+  return X509Ptr(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> LoadKey(const std::string& path) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_file(path.c_str(), "r"), &BIO_free);
+  EVP_PKEY* key = bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr;
+  return {key, &EVP_PKEY_free};
+}
+
+// Verifies the certificate in `cert_file` for `purpose` (X509_PURPOSE_SSL_*)
+// with `ca_file` as the only trust anchor: "" when it verifies, else why not.
+std::string VerifyCert(const std::string& cert_file, const std::string& ca_file, int purpose) {
+  X509Ptr cert = LoadCert(cert_file);
+  if (!cert) return "cannot read " + cert_file;
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), &X509_STORE_free);
+  if (!store || X509_STORE_load_file(store.get(), ca_file.c_str()) != 1) {
+    return "cannot load " + ca_file;
+  }
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> ctx(X509_STORE_CTX_new(),
+                                                                      &X509_STORE_CTX_free);
+  if (!ctx || X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), nullptr) != 1 ||
+      X509_STORE_CTX_set_purpose(ctx.get(), purpose) != 1) {
+    return "cannot set up the verification";
+  }
+  if (X509_verify_cert(ctx.get()) == 1) return "";
+  return X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()));
+}
+
+TEST(TestPkiTest, WritesAChainThatVerifies) {
+  TempDir dir;
+  auto pki = MakeTestPki(dir.Join("pki"));
+  ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+  EXPECT_EQ(pki->dir, dir.Join("pki"));
+  for (const std::string* file :
+       {&pki->ca_file, &pki->server_cert, &pki->server_key, &pki->other_cert, &pki->other_key,
+        &pki->client_cert, &pki->client_key, &pki->other_ca_file}) {
+    EXPECT_TRUE(file->starts_with(pki->dir + "/")) << *file;
+    const std::string pem = ReadFileOrEmpty(*file);
+    EXPECT_TRUE(pem.starts_with("-----BEGIN ")) << *file << ": " << pem;
+  }
+  EXPECT_EQ(pki->ca_file, dir.Join("pki/ca.pem"));
+  EXPECT_EQ(pki->other_ca_file, dir.Join("pki/other-ca.pem"));
+  struct stat st {};
+  ASSERT_EQ(::stat(pki->server_key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // The CAs are CAs; the leaves are not.
+  X509Ptr ca = LoadCert(pki->ca_file);
+  X509Ptr other_ca = LoadCert(pki->other_ca_file);
+  X509Ptr server = LoadCert(pki->server_cert);
+  X509Ptr other = LoadCert(pki->other_cert);
+  X509Ptr client = LoadCert(pki->client_cert);
+  ASSERT_TRUE(ca && other_ca && server && other && client);
+  EXPECT_EQ(X509_check_ca(ca.get()), 1);
+  EXPECT_EQ(X509_check_ca(other_ca.get()), 1);
+  EXPECT_EQ(X509_check_ca(server.get()), 0);
+  EXPECT_EQ(X509_get_version(server.get()), X509_VERSION_3);
+  EXPECT_EQ(X509_check_issued(ca.get(), server.get()), X509_V_OK);
+  EXPECT_NE(X509_check_issued(other_ca.get(), server.get()), X509_V_OK);
+
+  // Each key belongs to its certificate.
+  EXPECT_EQ(X509_check_private_key(server.get(), LoadKey(pki->server_key).get()), 1);
+  EXPECT_EQ(X509_check_private_key(other.get(), LoadKey(pki->other_key).get()), 1);
+  EXPECT_EQ(X509_check_private_key(client.get(), LoadKey(pki->client_key).get()), 1);
+  EXPECT_NE(X509_check_private_key(server.get(), LoadKey(pki->client_key).get()), 1);
+  ERR_clear_error();
+
+  // Names: the server certificate is for localhost and 127.0.0.1, the other
+  // one for other.test only.
+  EXPECT_EQ(X509_check_host(server.get(), "localhost", 0, 0, nullptr), 1);
+  EXPECT_EQ(X509_check_ip_asc(server.get(), "127.0.0.1", 0), 1);
+  EXPECT_NE(X509_check_ip_asc(server.get(), "127.0.0.2", 0), 1);
+  EXPECT_EQ(X509_check_host(other.get(), "other.test", 0, 0, nullptr), 1);
+  EXPECT_NE(X509_check_host(other.get(), "localhost", 0, 0, nullptr), 1);
+  EXPECT_NE(X509_check_ip_asc(other.get(), "127.0.0.1", 0), 1);
+
+  // Chains: to ca.pem, for the right purpose; never to other-ca.pem.
+  EXPECT_EQ(VerifyCert(pki->server_cert, pki->ca_file, X509_PURPOSE_SSL_SERVER), "");
+  EXPECT_EQ(VerifyCert(pki->other_cert, pki->ca_file, X509_PURPOSE_SSL_SERVER), "");
+  EXPECT_EQ(VerifyCert(pki->client_cert, pki->ca_file, X509_PURPOSE_SSL_CLIENT), "");
+  EXPECT_NE(VerifyCert(pki->client_cert, pki->ca_file, X509_PURPOSE_SSL_SERVER), "");
+  EXPECT_NE(VerifyCert(pki->server_cert, pki->other_ca_file, X509_PURPOSE_SSL_SERVER), "");
+  EXPECT_NE(VerifyCert(pki->client_cert, pki->other_ca_file, X509_PURPOSE_SSL_CLIENT), "");
+  EXPECT_EQ(VerifyCert(pki->ca_file, pki->ca_file, X509_PURPOSE_ANY), "");
+  EXPECT_EQ(VerifyCert(pki->other_ca_file, pki->other_ca_file, X509_PURPOSE_ANY), "");
+}
+
+TEST(TestPkiTest, EveryCallMakesNewKeys) {
+  TempDir dir;
+  auto first = MakeTestPki(dir.Join("a"));
+  auto second = MakeTestPki(dir.Join("b"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(ReadFileOrEmpty(first->ca_file), ReadFileOrEmpty(second->ca_file));
+  EXPECT_NE(VerifyCert(first->server_cert, second->ca_file, X509_PURPOSE_SSL_SERVER), "");
+}
+
+TEST(TestPkiTest, FailureNamesTheStep) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir.Join("file"), "not a directory").ok());
+  auto pki = MakeTestPki(dir.Join("file/pki"));
+  ASSERT_FALSE(pki.ok());
+  EXPECT_NE(pki.status().message().find(dir.Join("file/pki")), std::string::npos)
+      << pki.status().ToString();
+}
+
+class FakeUpstreamTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pki = MakeTestPki(dir_.Join("pki"));
+    ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+    pki_ = *pki;
+  }
+
+  // Starts the fake with the server certificate and `extra` arguments.
+  void StartTls(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--port",         "0",         "--tls-cert",
+                                     pki_.server_cert, "--tls-key", pki_.server_key};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto server = StartServer(IDEMGATE_FAKE_UPSTREAM_PATH, args, dir_.Join("fake.ready"));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_.emplace(std::move(*server));
+    auto endpoint = server_->Endpoint();
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+    endpoint_ = *endpoint;
+  }
+
+  TlsClientOptions Trusting() const { return TlsClientOptions{.ca_file = pki_.ca_file}; }
+  TlsClientOptions WithClientCert() const {
+    return TlsClientOptions{
+        .ca_file = pki_.ca_file, .cert_file = pki_.client_cert, .key_file = pki_.client_key};
+  }
+
+  // The stats, over a fresh TLS connection presenting the client certificate.
+  StatusOr<FakeStats> Stats() { return TlsClient(endpoint_, WithClientCert()).Stats(); }
+
+  // Waits (briefly) for the fake to have counted `n` handshake failures.
+  bool HandshakeFailuresReach(std::uint64_t n) {
+    return PollUntil(
+        [&] {
+          auto stats = Stats();
+          return stats.ok() && stats->tls_handshake_failures >= n;
+        },
+        5s, 20ms);
+  }
+
+  static json::object Json(const HttpResponse& res) {
+    boost::system::error_code ec;
+    auto v = json::parse(res.body, ec);
+    EXPECT_FALSE(ec) << res.body;
+    return v.is_object() ? v.as_object() : json::object();
+  }
+
+  // SIGTERM: the fake exits 0 (under ASan: no leak or error after the test's
+  // traffic either).
+  void ExpectCleanExit() {
+    ASSERT_TRUE(server_->process.Signal(SIGTERM).ok());
+    auto status = server_->process.WaitExit(10s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(status->exited) << status->ToString();
+    EXPECT_EQ(status->code, 0);
+  }
+
+  TempDir dir_;
+  TestPki pki_;
+  std::optional<Server> server_;
+  HostPort endpoint_;
+};
+
+TEST_F(FakeUpstreamTlsTest, EchoOverHttpsKeepsTheConnectionAlive) {
+  StartTls();
+  TlsClient client(endpoint_, Trusting());
+  auto res = client.Send("POST", "/echo?tls=1", "hello over tls", {{"Idempotency-Key", "k"}});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_TRUE(res->keep_alive);
+  auto o = Json(*res);
+  EXPECT_EQ(o["method"], "POST");
+  EXPECT_EQ(o["target"], "/echo?tls=1");
+  EXPECT_EQ(o["body"], "hello over tls");
+  EXPECT_EQ(o["execution"], 1);
+
+  res = client.Send("PUT", "/echo", "second");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Json(*res)["body"], "second");
+  EXPECT_EQ(Json(*res)["execution"], 2);
+
+  // The stats over the same connection: one TCP connection in all.
+  auto stats = client.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->executions, 2u);
+  EXPECT_EQ(stats->by_key, (std::map<std::string, std::uint64_t>{{"k", 1}}));
+  EXPECT_EQ(stats->connections, 1u);
+  EXPECT_EQ(stats->tls_handshake_failures, 0u);
+  EXPECT_EQ(client.connections(), 1);
+}
+
+TEST_F(FakeUpstreamTlsTest, CertificateVerifiesForTheLoopbackAddressToo) {
+  StartTls();
+  TlsClientOptions by_ip = Trusting();
+  by_ip.verify_name = "127.0.0.1";
+  auto res = TlsClient(endpoint_, by_ip).Send("GET", "/status/201");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 201);
+
+  TlsClientOptions tls12 = Trusting();
+  tls12.max_version = TLS1_2_VERSION;
+  res = TlsClient(endpoint_, tls12).Send("GET", "/echo");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST_F(FakeUpstreamTlsTest, WrongTrustAnchorOrNameFailsAndIsCounted) {
+  StartTls();
+  TlsClientOptions wrong_ca{.ca_file = pki_.other_ca_file};
+  TlsClient untrusting(endpoint_, wrong_ca);
+  EXPECT_FALSE(untrusting.Connect().ok());
+
+  TlsClientOptions wrong_name = Trusting();
+  wrong_name.verify_name = "other.test";
+  TlsClient misnamed(endpoint_, wrong_name);
+  EXPECT_FALSE(misnamed.Connect().ok());
+
+  // The client's rejections end the server's handshakes too.
+  EXPECT_TRUE(HandshakeFailuresReach(2));
+  auto stats = Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tls_handshake_failures, 2u);
+  EXPECT_EQ(stats->executions, 0u);
+}
+
+TEST_F(FakeUpstreamTlsTest, PlainHttpToTheTlsPortGetsNoResponse) {
+  StartTls();
+  auto res = SendRequest(endpoint_, HttpRequest{.target = "/echo"}, 5s);
+  EXPECT_FALSE(res.ok() && res->status == 200) << res->body;
+
+  auto raw = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  ASSERT_TRUE(raw->Write("GET /__stats HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string got = raw->ReadUntilClosed(5s);
+  EXPECT_TRUE(raw->closed());
+  EXPECT_FALSE(got.starts_with("HTTP/")) << got;
+
+  ASSERT_TRUE(HandshakeFailuresReach(2));
+  auto stats = Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tls_handshake_failures, 2u);
+  EXPECT_EQ(stats->executions, 0u);
+
+  // The server is still serving; /__reset zeroes the failures too.
+  TlsClient client(endpoint_, Trusting());
+  auto reset = client.Send("POST", "/__reset");
+  ASSERT_TRUE(reset.ok()) << reset.status().ToString();
+  EXPECT_EQ(reset->status, 200);
+  stats = client.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tls_handshake_failures, 0u);
+  EXPECT_EQ(stats->connections, 0u);
+  ExpectCleanExit();
+}
+
+TEST_F(FakeUpstreamTlsTest, ClientCertificateIsRequiredWithClientCa) {
+  StartTls({"--tls-client-ca", pki_.ca_file});
+
+  // TLS 1.3: the client may finish its handshake before the server rejects
+  // it; the rejection then arrives on the first read. No 200 either way.
+  TlsClient anonymous(endpoint_, Trusting());
+  auto res = anonymous.Send("GET", "/echo");
+  EXPECT_FALSE(res.ok() && res->status == 200) << res->body;
+
+  // TLS 1.2: the handshake itself fails.
+  TlsClientOptions anonymous12 = Trusting();
+  anonymous12.max_version = TLS1_2_VERSION;
+  EXPECT_FALSE(TlsClient(endpoint_, anonymous12).Connect().ok());
+
+  TlsClient identified(endpoint_, WithClientCert());
+  res = identified.Send("POST", "/echo", "with a certificate");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Json(*res)["body"], "with a certificate");
+
+  EXPECT_TRUE(HandshakeFailuresReach(2));
+  auto stats = identified.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tls_handshake_failures, 2u);
+  EXPECT_EQ(stats->executions, 1u);
+  ExpectCleanExit();
+}
+
+TEST_F(FakeUpstreamTlsTest, LargeBodiesCloseAndDieWorkOverTls) {
+  StartTls();
+  TlsClient client(endpoint_, Trusting());
+  constexpr std::size_t kBytes = 300 * 1000 + 7;
+  for (const char* chunked : {"0", "1"}) {
+    auto res = client.Send(
+        "GET", "/large?bytes=" + std::to_string(kBytes) + "&chunked=" + std::string(chunked));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->body, Pattern(kBytes));
+  }
+  auto res = client.Send("POST", "/upload-sha256", "abc");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(Json(*res)["sha256"], json::value(Sha256Hex("abc")));
+  EXPECT_EQ(client.connections(), 1);
+
+  // Connection: close ends with a close_notify: a clean end of stream.
+  res = client.Send("GET", "/echo", "", {{"Connection", "close"}});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_FALSE(res->keep_alive);
+  EXPECT_EQ(client.ReadAfterClose(), asio::error::eof);
+
+  // /die-*: the response is cut short.
+  EXPECT_FALSE(TlsClient(endpoint_, Trusting()).Send("GET", "/die-mid-response").ok());
+  EXPECT_FALSE(TlsClient(endpoint_, Trusting()).Send("POST", "/die-before-response", "x").ok());
+  auto stats = Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->executions, 6u);
+  EXPECT_EQ(stats->tls_handshake_failures, 0u);
+  ExpectCleanExit();
+}
+
+TEST_F(FakeUpstreamTlsTest, CleanCloseWaitsOnlyBrieflyForThePeer) {
+  StartTls();
+  TlsClient client(endpoint_, Trusting(), 5s);
+  auto res = client.Send("POST", "/echo", "bye", {{"Connection", "close"}});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_FALSE(res->keep_alive);
+  EXPECT_EQ(client.ReadAfterClose(), asio::error::eof);
+  // This client never sends its own close_notify; the server closes the TCP
+  // connection anyway, soon.
+  const auto start = std::chrono::steady_clock::now();
+  const auto ec = client.ReadTcpAfterClose();
+  EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+
+  auto stats = Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->executions, 1u);
+  ExpectCleanExit();
+}
+
+TEST_F(FakeUpstreamTlsTest, SigtermExitsZeroWithConnectionsOpen) {
+  StartTls();
+  TlsClient idle(endpoint_, Trusting());
+  ASSERT_TRUE(idle.Connect().ok());
+  // A connection stuck before its handshake, too.
+  auto silent = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  ExpectCleanExit();
+}
+
+TEST_F(FakeUpstreamTlsTest, BadTlsArgumentsStopTheStart) {
+  const auto exit_code = [](const std::vector<std::string>& args) {
+    auto p = Process::Start(IDEMGATE_FAKE_UPSTREAM_PATH, args);
+    if (!p.ok()) return -1;
+    auto status = p->WaitExit(10s);
+    return status && status->exited ? status->code : -1;
+  };
+  EXPECT_EQ(exit_code({"--tls-cert", pki_.server_cert}), 2);
+  EXPECT_EQ(exit_code({"--tls-client-ca", pki_.ca_file}), 2);
+  EXPECT_EQ(exit_code({"--tls-cert", dir_.Join("missing.pem"), "--tls-key", pki_.server_key}), 1);
+  EXPECT_EQ(exit_code({"--tls-cert", pki_.server_cert, "--tls-key", pki_.client_key}), 1);
+  EXPECT_EQ(
+      exit_code({"--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key, "--tls-client-ca",
+                 dir_.Join("missing.pem"), "--ready-file", dir_.Join("never.ready")}),
+      1);
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("never.ready")));
+}
+
+TEST_F(FakeUpstreamTest, PlainStatsReportNoHandshakeFailures) {
+  auto res = SendRequest(endpoint_, HttpRequest{.target = "/__stats"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(Json(*res)["tls_handshake_failures"], 0);
+  auto stats = FetchFakeStats(endpoint_);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tls_handshake_failures, 0u);
 }
 
 }  // namespace

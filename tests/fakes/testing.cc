@@ -6,17 +6,27 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -27,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -849,25 +860,32 @@ std::string Sha256Hex(std::string_view data) {
   return sha.HexDigest();
 }
 
-StatusOr<FakeStats> FetchFakeStats(const HostPort& fake) {
-  auto res = SendRequest(fake, HttpRequest{.method = "GET", .target = "/__stats"}, 10s);
-  if (!res.ok()) return res.status();
-  if (res->status != 200) return InternalError("/__stats answered " + std::to_string(res->status));
+StatusOr<FakeStats> ParseFakeStats(std::string_view body) {
   boost::system::error_code ec;
-  const auto value = boost::json::parse(res->body, ec);
-  if (ec || !value.is_object()) return InternalError("/__stats: bad JSON: " + res->body);
+  const auto value = boost::json::parse(body, ec);
+  if (ec || !value.is_object()) return InternalError("/__stats: bad JSON: " + std::string(body));
   const auto& o = value.as_object();
   FakeStats stats;
   try {
     stats.executions = boost::json::value_to<std::uint64_t>(o.at("executions"));
     stats.connections = boost::json::value_to<std::uint64_t>(o.at("connections"));
+    if (const auto* failures = o.if_contains("tls_handshake_failures")) {
+      stats.tls_handshake_failures = boost::json::value_to<std::uint64_t>(*failures);
+    }
     for (const auto& [k, v] : o.at("by_key").as_object()) {
       stats.by_key[std::string(k)] = boost::json::value_to<std::uint64_t>(v);
     }
   } catch (const std::exception& e) {
-    return InternalError(std::string("/__stats: ") + e.what() + ": " + res->body);
+    return InternalError(std::string("/__stats: ") + e.what() + ": " + std::string(body));
   }
   return stats;
+}
+
+StatusOr<FakeStats> FetchFakeStats(const HostPort& fake) {
+  auto res = SendRequest(fake, HttpRequest{.method = "GET", .target = "/__stats"}, 10s);
+  if (!res.ok()) return res.status();
+  if (res->status != 200) return InternalError("/__stats answered " + std::to_string(res->status));
+  return ParseFakeStats(res->body);
 }
 
 Status ResetFake(const HostPort& fake) {
@@ -876,5 +894,383 @@ Status ResetFake(const HostPort& fake) {
   if (res->status != 200) return InternalError("/__reset answered " + std::to_string(res->status));
   return Status::Ok();
 }
+
+// ---------------------------------------------------------------------------
+// TLS test PKI
+
+namespace {
+
+template <auto Free>
+struct OpenSslDeleter {
+  template <typename T>
+  void operator()(T* p) const {
+    Free(p);
+  }
+};
+using PkeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY_free>>;
+using PkeyCtxPtr = std::unique_ptr<EVP_PKEY_CTX, OpenSslDeleter<EVP_PKEY_CTX_free>>;
+using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509_free>>;
+using X509NamePtr = std::unique_ptr<X509_NAME, OpenSslDeleter<X509_NAME_free>>;
+using X509ExtensionPtr = std::unique_ptr<X509_EXTENSION, OpenSslDeleter<X509_EXTENSION_free>>;
+using BioPtr = std::unique_ptr<BIO, OpenSslDeleter<BIO_free_all>>;
+
+// `step` failed: an InternalError naming it and OpenSSL's reasons, with
+// OpenSSL's error queue emptied.
+Status OpenSslError(std::string_view step) {
+  std::string message = "MakeTestPki: " + std::string(step) + " failed";
+  const char* separator = ": ";
+  while (const unsigned long code = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(code, text, sizeof text);
+    message += separator;
+    message += text;
+    separator = "; ";
+  }
+  return InternalError(std::move(message));
+}
+
+StatusOr<PkeyPtr> NewP256Key(std::string_view what) {
+  PkeyCtxPtr ctx(EVP_PKEY_CTX_new_from_name(nullptr, "EC", nullptr));
+  if (!ctx || EVP_PKEY_keygen_init(ctx.get()) <= 0 ||
+      EVP_PKEY_CTX_set_group_name(ctx.get(), "P-256") <= 0) {
+    return OpenSslError("setting up P-256 key generation for " + std::string(what));
+  }
+  EVP_PKEY* key = nullptr;
+  if (EVP_PKEY_generate(ctx.get(), &key) <= 0) {
+    return OpenSslError("generating the P-256 key of " + std::string(what));
+  }
+  return PkeyPtr(key);
+}
+
+// What one certificate says about its subject.
+struct CertSpec {
+  std::string what;         // for error messages: "the CA", "the server certificate"
+  std::string common_name;  // CN
+  bool ca = false;
+  std::string subject_alt_name;    // "DNS:a,IP:1.2.3.4", or empty
+  std::string extended_key_usage;  // "serverAuth", "clientAuth", or empty
+};
+
+// An X.509 v3 certificate for `key` as `spec` describes it, signed by
+// `issuer_key` as `issuer` (both null: self-signed).
+StatusOr<X509Ptr> MakeCertificate(const CertSpec& spec, EVP_PKEY* key, X509* issuer,
+                                  EVP_PKEY* issuer_key) {
+  const std::string& what = spec.what;
+  X509Ptr cert(X509_new());
+  if (!cert || X509_set_version(cert.get(), X509_VERSION_3) != 1) {
+    return OpenSslError("creating " + what);
+  }
+  // A random positive 63-bit serial: certificates of different runs (same
+  // issuer names) practically never share a serial.
+  std::uint64_t serial = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&serial), sizeof serial) != 1) {
+    return OpenSslError("drawing the serial number of " + what);
+  }
+  serial = (serial >> 1) | 1;
+  if (ASN1_INTEGER_set_uint64(X509_get_serialNumber(cert.get()), serial) != 1) {
+    return OpenSslError("setting the serial number of " + what);
+  }
+  // From an hour ago (clock skew) for 30 days.
+  constexpr long kHour = 60 * 60;
+  std::time_t now = std::time(nullptr);
+  if (X509_time_adj_ex(X509_getm_notBefore(cert.get()), 0, -kHour, &now) == nullptr ||
+      X509_time_adj_ex(X509_getm_notAfter(cert.get()), 30, -kHour, &now) == nullptr) {
+    return OpenSslError("setting the validity of " + what);
+  }
+  X509NamePtr name(X509_NAME_new());
+  const auto add_entry = [&name](const char* field, const std::string& value) {
+    return X509_NAME_add_entry_by_txt(name.get(), field, MBSTRING_UTF8,
+                                      reinterpret_cast<const unsigned char*>(value.c_str()), -1, -1,
+                                      0) == 1;
+  };
+  if (!name || !add_entry("O", "idemgate tests") || !add_entry("CN", spec.common_name) ||
+      X509_set_subject_name(cert.get(), name.get()) != 1) {
+    return OpenSslError("setting the subject name of " + what);
+  }
+  X509* const signer = issuer ? issuer : cert.get();
+  EVP_PKEY* const signer_key = issuer_key ? issuer_key : key;
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(signer)) != 1) {
+    return OpenSslError("setting the issuer name of " + what);
+  }
+  if (X509_set_pubkey(cert.get(), key) != 1) return OpenSslError("setting the key of " + what);
+
+  // The subject key identifier comes first: a self-signed certificate's
+  // authority key identifier is taken from it.
+  std::vector<std::pair<int, std::string>> extensions;
+  extensions.emplace_back(NID_subject_key_identifier, "hash");
+  extensions.emplace_back(NID_authority_key_identifier, "keyid:always");
+  if (spec.ca) {
+    extensions.emplace_back(NID_basic_constraints, "critical,CA:TRUE");
+    extensions.emplace_back(NID_key_usage, "critical,keyCertSign,cRLSign");
+  } else {
+    extensions.emplace_back(NID_basic_constraints, "critical,CA:FALSE");
+    extensions.emplace_back(NID_key_usage, "critical,digitalSignature");
+  }
+  if (!spec.extended_key_usage.empty()) {
+    extensions.emplace_back(NID_ext_key_usage, spec.extended_key_usage);
+  }
+  if (!spec.subject_alt_name.empty()) {
+    extensions.emplace_back(NID_subject_alt_name, spec.subject_alt_name);
+  }
+  for (const auto& [nid, value] : extensions) {
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, signer, cert.get(), nullptr, nullptr, 0);
+    X509ExtensionPtr ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
+    if (!ext || X509_add_ext(cert.get(), ext.get(), -1) != 1) {
+      return OpenSslError("adding " + std::string(OBJ_nid2sn(nid)) + "=" + value + " to " + what);
+    }
+  }
+  if (X509_sign(cert.get(), signer_key, EVP_sha256()) <= 0) {
+    return OpenSslError("signing " + what);
+  }
+  return cert;
+}
+
+// Writes `cert`, or `key` when given (created with mode 0600), to `path` as PEM.
+Status WritePem(const std::string& path, X509* cert, EVP_PKEY* key) {
+  BioPtr bio;
+  if (key) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return UnavailableError("MakeTestPki: creating " + path + ": " + std::strerror(errno));
+    }
+    ::fchmod(fd, 0600);  // the file may have existed with a wider mode
+    bio.reset(BIO_new_fd(fd, BIO_CLOSE));
+    if (!bio) ::close(fd);
+  } else {
+    bio.reset(BIO_new_file(path.c_str(), "w"));
+  }
+  if (!bio) return OpenSslError("opening " + path);
+  const bool written =
+      key ? PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) == 1
+          : PEM_write_bio_X509(bio.get(), cert) == 1;
+  if (!written || BIO_flush(bio.get()) != 1) return OpenSslError("writing " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<TestPki> MakeTestPki(const std::string& dir) {
+  std::error_code fs_error;
+  std::filesystem::create_directories(dir, fs_error);
+  if (fs_error) {
+    return UnavailableError("MakeTestPki: creating " + dir + ": " + fs_error.message());
+  }
+  ERR_clear_error();
+  TestPki pki;
+  pki.dir = dir;
+  pki.ca_file = dir + "/ca.pem";
+  pki.server_cert = dir + "/server.pem";
+  pki.server_key = dir + "/server.key";
+  pki.other_cert = dir + "/other.pem";
+  pki.other_key = dir + "/other.key";
+  pki.client_cert = dir + "/client.pem";
+  pki.client_key = dir + "/client.key";
+  pki.other_ca_file = dir + "/other-ca.pem";
+
+  struct Issued {
+    CertSpec spec;
+    const std::string* cert_file;
+    const std::string* key_file = nullptr;  // null: the key is not written
+    bool self_signed = false;
+  };
+  const Issued plan[] = {
+      {.spec = {.what = "the CA", .common_name = "idemgate test CA", .ca = true},
+       .cert_file = &pki.ca_file,
+       .self_signed = true},
+      {.spec = {.what = "the server certificate",
+                .common_name = "localhost",
+                .subject_alt_name = "DNS:localhost,IP:127.0.0.1",
+                .extended_key_usage = "serverAuth"},
+       .cert_file = &pki.server_cert,
+       .key_file = &pki.server_key},
+      {.spec = {.what = "the other server certificate",
+                .common_name = "other.test",
+                .subject_alt_name = "DNS:other.test",
+                .extended_key_usage = "serverAuth"},
+       .cert_file = &pki.other_cert,
+       .key_file = &pki.other_key},
+      {.spec = {.what = "the client certificate",
+                .common_name = "idemgate test client",
+                .extended_key_usage = "clientAuth"},
+       .cert_file = &pki.client_cert,
+       .key_file = &pki.client_key},
+      {.spec = {.what = "the other CA", .common_name = "idemgate other test CA", .ca = true},
+       .cert_file = &pki.other_ca_file,
+       .self_signed = true},
+  };
+
+  // The first entry is the CA that signs the leaf certificates.
+  X509Ptr ca;
+  PkeyPtr ca_key;
+  for (const Issued& item : plan) {
+    auto key = NewP256Key(item.spec.what);
+    if (!key.ok()) return key.status();
+    auto cert = item.self_signed ? MakeCertificate(item.spec, key->get(), nullptr, nullptr)
+                                 : MakeCertificate(item.spec, key->get(), ca.get(), ca_key.get());
+    if (!cert.ok()) return cert.status();
+    if (Status s = WritePem(*item.cert_file, cert->get(), nullptr); !s.ok()) return s;
+    if (item.key_file) {
+      if (Status s = WritePem(*item.key_file, nullptr, key->get()); !s.ok()) return s;
+    }
+    if (!ca) {
+      ca = std::move(*cert);
+      ca_key = std::move(*key);
+    }
+  }
+  return pki;
+}
+
+// ---------------------------------------------------------------------------
+// TlsClient
+
+namespace ssl = asio::ssl;
+
+struct TlsClient::Impl {
+  Impl(HostPort endpoint, const TlsClientOptions& options, Millis timeout)
+      : endpoint_(std::move(endpoint)), options_(options), timeout_(timeout) {
+    ctx_.set_verify_mode(options.ca_file.empty() ? ssl::verify_none : ssl::verify_peer);
+    if (!options.ca_file.empty()) ctx_.load_verify_file(options.ca_file);
+    if (!options.cert_file.empty()) {
+      ctx_.use_certificate_chain_file(options.cert_file);
+      ctx_.use_private_key_file(options.key_file, ssl::context::pem);
+    }
+    SSL_CTX_set_min_proto_version(ctx_.native_handle(), TLS1_2_VERSION);
+    if (options.max_version)
+      SSL_CTX_set_max_proto_version(ctx_.native_handle(), options.max_version);
+  }
+
+  // TCP connect and TLS handshake.
+  Status Connect() {
+    Close();
+    stream_.emplace(ioc_, ctx_);
+    buffer_.clear();
+    SSL* const ssl = stream_->native_handle();
+    boost::system::error_code ec;
+    asio::ip::make_address(options_.verify_name, ec);
+    if (!ec) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), options_.verify_name.c_str());
+    } else {
+      SSL_set_tlsext_host_name(ssl, options_.verify_name.c_str());
+      SSL_set1_host(ssl, options_.verify_name.c_str());
+    }
+    const tcp::endpoint to(asio::ip::make_address(endpoint_.host), endpoint_.port);
+    ec = Run([&](auto handler) { stream_->next_layer().async_connect(to, std::move(handler)); });
+    if (ec) return Fail("connect", ec);
+    ec = Run([&](auto handler) {
+      stream_->async_handshake(ssl::stream_base::client, std::move(handler));
+    });
+    if (ec) return Fail("handshake", ec);
+    ++connections_;
+    return Status::Ok();
+  }
+
+  // Connects first when not connected.
+  StatusOr<HttpResponse> Send(const std::string& method, const std::string& target,
+                              const std::string& body = "",
+                              const std::vector<HeaderField>& headers = {}) {
+    if (!stream_) {
+      if (Status s = Connect(); !s.ok()) return s;
+    }
+    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+    req.set(http::field::host, endpoint_.ToString());
+    for (const auto& h : headers) req.insert(h.name, h.value);
+    req.body() = body;
+    req.prepare_payload();
+    auto ec = Run([&](auto handler) { http::async_write(*stream_, req, std::move(handler)); });
+    if (ec) return Fail("write", ec);
+    http::response<http::string_body> res;
+    ec = Run([&](auto handler) { http::async_read(*stream_, buffer_, res, std::move(handler)); });
+    if (ec) return Fail("read", ec);
+    HttpResponse out;
+    out.status = static_cast<int>(res.result_int());
+    out.reason = std::string(res.reason());
+    for (const auto& field : res) {
+      out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+    }
+    out.body = res.body();
+    out.keep_alive = res.keep_alive();
+    return out;
+  }
+
+  // Reads once more: what follows a response that closed the connection.
+  boost::system::error_code ReadAfterClose() {
+    char byte;
+    return Run([&](auto handler) {
+      stream_->async_read_some(asio::buffer(&byte, 1), std::move(handler));
+    });
+  }
+
+  // Then reads the TCP connection under TLS: how the server ends it.
+  boost::system::error_code ReadTcpAfterClose() {
+    char byte;
+    return Run([&](auto handler) {
+      stream_->next_layer().async_read_some(asio::buffer(&byte, 1), std::move(handler));
+    });
+  }
+
+  StatusOr<FakeStats> Stats() {
+    auto res = Send("GET", "/__stats");
+    if (!res.ok()) return res.status();
+    if (res->status != 200) return InternalError("/__stats answered " + res->reason);
+    return ParseFakeStats(res->body);
+  }
+
+  void Close() {
+    if (!stream_) return;
+    boost::system::error_code ignored;
+    stream_->next_layer().close(ignored);
+    stream_.reset();
+  }
+
+  int connections() const { return connections_; }
+
+  template <typename Start>
+  boost::system::error_code Run(Start&& start) {
+    std::optional<boost::system::error_code> result;
+    start([&result](boost::system::error_code ec, auto&&...) { result = ec; });
+    ioc_.restart();
+    ioc_.run_for(timeout_);
+    if (!result) {
+      boost::system::error_code ignored;
+      stream_->next_layer().close(ignored);
+      ioc_.restart();
+      ioc_.run();
+      return asio::error::timed_out;
+    }
+    return *result;
+  }
+
+  Status Fail(std::string_view what, boost::system::error_code ec) {
+    Close();
+    return UnavailableError("TLS " + std::string(what) + " " + endpoint_.ToString() + ": " +
+                            ec.message());
+  }
+
+  HostPort endpoint_;
+  TlsClientOptions options_;
+  Millis timeout_;
+  asio::io_context ioc_;
+  ssl::context ctx_{ssl::context::tls_client};
+  std::optional<ssl::stream<tcp::socket>> stream_;
+  beast::flat_buffer buffer_;
+  int connections_ = 0;
+};
+
+
+TlsClient::TlsClient(HostPort endpoint, const TlsClientOptions& options, Millis timeout)
+    : impl_(std::make_unique<Impl>(std::move(endpoint), options, timeout)) {}
+TlsClient::~TlsClient() = default;
+Status TlsClient::Connect() { return impl_->Connect(); }
+StatusOr<HttpResponse> TlsClient::Send(const std::string& method, const std::string& target, const std::string& body,
+                                       const std::vector<HeaderField>& headers) {
+  return impl_->Send(method, target, body, headers);
+}
+boost::system::error_code TlsClient::ReadAfterClose() { return impl_->ReadAfterClose(); }
+boost::system::error_code TlsClient::ReadTcpAfterClose() { return impl_->ReadTcpAfterClose(); }
+StatusOr<FakeStats> TlsClient::Stats() { return impl_->Stats(); }
+void TlsClient::Close() { impl_->Close(); }
+int TlsClient::connections() const { return impl_->connections(); }
 
 }  // namespace idemgate::testing

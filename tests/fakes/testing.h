@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/system/error_code.hpp>
+
 #include "common/status.h"
 
 // Helpers for tests that run real binaries: child processes, ready files,
@@ -282,9 +284,81 @@ struct FakeStats {
   std::uint64_t executions = 0;
   std::map<std::string, std::uint64_t> by_key;  // Idempotency-Key value -> executions
   std::uint64_t connections = 0;                // TCP connections accepted
+  std::uint64_t tls_handshake_failures = 0;     // with --tls-cert; 0 in plain mode
 };
+// Parses the body of GET /__stats (tls_handshake_failures is optional).
+StatusOr<FakeStats> ParseFakeStats(std::string_view json);
+// GET /__stats over plain HTTP (a fake started without --tls-cert).
 StatusOr<FakeStats> FetchFakeStats(const HostPort& fake);
 // Zeroes the fake's counters (POST /__reset).
 Status ResetFake(const HostPort& fake);
+
+// ---------------------------------------------------------------------------
+// TLS test PKI
+
+// PEM files of a throw-away PKI for TLS tests, written into `dir` (created
+// when missing; existing files of these names are replaced):
+//   ca.pem                  a self-signed CA certificate ("idemgate test CA")
+//   server.pem, server.key  a server certificate signed by that CA, CN=localhost,
+//                           subjectAltName DNS:localhost, IP:127.0.0.1
+//   other.pem, other.key    a second server certificate signed by the same CA,
+//                           CN=other.test, subjectAltName DNS:other.test only
+//   client.pem, client.key  a client certificate (extendedKeyUsage clientAuth)
+//                           signed by the CA, CN "idemgate test client"
+//   other-ca.pem            an unrelated self-signed CA ("idemgate other test CA"):
+//                           what a wrong trust anchor looks like
+// Keys are EC P-256 (unencrypted PKCS#8, mode 0600); certificates are X.509 v3,
+// signed with SHA-256, valid from one hour ago for 30 days, with random
+// serial numbers. Every call makes new keys. Fails with a Status naming the
+// step (and OpenSSL's reason) that failed.
+struct TestPki {
+  std::string dir;
+  std::string ca_file;        // dir/ca.pem
+  std::string server_cert;    // dir/server.pem
+  std::string server_key;     // dir/server.key
+  std::string other_cert;     // dir/other.pem
+  std::string other_key;      // dir/other.key
+  std::string client_cert;    // dir/client.pem
+  std::string client_key;     // dir/client.key
+  std::string other_ca_file;  // dir/other-ca.pem
+};
+StatusOr<TestPki> MakeTestPki(const std::string& dir);
+
+struct TlsClientOptions {
+  std::string ca_file;                    // the only trust anchor; empty: verify nothing
+  std::string verify_name = "localhost";  // a host name (also sent as SNI), or an IP address
+  std::string cert_file, key_file;        // a client certificate, when set
+  int max_version = 0;                    // e.g. TLS1_2_VERSION; 0: up to TLS 1.3
+};
+
+// A synchronous HTTPS/1.1 client on one keep-alive connection; every
+// connect, handshake, write and read is bounded by `timeout`.
+class TlsClient {
+ public:
+  TlsClient(HostPort endpoint, const TlsClientOptions& options, Millis timeout = 5s);
+  ~TlsClient();
+  TlsClient(const TlsClient&) = delete;
+  TlsClient& operator=(const TlsClient&) = delete;
+
+  // TCP connect and TLS handshake (closing a connection already open).
+  Status Connect();
+  // Connects first when not connected. Host is set to the endpoint.
+  StatusOr<HttpResponse> Send(const std::string& method, const std::string& target, const std::string& body = "",
+                              const std::vector<HeaderField>& headers = {});
+  // Reads once more through TLS: how the server ended the connection after
+  // a response that closed it (eof after close_notify).
+  boost::system::error_code ReadAfterClose();
+  // Then reads the TCP connection under TLS.
+  boost::system::error_code ReadTcpAfterClose();
+  // GET /__stats of a fake_upstream, over this connection.
+  StatusOr<FakeStats> Stats();
+  void Close();
+  // Handshakes completed so far.
+  int connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace idemgate::testing
