@@ -27,6 +27,7 @@
 #include "gateway/identity_stage.h"
 #include "gateway/webhook_stage.h"
 #include "http/server.h"
+#include "http/tls.h"
 #include "store/factory/store_factory.h"
 
 namespace idemgate::cli {
@@ -55,9 +56,10 @@ constexpr std::string_view kUsage =
     "Signals:\n"
     "  SIGTERM, SIGINT        stop accepting, finish in-flight requests within\n"
     "                         shutdown_grace, exit 0\n"
-    "  SIGHUP                 reload routes, upstreams and limits from the same\n"
-    "                         file without dropping connections (listen, workers\n"
-    "                         and store need a restart)\n"
+    "  SIGHUP                 reload routes, upstreams, limits and the TLS\n"
+    "                         certificate files from the same file without\n"
+    "                         dropping connections (listen, workers and store\n"
+    "                         need a restart)\n"
     "\n"
     "Exit status: 0 on a clean stop or a valid config, 1 on a config or\n"
     "start-up error, 2 on a usage error.\n";
@@ -137,6 +139,11 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
 void ApplyLogSettings(const config::Config& config) {
   if (auto level = ParseLogLevel(config.log.level)) SetLogLevel(*level);
   SetLogFormat(config.log.format == "text" ? LogFormat::kText : LogFormat::kJson);
+}
+
+StatusOr<std::shared_ptr<const http::TlsContext>> MakeListenerTls(const config::ListenerTls& tls) {
+  return http::MakeServerTls(http::ServerTlsOptions{
+      .cert_file = tls.cert_file, .key_file = tls.key_file, .client_ca_file = tls.client_ca_file});
 }
 
 int CheckConfig(const std::string& path) {
@@ -230,7 +237,19 @@ int Run(const Args& args) {
   admin::AdminApi api(api_options);
   gateway::AdminHandler admin_handler(api);
 
-  auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true);
+  // TLS on the listen address: the context is read now and again on every
+  // reload (a renewed certificate takes effect without a restart).
+  http::TlsContextSlot listener_tls;
+  if (config.tls.configured) {
+    auto tls = MakeListenerTls(config.tls);
+    if (!tls.ok()) {
+      Print(stderr, "idemgate: tls: " + tls.status().message() + "\n");
+      return 1;
+    }
+    listener_tls.Set(std::move(*tls));
+  }
+  auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true,
+                             config.tls.configured ? &listener_tls : nullptr);
   if (!bound.ok()) {
     Print(stderr, "idemgate: " + bound.status().message() + "\n");
     return 1;
@@ -269,17 +288,28 @@ int Run(const Args& args) {
         LogError("config reload failed; keeping the running config", {{"error", reloaded.status().message()}});
         continue;
       }
+      std::shared_ptr<const http::TlsContext> new_tls;
+      if (config.tls.configured && reloaded->tls.configured) {
+        auto tls = MakeListenerTls(reloaded->tls);
+        if (!tls.ok()) {
+          LogError("config reload failed; keeping the running config",
+                   {{"error", "tls: " + tls.status().message()}});
+          continue;
+        }
+        new_tls = std::move(*tls);
+      }
       Status applied = gateway->Reload(*reloaded);
       if (!applied.ok()) {
         LogError("config reload failed; keeping the running config", {{"error", applied.message()}});
         continue;
       }
+      if (new_tls) listener_tls.Set(std::move(new_tls));
       server.SetLimits(gateway::LimitsFromConfig(*reloaded));
       ApplyLogSettings(*reloaded);
       grace = reloaded->shutdown_grace;
       if (reloaded->listen != config.listen || reloaded->workers != config.workers ||
-          reloaded->admin.listen != config.admin.listen) {
-        LogWarn("listen, admin.listen and workers changes need a restart");
+          reloaded->admin.listen != config.admin.listen || reloaded->tls.configured != config.tls.configured) {
+        LogWarn("listen, tls on or off, admin.listen and workers changes need a restart");
       }
       LogInfo("config reloaded", {{"config", args.config}});
       continue;

@@ -213,9 +213,18 @@ struct Log {
   std::string format = "json";
 };
 
+// TLS on the `listen` address (a top-level `tls` block).
+struct ListenerTls {
+  std::string cert_file;       // certificate chain (PEM), leaf first
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // when set: clients must present a certificate signed by one of these CAs
+  bool configured = false;     // a `tls` block was written
+};
+
 struct Config {
   std::string source;  // file the config was read from
   std::string listen = "127.0.0.1:8080";
+  ListenerTls tls;
   std::uint32_t workers = 0;  // I/O threads; 0: one per core
   Duration shutdown_grace = 30s;
   Limits limits;

@@ -88,9 +88,16 @@ class Loader {
     const int root_line = std::max(LineOf(root), 1);
     lines_.Set("", root_line);
     Map top(*this, Field{root, "", root_line},
-            {"listen", "workers", "shutdown_grace", "limits", "admin", "store", "identity",
+            {"listen", "tls", "workers", "shutdown_grace", "limits", "admin", "store", "identity",
              "upstreams", "defaults", "routes", "webhooks", "metrics", "log"});
     if (auto f = top.Get("listen")) c.listen = String(*f);
+    if (auto f = top.Get("tls")) {
+      Map t(*this, *f, {"cert_file", "key_file", "client_ca_file"});
+      c.tls.configured = true;
+      if (auto g = t.Get("cert_file")) c.tls.cert_file = String(*g);
+      if (auto g = t.Get("key_file")) c.tls.key_file = String(*g);
+      if (auto g = t.Get("client_ca_file")) c.tls.client_ca_file = String(*g);
+    }
     if (auto f = top.Get("workers")) {
       c.workers = static_cast<std::uint32_t>(Uint(*f, std::numeric_limits<std::uint32_t>::max()));
     }

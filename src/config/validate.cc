@@ -136,6 +136,7 @@ class Validator {
     CheckTop();
     CheckStore();
     CheckIdentity();
+    CheckListenerTls();
     CheckUpstreams();
     CheckIdempotencyFields("defaults.idempotency", config_.defaults);
     CheckRoutes();
@@ -290,6 +291,12 @@ class Validator {
     Check(!j.claims.tenant.empty(), path + ".claims.tenant", "must name a claim");
     Check(!j.claims.project.empty(), path + ".claims.project", "must name a claim");
     Check(!j.claims.subject.empty(), path + ".claims.subject", "must name a claim");
+  }
+
+  void CheckListenerTls() {
+    if (!config_.tls.configured) return;
+    Check(!config_.tls.cert_file.empty(), "tls.cert_file", "missing (a TLS listener needs its certificate)");
+    Check(!config_.tls.key_file.empty(), "tls.key_file", "missing (a TLS listener needs its private key)");
   }
 
   void CheckUpstreams() {

@@ -11,7 +11,7 @@
 #include "config/names.h"
 #include "http/headers.h"
 #include "http/problem.h"
-#include "http/upstream_tls.h"
+#include "http/tls.h"
 
 namespace idemgate::gateway {
 

@@ -42,7 +42,8 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
     const std::optional<std::string_view> proto = head.Find("x-forwarded-proto");
     std::optional<std::string_view> host = head.Find("x-forwarded-host");
     if (!host) host = head.Find("host");
-    url = proto && !FirstItem(*proto).empty() ? std::string(FirstItem(*proto)) : std::string("http");
+    url = proto && !FirstItem(*proto).empty() ? std::string(FirstItem(*proto))
+                                              : std::string(head.secure ? "https" : "http");
     url += "://";
     if (host) url += FirstItem(*host);
   }

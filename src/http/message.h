@@ -45,6 +45,7 @@ struct RequestHead {
   bool keep_alive = true;        // the client allows another request on the connection
   bool expect_continue = false;  // Expect: 100-continue
   std::string_view peer_ip;      // the client's address ("127.0.0.1", "::1")
+  bool secure = false;           // the connection is TLS (a listener with `tls`)
 
   // True when the request has a body to read (chunked or Content-Length > 0).
   bool has_body() const { return chunked || (content_length && *content_length > 0); }

@@ -150,7 +150,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   }
   out.append(head.peer_ip);
   out.append(kCrlf);
-  AppendField(out, "X-Forwarded-Proto", "http");
+  AppendField(out, "X-Forwarded-Proto", head.secure ? std::string_view("https") : std::string_view("http"));
   if (!forwarded_host.empty()) AppendField(out, "X-Forwarded-Host", forwarded_host);
   if (replace_request_id) AppendField(out, "X-Request-Id", fr.request_id);
   if (new_trace) {
@@ -603,7 +603,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         error_code send_ec;
         if (!iov.empty()) {
           c_.deadline.ExpireAfter(limits_.idle_timeout);
-          if (!TrySend(c_.socket, iov, send_ec)) send_ec = co_await SendAll(c_.socket, c_.deadline, iov);
+          if (c_.tls) {
+            send_ec = co_await TlsSendAll(*c_.tls, iov, c_.tls_out);
+          } else if (!TrySend(c_.socket, iov, send_ec)) {
+            send_ec = co_await SendAll(c_.socket, c_.deadline, iov);
+          }
           if (c_.deadline.fired()) send_ec = asio::error::timed_out;
           c_.deadline.Disarm();
         }

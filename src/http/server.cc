@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
+#include "http/internal/tls_io.h"
 
 namespace idemgate::http {
 
@@ -100,8 +101,8 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestH
   return true;
 }
 
-Task<void> Session(Worker& worker, tcp::socket socket, Handler& handler) {
-  internal::ClientConnection connection(worker, std::move(socket), handler);
+Task<void> Session(Worker& worker, tcp::socket socket, Handler& handler, std::shared_ptr<const TlsContext> tls) {
+  internal::ClientConnection connection(worker, std::move(socket), handler, std::move(tls));
   co_await connection.Run();
 }
 
@@ -121,7 +122,8 @@ Task<void> AcceptLoop(Worker& worker, internal::Listener& listener) {
       socket.close(ec);
       continue;
     }
-    asio::co_spawn(w.io, Session(worker, std::move(socket), *listener.handler), asio::detached);
+    std::shared_ptr<const TlsContext> tls = listener.tls != nullptr ? listener.tls->Get() : nullptr;
+    asio::co_spawn(w.io, Session(worker, std::move(socket), *listener.handler, std::move(tls)), asio::detached);
   }
 }
 
@@ -142,10 +144,11 @@ BodyStatus BodyStatusFor(const error_code& ec, bool deadline_fired) {
   return BodyStatus::kClientGone;
 }
 
-ClientConnection::ClientConnection(Worker& worker_ref, tcp::socket s, Handler& h)
+ClientConnection::ClientConnection(Worker& worker_ref, tcp::socket s, Handler& h, std::shared_ptr<const TlsContext> t)
     : worker(worker_ref),
       w(worker_ref.impl()),
       socket(std::move(s)),
+      tls_context(std::move(t)),
       deadline(w.watchdog, &CancelSocket, &socket),
       handler(h) {
   w.sessions.Add(this);
@@ -194,7 +197,11 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   if (!head_only && !bodiless) iov.Add(response.body);
   deadline.ExpireAfter(w.limits.idle_timeout);
   error_code ec;
-  if (!TrySend(socket, iov, ec)) ec = co_await SendAll(socket, deadline, iov);
+  if (tls) {
+    ec = co_await TlsSendAll(*tls, iov, tls_out);
+  } else if (!TrySend(socket, iov, ec)) {
+    ec = co_await SendAll(socket, deadline, iov);
+  }
   const bool ok = !ec && !deadline.fired();
   deadline.Disarm();
   if (!ok || close) must_close = true;
@@ -230,6 +237,23 @@ Task<void> ClientConnection::Run() {
   std::optional<internal::RequestParser> parser;
   bool first = true;
   head.peer_ip = peer_ip;
+  if (tls_context) {
+    // The handshake must finish within header_timeout, like a request's
+    // header block; a client that fails it gets no HTTP answer.
+    std::unique_ptr<TlsStream> session = NewServerTlsStream(socket, *tls_context);
+    deadline.ExpireAfter(w.limits.header_timeout);
+    const error_code ec = co_await TlsAccept(*session);
+    const bool fired = deadline.fired();
+    deadline.Disarm();
+    if (ec || fired) {
+      LogDebug("TLS handshake failed", {{"peer", peer_ip}, {"error", fired ? std::string("timeout") : ec.message()}});
+      error_code ignored;
+      socket.close(ignored);
+      co_return;
+    }
+    tls = std::move(session);
+    head.secure = true;
+  }
   for (;;) {
     if (w.draining) break;
     const Limits limits = w.limits;
@@ -239,7 +263,13 @@ Task<void> ClientConnection::Run() {
     if (buffer.size() == 0) {
       deadline.ExpireAfter(first ? limits.header_timeout : limits.idle_timeout);
       idle = true;
-      auto [ec, n] = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+      error_code ec;
+      std::size_t n = 0;
+      if (tls) {
+        n = co_await TlsReadSome(*tls, buffer.prepare(kHeaderReadSize), ec);
+      } else {
+        std::tie(ec, n) = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+      }
       idle = false;
       buffer.commit(n);
       if (ec || deadline.fired()) break;
@@ -255,7 +285,13 @@ Task<void> ClientConnection::Run() {
     for (;;) {
       ParseHeader(*parser, buffer, pump);
       if (!pump.need_more) break;
-      auto [ec, n] = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+      error_code ec;
+      std::size_t n = 0;
+      if (tls) {
+        n = co_await TlsReadSome(*tls, buffer.prepare(kHeaderReadSize), ec);
+      } else {
+        std::tie(ec, n) = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+      }
       if (deadline.fired()) {
         timed_out = true;
         break;
@@ -306,6 +342,7 @@ Task<void> ClientConnection::Run() {
   }
   deadline.Disarm();
   if (socket.is_open()) {
+    if (tls) TlsCloseNotify(*tls);
     if (linger && !w.watchdog.killing()) {
       co_await LingeringClose();
     } else {
@@ -337,7 +374,11 @@ Task<bool> ExchangeImpl::SendContinueIfNeeded() {
   iov.Add(kContinue);
   c_.deadline.ExpireAfter(limits_.idle_timeout);
   error_code ec;
-  if (!TrySend(c_.socket, iov, ec)) ec = co_await SendAll(c_.socket, c_.deadline, iov);
+  if (c_.tls) {
+    ec = co_await TlsSendAll(*c_.tls, iov, c_.tls_out);
+  } else if (!TrySend(c_.socket, iov, ec)) {
+    ec = co_await SendAll(c_.socket, c_.deadline, iov);
+  }
   const bool ok = !ec && !c_.deadline.fired();
   c_.deadline.Disarm();
   co_return ok;
@@ -354,7 +395,13 @@ Task<ExchangeImpl::PieceResult> ExchangeImpl::ReadBodyPiece(char* data, std::siz
   for (;;) {
     ParseBody(parser_, c_.buffer, capacity, fill, pump);
     if (!pump.need_more) break;
-    auto [ec, n] = co_await c_.socket.async_read_some(DrainAwareBuffer(c_.buffer.prepare(kBodyReadSize)), kTuple);
+    error_code ec;
+    std::size_t n = 0;
+    if (c_.tls) {
+      n = co_await TlsReadSome(*c_.tls, c_.buffer.prepare(kBodyReadSize), ec);
+    } else {
+      std::tie(ec, n) = co_await c_.socket.async_read_some(DrainAwareBuffer(c_.buffer.prepare(kBodyReadSize)), kTuple);
+    }
     if (c_.deadline.fired()) {
       fired = true;
       break;
@@ -488,7 +535,7 @@ Server::~Server() {
 }
 
 StatusOr<BoundAddress> Server::Listen(const std::string& host, std::uint16_t port, Handler& handler,
-                                      bool all_workers) {
+                                      bool all_workers, TlsContextSlot* tls) {
   error_code ec;
   asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) {
@@ -503,7 +550,7 @@ StatusOr<BoundAddress> Server::Listen(const std::string& host, std::uint16_t por
   const std::size_t count = all_workers ? workers_.size() : 1;
   for (std::size_t i = 0; i < count; ++i) {
     Worker::Impl& w = workers_[i]->impl();
-    auto listener = std::make_unique<internal::Listener>(w.io, &handler);
+    auto listener = std::make_unique<internal::Listener>(w.io, &handler, tls);
     auto& acceptor = listener->acceptor;
     const tcp::endpoint endpoint(address, bind_port);
     acceptor.open(endpoint.protocol(), ec);

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/units.h"
 #include "http/exchange.h"
+#include "http/tls.h"
 
 namespace boost::asio {
 class io_context;
@@ -93,8 +94,11 @@ class Server {
   // Binds and listens on host:port before Start. `all_workers`: one acceptor
   // per worker with SO_REUSEPORT (port 0: the first acceptor takes an
   // ephemeral port and the others bind that port); else one acceptor on
-  // worker 0. `handler` must outlive the server.
-  StatusOr<BoundAddress> Listen(const std::string& host, std::uint16_t port, Handler& handler, bool all_workers);
+  // worker 0. `handler` must outlive the server. With `tls` (which must
+  // outlive the server too), every connection starts with a TLS handshake
+  // using the slot's context at the time it is accepted.
+  StatusOr<BoundAddress> Listen(const std::string& host, std::uint16_t port, Handler& handler, bool all_workers,
+                                TlsContextSlot* tls = nullptr);
 
   // Starts the worker threads; accepting begins. Returns once every worker
   // has run ServerOptions::on_worker_start.

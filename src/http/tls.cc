@@ -1,11 +1,12 @@
-#include "http/upstream_tls.h"
+#include "http/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "http/internal/upstream_tls_impl.h"
+#include "http/internal/tls_impl.h"
 
 namespace idemgate::http {
 
@@ -23,20 +24,52 @@ std::string OpenSslErrors(std::string fallback) {
   return out.empty() ? fallback : out;
 }
 
-}  // namespace
-
-UpstreamTls::UpstreamTls(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-UpstreamTls::~UpstreamTls() = default;
-
-StatusOr<std::shared_ptr<const UpstreamTls>> MakeUpstreamTls(const UpstreamTlsOptions& options) {
-  ERR_clear_error();
-  auto impl = std::make_unique<UpstreamTls::Impl>();
-  SSL_CTX* ctx = impl->context.native_handle();
+// TLS 1.2 or later, no renegotiation, no compression.
+Status ApplyBaseline(SSL_CTX* ctx) {
   if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
     return InternalError("TLS: cannot require TLS 1.2: " + OpenSslErrors("unknown error"));
   }
-  // No renegotiation, no compression; the peer is always verified.
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  return Status::Ok();
+}
+
+// Loads a certificate chain and its key; `what` names them in errors
+// ("client" or "listener").
+Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::string& key_file,
+                       const std::string& what) {
+  if (cert_file.empty() || key_file.empty()) {
+    return InvalidArgumentError("TLS: cert_file and key_file go together");
+  }
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
+    return InvalidArgumentError("TLS: cannot read " + what + " certificate \"" + cert_file +
+                                "\": " + OpenSslErrors("no certificate in it"));
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    // OpenSSL compares the key with the certificate already loaded here.
+    const bool mismatch = ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH;
+    return InvalidArgumentError(
+        "TLS: " +
+        (mismatch ? what + " key \"" + key_file + "\" does not match certificate \"" + cert_file + "\""
+                  : "cannot read " + what + " key \"" + key_file + "\"") +
+        ": " + OpenSslErrors("no key in it"));
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    return InvalidArgumentError("TLS: " + what + " key \"" + key_file + "\" does not match certificate \"" +
+                                cert_file + "\": " + OpenSslErrors("mismatch"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+TlsContext::TlsContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TlsContext::~TlsContext() = default;
+
+StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOptions& options) {
+  ERR_clear_error();
+  auto impl = std::make_unique<TlsContext::Impl>(boost::asio::ssl::context::tls_client);
+  SSL_CTX* ctx = impl->context.native_handle();
+  if (Status s = ApplyBaseline(ctx); !s.ok()) return s;
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
   if (options.ca_file.empty()) {
     if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
@@ -46,24 +79,30 @@ StatusOr<std::shared_ptr<const UpstreamTls>> MakeUpstreamTls(const UpstreamTlsOp
     return InvalidArgumentError("TLS: cannot read CA file \"" + options.ca_file +
                                 "\": " + OpenSslErrors("no certificate in it"));
   }
-  if (options.cert_file.empty() != options.key_file.empty()) {
-    return InvalidArgumentError("TLS: cert_file and key_file go together");
+  if (!options.cert_file.empty() || !options.key_file.empty()) {
+    if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "client"); !s.ok()) return s;
   }
-  if (!options.cert_file.empty()) {
-    if (SSL_CTX_use_certificate_chain_file(ctx, options.cert_file.c_str()) != 1) {
-      return InvalidArgumentError("TLS: cannot read client certificate \"" + options.cert_file +
+  return std::shared_ptr<const TlsContext>(std::make_shared<TlsContext>(std::move(impl)));
+}
+
+StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions& options) {
+  ERR_clear_error();
+  auto impl = std::make_unique<TlsContext::Impl>(boost::asio::ssl::context::tls_server);
+  SSL_CTX* ctx = impl->context.native_handle();
+  if (Status s = ApplyBaseline(ctx); !s.ok()) return s;
+  // The server's cipher preference decides (TLS 1.2).
+  SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+  if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "listener"); !s.ok()) return s;
+  if (!options.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_file(ctx, options.client_ca_file.c_str()) != 1) {
+      return InvalidArgumentError("TLS: cannot read client CA file \"" + options.client_ca_file +
                                   "\": " + OpenSslErrors("no certificate in it"));
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, options.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return InvalidArgumentError("TLS: cannot read client key \"" + options.key_file +
-                                  "\": " + OpenSslErrors("no key in it"));
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-      return InvalidArgumentError("TLS: client key \"" + options.key_file + "\" does not match certificate \"" +
-                                  options.cert_file + "\": " + OpenSslErrors("mismatch"));
-    }
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options.client_ca_file.c_str());
+    if (names != nullptr) SSL_CTX_set_client_CA_list(ctx, names);  // takes ownership
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
-  return std::shared_ptr<const UpstreamTls>(std::make_shared<UpstreamTls>(std::move(impl)));
+  return std::shared_ptr<const TlsContext>(std::make_shared<TlsContext>(std::move(impl)));
 }
 
 }  // namespace idemgate::http

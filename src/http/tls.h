@@ -1,29 +1,26 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/status.h"
 
-// The client side of TLS to an https upstream: one OpenSSL context per
-// upstream and config snapshot, shared read-only by every worker's pool.
+// TLS contexts (OpenSSL through asio::ssl) for the two sides of the proxy:
+// the client side of https upstreams and the server side of a TLS listener.
+// A context is built from files once per config snapshot, then shared
+// read-only by every worker.
 namespace idemgate::http {
 
-struct UpstreamTlsOptions {
-  std::string ca_file;    // PEM bundle of trusted CAs; empty: the system's trust store
-  std::string cert_file;  // client certificate chain (PEM); empty: none
-  std::string key_file;   // its private key (PEM); set with cert_file
-};
-
-// Opaque: holds the OpenSSL client context (TLS 1.2 or later, the peer's
-// certificate always verified). Thread-safe to share; immutable once made.
-class UpstreamTls {
+// Opaque: an OpenSSL SSL_CTX, TLS 1.2 or later. Thread-safe to share;
+// immutable once made.
+class TlsContext {
  public:
   struct Impl;
-  explicit UpstreamTls(std::unique_ptr<Impl> impl);
-  ~UpstreamTls();
-  UpstreamTls(const UpstreamTls&) = delete;
-  UpstreamTls& operator=(const UpstreamTls&) = delete;
+  explicit TlsContext(std::unique_ptr<Impl> impl);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
 
   Impl& impl() const { return *impl_; }
 
@@ -31,9 +28,44 @@ class UpstreamTls {
   std::unique_ptr<Impl> impl_;
 };
 
-// Reads the CA bundle (or the system's default paths) and the client
-// certificate and key. InvalidArgument naming the file and OpenSSL's reason
-// when one cannot be read or the key does not match the certificate.
-StatusOr<std::shared_ptr<const UpstreamTls>> MakeUpstreamTls(const UpstreamTlsOptions& options);
+struct UpstreamTlsOptions {
+  std::string ca_file;    // PEM bundle of trusted CAs; empty: the system's trust store
+  std::string cert_file;  // client certificate chain (PEM); empty: none
+  std::string key_file;   // its private key (PEM); set with cert_file
+};
+
+// For connections to an https upstream: the peer's certificate is always
+// verified against `ca_file` (or the system's default paths). The name to
+// check is set per connection (upstream_pool.cc). InvalidArgument naming the
+// file and OpenSSL's reason when a file cannot be read or the key does not
+// match the certificate.
+StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOptions& options);
+
+struct ServerTlsOptions {
+  std::string cert_file;       // the listener's certificate chain (PEM), leaf first
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // when set: clients must present a certificate signed by one of these CAs
+};
+
+// For a TLS listener. Errors as MakeUpstreamTls.
+StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions& options);
+
+// A listener's current server context, replaced on reload: connections
+// accepted afterwards use the new one, open ones keep theirs. Thread-safe.
+class TlsContextSlot {
+ public:
+  void Set(std::shared_ptr<const TlsContext> context) {
+    std::lock_guard lock(mu_);
+    current_ = std::move(context);
+  }
+  std::shared_ptr<const TlsContext> Get() const {
+    std::lock_guard lock(mu_);
+    return current_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const TlsContext> current_;
+};
 
 }  // namespace idemgate::http

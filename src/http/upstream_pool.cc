@@ -8,7 +8,7 @@
 #include <cerrno>
 
 #include "http/internal/upstream_impl.h"
-#include "http/internal/upstream_tls_impl.h"
+#include "http/internal/tls_impl.h"
 
 namespace idemgate::http {
 
@@ -35,7 +35,7 @@ void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->can
 // Prepares a TLS session over `socket` for `name`: SNI (for a DNS name; RFC
 // 6066 leaves IP addresses out) and the name or address the certificate
 // must carry, checked by OpenSSL during the handshake.
-std::unique_ptr<internal::TlsStream> NewTlsStream(tcp::socket& socket, const UpstreamTls& tls,
+std::unique_ptr<internal::TlsStream> NewTlsStream(tcp::socket& socket, const TlsContext& tls,
                                                   const std::string& name, std::string* error) {
   auto stream = std::make_unique<internal::TlsStream>(socket, tls.impl().context);
   SSL* ssl = stream->native_handle();

@@ -15,7 +15,7 @@ namespace idemgate::http {
 using namespace std::chrono_literals;
 
 class Worker;
-class UpstreamTls;
+class TlsContext;
 
 struct UpstreamTarget {
   std::string name;       // for logs
@@ -32,10 +32,10 @@ struct UpstreamTarget {
   std::uint32_t max_connections = 256;
   // Idle connections older than this are closed instead of reused.
   Duration idle_timeout = 55s;
-  // https upstreams: the TLS context (upstream_tls.h), and the name sent as
+  // https upstreams: the TLS context (tls.h), and the name sent as
   // SNI and required in the server's certificate (`host` when empty). Null
   // for plain http.
-  std::shared_ptr<const UpstreamTls> tls;
+  std::shared_ptr<const TlsContext> tls;
   std::string tls_server_name;
 
   // The port a Host header may leave out: 443 with TLS, else 80.

@@ -53,7 +53,7 @@ std::vector<BadConfig> BadConfigs() {
       {"UnknownTopLevelKeySuggestsTheNearOne", m + "listn: 127.0.0.1:80\n", 7, "listn",
        "unknown key (did you mean \"listen\"?)"},
       {"UnknownTopLevelKeyListsTheAllowedOnes", m + "frobnicate: 1\n", 7, "frobnicate",
-       "allowed here: listen, workers, shutdown_grace"},
+       "allowed here: listen, tls, workers, shutdown_grace"},
       {"UnknownKeyInIdempotency", WithIdempotency("      policy: required\n      retension: 7d\n"),
        9, "routes[0].idempotency.retension", "did you mean \"retention\"?"},
       {"UnknownKeyInUpstream",
@@ -187,6 +187,13 @@ std::vector<BadConfig> BadConfigs() {
       {"CommentsOnly", "# nothing yet\n", 1, "routes", "at least one route is required"},
 
       // Upstreams.
+      {"ListenerTlsWithoutKey",
+       "tls:\n  cert_file: /etc/gateway.pem\nupstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 1,
+       "tls.key_file", "missing (a TLS listener needs its private key)"},
+      {"ListenerTlsUnknownKey",
+       "tls:\n  cert_file: /etc/gateway.pem\n  key_file: /etc/gateway.key\n  ca_file: /etc/ca.pem\n"
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 4,
+       "tls.ca_file", "unknown key"},
       {"UpstreamWithoutScheme", "upstreams:\n  app: { url: \"127.0.0.1:9001\" }\nroutes: []\n", 2,
        "upstreams.app.url", "scheme must be http or https"},
       {"TlsOnPlainUpstream",

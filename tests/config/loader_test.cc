@@ -287,6 +287,24 @@ routes:
   EXPECT_TRUE(system.tls.ca_file.empty());
 }
 
+TEST(LoaderTest, TheListenerTlsBlockIsRead) {
+  Config c = MustLoad(R"(listen: 0.0.0.0:8443
+tls:
+  cert_file: /etc/idemgate/gateway.pem
+  key_file: /etc/idemgate/gateway.key
+  client_ca_file: /etc/idemgate/clients-ca.pem
+upstreams:
+  app: { url: http://127.0.0.1:9001 }
+routes:
+  - { id: r1, match: { path_prefix: / }, upstream: app }
+)");
+  EXPECT_TRUE(c.tls.configured);
+  EXPECT_EQ(c.tls.cert_file, "/etc/idemgate/gateway.pem");
+  EXPECT_EQ(c.tls.key_file, "/etc/idemgate/gateway.key");
+  EXPECT_EQ(c.tls.client_ca_file, "/etc/idemgate/clients-ca.pem");
+  EXPECT_FALSE(MustLoad(kMinimal).tls.configured);
+}
+
 TEST(LoaderTest, EverySectionIsRead) {
   Config c = MustLoad(R"(listen: 0.0.0.0:0
 workers: 4

@@ -17,6 +17,7 @@
 #include "http/internal/worker_impl.h"
 #include "http/problem.h"
 #include "http/server.h"
+#include "http/tls.h"
 
 namespace idemgate::http::internal {
 
@@ -37,7 +38,8 @@ void CancelSocket(void* socket);
 // that reads requests and hands them to the handler.
 class ClientConnection final : public SessionNode {
  public:
-  ClientConnection(Worker& worker, tcp::socket socket, Handler& handler);
+  // With `tls`, Run starts with the TLS handshake.
+  ClientConnection(Worker& worker, tcp::socket socket, Handler& handler, std::shared_ptr<const TlsContext> tls);
   ~ClientConnection() override;
 
   // Serves requests until the connection closes.
@@ -56,6 +58,9 @@ class ClientConnection final : public SessionNode {
   Worker& worker;
   Worker::Impl& w;
   tcp::socket socket;
+  std::shared_ptr<const TlsContext> tls_context;
+  std::unique_ptr<TlsStream> tls;  // the session, once the handshake succeeded
+  std::string tls_out;             // joined pieces of a TLS send
   beast::flat_buffer buffer;
   Deadline deadline;
   Handler& handler;

@@ -28,6 +28,11 @@
 #include "common/receive.h"
 #include "http/internal/watchdog.h"
 
+namespace boost::asio::ssl {
+template <typename Stream>
+class stream;
+}  // namespace boost::asio::ssl
+
 namespace idemgate::http::internal {
 
 namespace asio = boost::asio;
@@ -35,6 +40,9 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
+// A TLS session over a connection's socket (asio::ssl; complete only where
+// <boost/asio/ssl/stream.hpp> is included: tls_io.cc, upstream_impl.h).
+using TlsStream = asio::ssl::stream<tcp::socket&>;
 
 // A gather list for one send: at most kMax pieces.
 class IoVec {

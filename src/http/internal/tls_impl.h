@@ -1,16 +1,17 @@
 #pragma once
 
-// UpstreamTls's insides, shared by upstream_tls.cc and upstream_pool.cc.
+// TlsContext's insides, shared by tls.cc, upstream_pool.cc and server.cc.
 // Internal to src/http: include only from .cc files of src/http.
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "http/upstream_tls.h"
+#include "http/tls.h"
 
 namespace idemgate::http {
 
-struct UpstreamTls::Impl {
-  boost::asio::ssl::context context{boost::asio::ssl::context::tls_client};
+struct TlsContext::Impl {
+  explicit Impl(boost::asio::ssl::context::method method) : context(method) {}
+  boost::asio::ssl::context context;
 };
 
 }  // namespace idemgate::http

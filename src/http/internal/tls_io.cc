@@ -5,6 +5,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "http/internal/tls_impl.h"
+
 namespace idemgate::http::internal {
 
 Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined) {
@@ -17,6 +19,23 @@ Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joine
 
 Task<std::size_t> TlsReadSome(TlsStream& tls, asio::mutable_buffer into, error_code& ec) {
   co_return co_await tls.async_read_some(into, asio::redirect_error(asio::use_awaitable, ec));
+}
+
+std::unique_ptr<TlsStream> NewServerTlsStream(tcp::socket& socket, const TlsContext& context) {
+  return std::make_unique<TlsStream>(socket, context.impl().context);
+}
+
+Task<error_code> TlsAccept(TlsStream& tls) {
+  error_code ec;
+  co_await tls.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec;
+}
+
+void TlsCloseNotify(TlsStream& tls) {
+  // The socket is non-blocking: the alert goes out if it fits (it is a few
+  // dozen bytes), and the wait for the peer's answer ends at once.
+  error_code ignored;
+  tls.shutdown(ignored);
 }
 
 }  // namespace idemgate::http::internal

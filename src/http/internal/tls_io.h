@@ -8,8 +8,11 @@
 #include <cstddef>
 #include <string>
 
+#include <memory>
+
 #include "http/internal/io.h"
 #include "http/internal/upstream_impl.h"
+#include "http/tls.h"
 
 namespace idemgate::http::internal {
 
@@ -21,5 +24,14 @@ Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joine
 
 // One read from `tls` into `into`: the bytes read, the error in `ec`.
 Task<std::size_t> TlsReadSome(TlsStream& tls, asio::mutable_buffer into, error_code& ec);
+
+// A server-side session over `socket` with `context` (not yet shaken hands).
+std::unique_ptr<TlsStream> NewServerTlsStream(tcp::socket& socket, const TlsContext& context);
+
+// The server side of the handshake. A deadline cancelling the socket ends it.
+Task<error_code> TlsAccept(TlsStream& tls);
+
+// Sends close_notify if the socket takes it now; never waits for the peer's.
+void TlsCloseNotify(TlsStream& tls);
 
 }  // namespace idemgate::http::internal

@@ -20,8 +20,6 @@
 namespace idemgate::http {
 namespace internal {
 
-using TlsStream = asio::ssl::stream<tcp::socket&>;
-
 // One TCP connection to the upstream with its read buffer and deadline, and
 // for an https upstream the TLS session over it. The deadline cancels the
 // socket, which also ends a TLS operation waiting on it.

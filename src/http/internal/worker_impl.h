@@ -10,6 +10,7 @@
 
 #include "http/internal/watchdog.h"
 #include "http/server.h"
+#include "http/tls.h"
 
 // What a worker thread owns. Internal to src/http. Everything here is used
 // on the worker's own thread only, except `connections` (read by Stop) and
@@ -116,7 +117,8 @@ class SessionList {
 struct Listener {
   boost::asio::ip::tcp::acceptor acceptor;
   Handler* handler;
-  Listener(boost::asio::io_context& io, Handler* h) : acceptor(io), handler(h) {}
+  TlsContextSlot* tls;  // null: plain HTTP
+  Listener(boost::asio::io_context& io, Handler* h, TlsContextSlot* t) : acceptor(io), handler(h), tls(t) {}
 };
 
 }  // namespace internal

@@ -1,0 +1,198 @@
+// idemgate with a top-level `tls` block: clients reach it over HTTPS. Keyed
+// requests and replays, keep-alive, large bodies both ways, what the
+// upstream is told (X-Forwarded-Proto: https), client certificates, the
+// handshake deadline, certificates renewed by a reload, and start-up errors.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/harness.h"
+
+namespace idemgate::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[32];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+std::vector<HeaderField> KeyHeaders(const std::string& key) {
+  return {{"Idempotency-Key", "\"" + key + "\""}, {"Content-Type", "application/json"}};
+}
+
+class TlsListenerTest : public GatewaySuite {
+ protected:
+  void SetUp() override {
+    GatewaySuite::SetUp();
+    auto pki = MakeTestPki(dir_.Join("pki"));
+    ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+    pki_ = *pki;
+    // The listener's files, which a test may replace before a reload.
+    cert_ = dir_.Join("listener.pem");
+    key_ = dir_.Join("listener.key");
+    std::filesystem::copy_file(pki_.server_cert, cert_);
+    std::filesystem::copy_file(pki_.server_key, key_);
+  }
+
+  std::string Yaml(const std::string& tls_extra = "", const std::string& limits = "") const {
+    std::string yaml = "tls: { cert_file: \"" + cert_ + "\", key_file: \"" + key_ + "\"" + tls_extra + " }\n";
+    if (!limits.empty()) yaml += "limits: " + limits + "\n";
+    yaml += GatewayConfigHead(fake_endpoint_);
+    yaml += "  - id: pay\n    match: { path_prefix: / }\n    upstream: fake\n";
+    return yaml;
+  }
+
+  TlsClientOptions Trusting() const { return TlsClientOptions{.ca_file = pki_.ca_file}; }
+
+  TestPki pki_;
+  std::string cert_;
+  std::string key_;
+};
+
+TEST_F(TlsListenerTest, KeyedRequestsRunOnceAndReplayOverHttps) {
+  StartGateway(Yaml());
+  TlsClient client(gateway_->endpoint(), Trusting());
+  auto first = client.Send("POST", "/echo/pay", R"({"amount":1000})", KeyHeaders("https-1"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->status, 200) << first->body;
+  auto echo = ParseObject(first->body);
+  EXPECT_EQ(echo["body"].as_string(), R"({"amount":1000})");
+  // The upstream learns that the client came over TLS.
+  EXPECT_EQ(Values(EchoedHeaders(echo), "X-Forwarded-Proto"), (std::vector<std::string>{"https"}));
+
+  auto again = client.Send("POST", "/echo/pay", R"({"amount":1000})", KeyHeaders("https-1"));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(Values(again->headers, "Idempotent-Replayed"), (std::vector<std::string>{"true"}));
+  EXPECT_EQ(again->body, first->body);
+
+  auto other = client.Send("POST", "/echo/pay", R"({"amount":9999})", KeyHeaders("https-1"));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(other->status, 422);
+
+  EXPECT_EQ(Executions(), 1u);
+  // All of it on one TLS connection.
+  EXPECT_EQ(client.connections(), 1);
+}
+
+TEST_F(TlsListenerTest, LargeBodiesCrossTheTlsListenerBothWays) {
+  StartGateway(Yaml());
+  TlsClient client(gateway_->endpoint(), Trusting(), 30s);
+  std::string upload(3 * 1024 * 1024 + 17, '\0');
+  for (std::size_t i = 0; i < upload.size(); ++i) upload[i] = static_cast<char>('a' + i * 7 % 26);
+  auto sum = client.Send("POST", "/upload-sha256", upload, {{"Content-Type", "application/octet-stream"}});
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  ASSERT_EQ(sum->status, 200) << sum->body;
+  auto json = ParseObject(sum->body);
+  EXPECT_EQ(json["bytes"].as_int64(), static_cast<std::int64_t>(upload.size()));
+  EXPECT_EQ(json["sha256"].as_string(), Sha256Hex(upload));
+
+  for (const char* chunked : {"0", "1"}) {
+    auto large = client.Send("GET", std::string("/large?bytes=2500000&chunked=") + chunked);
+    ASSERT_TRUE(large.ok()) << large.status().ToString();
+    ASSERT_EQ(large->status, 200);
+    ASSERT_EQ(large->body.size(), 2500000u);
+    EXPECT_EQ(large->body.substr(0, 26), "abcdefghijklmnopqrstuvwxyz");
+  }
+}
+
+TEST_F(TlsListenerTest, PlainHttpGetsNoAnswerOnTheTlsPort) {
+  StartGateway(Yaml());
+  auto plain = SendRequest(gateway_->endpoint(), KeyedPost("/echo/pay", "plain-1"), 3s);
+  EXPECT_FALSE(plain.ok() && plain->status == 200);
+  // The listener still serves TLS clients, and the plain request ran nothing.
+  auto res = TlsClient(gateway_->endpoint(), Trusting()).Send("GET", "/echo/after");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(TlsListenerTest, ClientCertificatesAreRequiredWithClientCaFile) {
+  StartGateway(Yaml(", client_ca_file: \"" + pki_.ca_file + "\""));
+  // TLS 1.3 may finish the client's side of the handshake before the server
+  // refuses it, so the refusal can show on the first read instead.
+  auto anonymous = TlsClient(gateway_->endpoint(), Trusting()).Send("GET", "/echo/anon");
+  EXPECT_FALSE(anonymous.ok() && anonymous->status == 200);
+  TlsClientOptions with_cert = Trusting();
+  with_cert.cert_file = pki_.client_cert;
+  with_cert.key_file = pki_.client_key;
+  auto res = TlsClient(gateway_->endpoint(), with_cert).Send("GET", "/echo/mtls");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(TlsListenerTest, AHandshakeMustFinishWithinHeaderTimeout) {
+  StartGateway(Yaml("", "{ header_timeout: 500ms }"));
+  auto raw = RawConnection::Connect(gateway_->endpoint());
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  const auto started = std::chrono::steady_clock::now();
+  const std::string got = raw->ReadUntilClosed(5s);
+  EXPECT_TRUE(raw->closed());
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 4s);
+}
+
+TEST_F(TlsListenerTest, ARenewedCertificateIsServedAfterAReload) {
+  // First the certificate for other.test: a client expecting localhost
+  // refuses it.
+  std::filesystem::copy_file(pki_.other_cert, cert_, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pki_.other_key, key_, std::filesystem::copy_options::overwrite_existing);
+  StartGateway(Yaml());
+  EXPECT_FALSE(TlsClient(gateway_->endpoint(), Trusting()).Connect().ok());
+  TlsClientOptions as_other = Trusting();
+  as_other.verify_name = "other.test";
+  EXPECT_TRUE(TlsClient(gateway_->endpoint(), as_other).Connect().ok());
+
+  std::filesystem::copy_file(pki_.server_cert, cert_, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pki_.server_key, key_, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  bool renewed = false;
+  for (int i = 0; i < 100 && !renewed; ++i) {
+    renewed = TlsClient(gateway_->endpoint(), Trusting()).Connect().ok();
+    if (!renewed) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(renewed);
+
+  // A reload whose key cannot be read keeps serving the running certificate.
+  std::filesystem::remove(key_);
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  std::this_thread::sleep_for(300ms);
+  auto res = TlsClient(gateway_->endpoint(), Trusting()).Send("GET", "/echo/still");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(gateway_->Stdout().find("listener.key"), std::string::npos);
+}
+
+TEST_F(TlsListenerTest, AnUnreadableCertificateStopsTheStart) {
+  std::filesystem::remove(cert_);
+  auto g = GatewayProcess::Start(dir_, Yaml());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("tls: TLS: cannot read listener certificate"), std::string::npos)
+      << g.status().message();
+
+  std::filesystem::copy_file(pki_.client_cert, cert_);  // not the key's certificate
+  auto mismatched = GatewayProcess::Start(dir_, Yaml());
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.status().message().find("does not match"), std::string::npos)
+      << mismatched.status().message();
+}
+
+}  // namespace
+}  // namespace idemgate::testing
