@@ -15,6 +15,7 @@
 #include <ctime>
 
 #include "admin/prometheus.h"
+#include "common/ascii.h"
 
 namespace idemgate::admin {
 namespace {
@@ -61,17 +62,6 @@ AdminResponse Problem(int status, std::string_view code, std::string_view title,
 
 AdminResponse NotFound(std::string_view detail) {
   return Problem(404, "not-found", "Not Found", detail);
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 std::string_view Trim(std::string_view s) {
@@ -318,14 +308,14 @@ AdminApi::Auth AdminApi::Authorize(const AdminRequest& request) const {
   if (options_.token.empty()) return Auth::kNoToken;
   const core::Header* found = nullptr;
   for (const core::Header& h : request.headers) {
-    if (!IEquals(h.name, "authorization")) continue;
+    if (!EqualsIgnoreCaseAscii(h.name, "authorization")) continue;
     if (found != nullptr) return Auth::kWrong;  // two Authorization headers
     found = &h;
   }
   if (found == nullptr) return Auth::kMissing;
   std::string_view value = Trim(found->value);
   const std::size_t space = value.find_first_of(" \t");
-  if (space == std::string_view::npos || !IEquals(value.substr(0, space), "bearer"))
+  if (space == std::string_view::npos || !EqualsIgnoreCaseAscii(value.substr(0, space), "bearer"))
     return Auth::kWrong;
   const std::string_view presented = Trim(value.substr(space));
   // Digests first: equal lengths for CRYPTO_memcmp, and no length leak.

@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/ascii.h"
+
 namespace idemgate::core {
 
 namespace {
 
-char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -19,13 +20,7 @@ std::string_view Trim(std::string_view s) {
 
 }  // namespace
 
-bool HeaderNameEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
-  }
-  return true;
-}
+bool HeaderNameEquals(std::string_view a, std::string_view b) { return EqualsIgnoreCaseAscii(a, b); }
 
 std::string_view ActionKindName(ActionKind kind) {
   switch (kind) {

@@ -13,6 +13,8 @@
 #include <memory>
 #include <memory_resource>
 
+#include "common/ascii.h"
+
 namespace idemgate::core {
 
 namespace {
@@ -24,18 +26,9 @@ constexpr std::size_t kNoIndex = std::numeric_limits<std::size_t>::max();
 constexpr std::size_t kMaxPlainIntegerDigits = 21;
 constexpr std::size_t kMaxExponentDigits = 15;
 
-char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
 template <typename Output>
 void AppendCanonicalJsonNumber(Output* out, std::string_view number);
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
-  }
-  return true;
-}
 
 // True when one of the 8 bytes at `p` is a control character, '"' or '\\'
 // (the bytes JSON strings escape). Exact: a byte-wise test of "some byte is
@@ -709,9 +702,9 @@ bool IsJsonContentType(std::string_view content_type) {
   while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
   const std::size_t slash = media.find('/');
   if (slash == std::string_view::npos || slash == 0 || slash + 1 >= media.size()) return false;
-  if (EqualsIgnoreCase(media, "application/json")) return true;
+  if (EqualsIgnoreCaseAscii(media, "application/json")) return true;
   const std::string_view subtype = media.substr(slash + 1);
-  return subtype.size() > 5 && EqualsIgnoreCase(subtype.substr(subtype.size() - 5), "+json");
+  return subtype.size() > 5 && EqualsIgnoreCaseAscii(subtype.substr(subtype.size() - 5), "+json");
 }
 
 std::string ComputeFingerprint(const FingerprintRequest& request, const FingerprintRules& rules) {
@@ -733,17 +726,17 @@ std::string ComputeFingerprint(const FingerprintRequest& request, const Fingerpr
     }
     std::uint64_t lines = 0;
     for (const HeaderView& header : request.headers) {
-      if (EqualsIgnoreCase(header.name, name)) ++lines;
+      if (EqualsIgnoreCaseAscii(header.name, name)) ++lines;
     }
     h.U64(lines);
     for (const HeaderView& header : request.headers) {
-      if (EqualsIgnoreCase(header.name, name)) h.Part(header.value);
+      if (EqualsIgnoreCaseAscii(header.name, name)) h.Part(header.value);
     }
   }
 
   bool json_body = false;
   for (const HeaderView& header : request.headers) {
-    if (EqualsIgnoreCase(header.name, "content-type")) {
+    if (EqualsIgnoreCaseAscii(header.name, "content-type")) {
       json_body = IsJsonContentType(header.value);
       break;
     }

@@ -79,9 +79,13 @@ ParsedKey ParseIdempotencyKey(const std::vector<std::string_view>& values, const
     out.sf_string = true;
     std::size_t i = 1;
     bool closed = false;
+    // Runs of plain characters are copied whole (one append per run, not a
+    // push_back per character); only an escape interrupts a run.
+    std::size_t run = i;
     for (; i < value.size(); ++i) {
       const char c = value[i];
       if (c == '"') {
+        raw.append(value.data() + run, i - run);
         closed = true;
         ++i;
         break;
@@ -91,7 +95,9 @@ ParsedKey ParseIdempotencyKey(const std::vector<std::string_view>& values, const
           out.error = KeyError::kBadString;
           return out;
         }
+        raw.append(value.data() + run, i - run);
         raw.push_back(value[++i]);
+        run = i + 1;
         continue;
       }
       // RFC 8941: an sf-string holds printable ASCII and space only.
@@ -99,7 +105,6 @@ ParsedKey ParseIdempotencyKey(const std::vector<std::string_view>& values, const
         out.error = KeyError::kBadString;
         return out;
       }
-      raw.push_back(c);
     }
     if (!closed) {
       out.error = KeyError::kBadString;
@@ -128,10 +133,16 @@ std::string SerializeKeyAsSfString(std::string_view raw) {
   std::string out;
   out.reserve(raw.size() + 2);
   out.push_back('"');
-  for (char c : raw) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+  // Runs between the characters that need a backslash are copied whole.
+  std::size_t run = 0;
+  for (std::size_t i = raw.find_first_of("\"\\"); i != std::string_view::npos;
+       i = raw.find_first_of("\"\\", i + 1)) {
+    out.append(raw.data() + run, i - run);
+    out.push_back('\\');
+    out.push_back(raw[i]);
+    run = i + 1;
   }
+  out.append(raw.data() + run, raw.size() - run);
   out.push_back('"');
   return out;
 }

@@ -9,6 +9,8 @@
 #include <ctime>
 #include <random>
 
+#include "common/ascii.h"
+
 namespace idemgate::http {
 namespace {
 
@@ -23,7 +25,6 @@ constexpr std::array<char, 512> kHexPairs = [] {
   return t;
 }();
 
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c; }
 
 bool IsLowerHex(std::string_view s) {
   for (char c : s) {
@@ -85,7 +86,7 @@ bool IsDotSegment(std::string_view seg) {
     if (seg[i] == '.') {
       ++dots;
       ++i;
-    } else if (i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == '2' && Lower(seg[i + 2]) == 'e') {
+    } else if (i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == '2' && LowerAscii(seg[i + 2]) == 'e') {
       ++dots;
       i += 3;
     } else {
@@ -97,13 +98,7 @@ bool IsDotSegment(std::string_view seg) {
 
 }  // namespace
 
-bool NameEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
+bool NameEquals(std::string_view a, std::string_view b) { return EqualsIgnoreCaseAscii(a, b); }
 
 bool IsHopByHop(std::string_view name) {
   // Dispatch on length first: most names are end-to-end and fail fast.

@@ -20,6 +20,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/ascii.h"
+
 namespace idemgate::identity {
 
 namespace {
@@ -119,14 +121,6 @@ std::optional<std::string> DecodeBase64Url(std::string_view in) {
   }
   if ((bits & ((1u << count) - 1u)) != 0) return std::nullopt;
   return out;
-}
-
-// ASCII case-insensitive equality.
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-    return lower(x) == lower(y);
-  });
 }
 
 // `text` parsed as a JSON object; nullopt when it is not valid JSON or not an object.
@@ -424,7 +418,7 @@ StatusOr<json::object> VerifyToken(std::string_view token, std::int64_t now, con
   }
   if (header->contains("typ")) {
     const json::string* typ = StringMember(*header, "typ");
-    if (typ == nullptr || !EqualsIgnoreCase(*typ, "JWT")) return InvalidArgumentError("typ is not JWT");
+    if (typ == nullptr || !EqualsIgnoreCaseAscii(*typ, "JWT")) return InvalidArgumentError("typ is not JWT");
   }
   if (header->contains("crit")) return InvalidArgumentError("crit is not supported");
   if (*algorithm == JwtAlgorithm::kEs256 && signature->size() != 2 * kP256CoordinateSize) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "common/ascii.h"
+
 // The parts every provider uses: text, encodings, MACs, headers, forms, JSON.
 namespace idemgate::webhooks::internal {
 
@@ -26,16 +28,6 @@ Translation NoId(std::string detail) { return {Outcome::kNoId, {}, std::move(det
 
 // ---------------------------------------------------------------------------
 // Text
-
-char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
-  }
-  return true;
-}
 
 std::string_view Trim(std::string_view s) {
   const auto blank = [](char c) { return c == ' ' || c == '\t'; };
@@ -144,7 +136,7 @@ std::string Sha256Hex(std::string_view data) {
 Lookup FindHeader(const std::vector<HeaderField>& headers, std::string_view name) {
   Lookup found;
   for (const HeaderField& field : headers) {
-    if (!EqualsIgnoreCase(field.name, name)) continue;
+    if (!EqualsIgnoreCaseAscii(field.name, name)) continue;
     if (found.count++ == 0) found.value = Trim(field.value);
   }
   return found;
@@ -232,7 +224,7 @@ std::optional<Form> FormBody(const WebhookRequest& request) {
   const Lookup type = FindHeader(request.headers, "Content-Type");
   if (type.count != 1) return std::nullopt;
   const std::string_view media_type = Trim(type.value.substr(0, type.value.find(';')));
-  if (!EqualsIgnoreCase(media_type, kFormType)) return std::nullopt;
+  if (!EqualsIgnoreCaseAscii(media_type, kFormType)) return std::nullopt;
   return ParseForm(request.body);
 }
 

@@ -36,7 +36,6 @@ Translation Invalid(std::string detail);
 Translation NoId(std::string detail);
 
 // Text and encodings.
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 std::string_view Trim(std::string_view s);
 // The bytes that `hex` spells (either case), or nothing when it is not an even number of hex digits.
 std::optional<std::string> DecodeHex(std::string_view hex);

@@ -4,6 +4,8 @@
 #include <optional>
 #include <string>
 
+#include "common/ascii.h"
+
 namespace idemgate::webhooks::internal {
 
 // ---------------------------------------------------------------------------
@@ -19,9 +21,9 @@ std::optional<std::string> OtherPortForm(std::string_view url) {
   if (scheme_end == std::string_view::npos) return std::nullopt;
   const std::string_view scheme = url.substr(0, scheme_end);
   std::string_view port;
-  if (EqualsIgnoreCase(scheme, "https")) {
+  if (EqualsIgnoreCaseAscii(scheme, "https")) {
     port = ":443";
-  } else if (EqualsIgnoreCase(scheme, "http")) {
+  } else if (EqualsIgnoreCaseAscii(scheme, "http")) {
     port = ":80";
   } else {
     return std::nullopt;
@@ -79,7 +81,7 @@ std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const
     matched = MacEquals(Hmac(Algorithm::kSha1, secret, *other + suffix), *sent) || matched;
   }
   if (!matched) return "X-Twilio-Signature does not match";
-  if (body_sha256.count == 1 && !EqualsIgnoreCase(body_sha256.value, Sha256Hex(request.body))) {
+  if (body_sha256.count == 1 && !EqualsIgnoreCaseAscii(body_sha256.value, Sha256Hex(request.body))) {
     return "the body does not match the URL's bodySHA256";
   }
   return std::nullopt;
