@@ -185,5 +185,33 @@ TEST(KeyTest, SerializeRoundTrips) {
   EXPECT_EQ(Parse({wire}, rules).key, raw);
 }
 
+TEST(KeyTest, EscapesAnywhereInLongKeysRoundTrip) {
+  // Escapes at the start, the end, next to each other and between long
+  // runs of plain characters, in keys longer than any small-string buffer.
+  KeyRules rules;
+  rules.extra_charset = "\"\\";
+  const std::string plain(40, 'k');
+  for (const std::string& raw :
+       {plain, "\"" + plain, plain + "\\", "\"\\" + plain + "\\\"", plain + "\"" + plain + "\\" + plain,
+        std::string("\"\"\"\\\\"), std::string("a")}) {
+    const std::string wire = SerializeKeyAsSfString(raw);
+    std::string expected = "\"";
+    for (char c : raw) {
+      if (c == '"' || c == '\\') expected += '\\';
+      expected += c;
+    }
+    expected += '"';
+    EXPECT_EQ(wire, expected);
+    const ParsedKey parsed = Parse({wire}, rules);
+    EXPECT_TRUE(parsed.ok()) << wire;
+    EXPECT_EQ(parsed.key, raw) << wire;
+    EXPECT_TRUE(parsed.sf_string);
+  }
+  // A bad escape or a control character after a long run is still refused.
+  EXPECT_EQ(Parse({"\"" + plain + "\\x\""}, rules).error, KeyError::kBadString);
+  EXPECT_EQ(Parse({"\"" + plain + "\x01\""}, rules).error, KeyError::kBadString);
+  EXPECT_EQ(Parse({"\"" + plain}, rules).error, KeyError::kBadString);
+}
+
 }  // namespace
 }  // namespace idemgate::core
