@@ -64,7 +64,7 @@ Outcome Client::Run(const Request& request) {
   try {
     for (int attempt = 1; attempt <= max_attempts; ++attempt) {
       out.attempts = attempt;
-      auto result = SendOnce(request, policy.timeout);
+      auto result = SendOnce(request, policy.timeout, options_.tls);
       Verdict verdict = Verdict::kRetry;
       std::optional<Millis> retry_after;
       if (result.ok()) {

@@ -18,9 +18,9 @@
 // in a dead-letter queue (a SQLite file) from which it can be replayed under
 // its original key, so a replay can never execute twice.
 //
-// Plain HTTP/1.1 over TCP (put TLS in front with a local proxy, as for the
-// gateway itself). Synchronous; a Client may be used from one thread at a
-// time, a DeadLetterQueue from several (SQLite serialises them).
+// HTTP/1.1 over TCP, or over TLS for https:// URLs (TlsSettings below).
+// Synchronous; a Client may be used from one thread at a time, a
+// DeadLetterQueue from several (SQLite serialises them).
 namespace idemgate::client {
 
 using Millis = std::chrono::milliseconds;
@@ -75,7 +75,7 @@ std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::syste
 
 struct Request {
   std::string method = "POST";
-  std::string url;              // http://host[:port]/path[?query]
+  std::string url;              // http://host[:port]/path[?query] or https://host[:port]/path[?query]
   std::vector<Header> headers;  // sent as given (Host and Content-Length are added)
   std::string body;
   std::string key;                          // raw key; empty: Client::Send makes a NewKeyV4
@@ -92,11 +92,31 @@ struct Response {
   std::string ProblemCode() const;
 };
 
-// One attempt: connects, sends `request` (with its key header), reads the
-// whole response (at most 64 MiB), all within `timeout`. An error Status
-// (Unavailable, DeadlineExceeded, InvalidArgument for a bad URL) when there
-// is no response.
-StatusOr<Response> SendOnce(const Request& request, Millis timeout);
+// How an https:// request trusts the server and, for mutual TLS, which
+// client certificate it presents. Used only for https:// URLs (http:// ones
+// ignore it). The server's certificate is always verified (TLS 1.2 at
+// least): its chain must lead to a trusted CA and it must carry the URL's
+// host (a DNS name, sent as SNI too; or an IP address, matched against its
+// IP subjectAltNames). There is no switch to skip that check.
+struct TlsSettings {
+  // PEM file with the CAs to trust (instead of the system's); empty: the
+  // system's trust store (OpenSSL's default verify paths, where
+  // SSL_CERT_FILE and SSL_CERT_DIR apply).
+  std::string ca_file;
+  // A client certificate chain (PEM, leaf first) and its private key (PEM,
+  // unencrypted) for servers that require one: both or neither.
+  std::string cert_file;
+  std::string key_file;
+};
+
+// One attempt: connects (and, for https://, completes a TLS handshake with
+// `tls`), sends `request` (with its key header), reads the whole response (at
+// most 64 MiB), all within `timeout`. An error Status when there is no
+// response: Unavailable (connection or TLS handshake failed, e.g. "TLS
+// handshake with HOST:PORT failed: certificate verify failed (hostname
+// mismatch)"), DeadlineExceeded, InvalidArgument for a bad URL or request,
+// or for unusable `tls` files (naming the file).
+StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls = {});
 
 // ---------------------------------------------------------------------------
 // Dead-letter queue
@@ -166,6 +186,9 @@ struct Outcome {
 struct ClientOptions {
   RetryPolicy policy;
   DeadLetterQueue* dlq = nullptr;  // optional; not owned
+  // For https:// targets, on every attempt (sends and replays alike). A bad
+  // file fails an attempt with InvalidArgument, which is not retried.
+  TlsSettings tls;
   // Waits between attempts; tests replace it.
   std::function<void(Millis)> sleep;
   // 64 random bits for the jitter; tests replace it.

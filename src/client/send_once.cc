@@ -1,21 +1,35 @@
 #include "client/client.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
+#include <system_error>
 
-// One HTTP/1.1 exchange (SendOnce) and the Response accessors.
+#include "common/ascii.h"
+
+// One HTTP/1.1 exchange over TCP or TLS (SendOnce) and the Response accessors.
 namespace idemgate::client {
 
 namespace {
@@ -23,21 +37,11 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 constexpr std::uint64_t kMaxResponseBody = 64ULL * 1024 * 1024;
 constexpr std::uint32_t kMaxResponseHeader = 1024 * 1024;
-
-char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-// ASCII case-insensitive equality (field names, schemes, media types).
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
-  }
-  return true;
-}
 
 // RFC 9110 tchar.
 bool IsTchar(char c) {
@@ -53,7 +57,7 @@ bool IsToken(std::string_view s) {
 bool IsSafeFieldValue(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; }
 
 bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
-  return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return IEquals(h.first, name); });
+  return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return EqualsIgnoreCaseAscii(h.first, name); });
 }
 
 // The key as an sf-string (RFC 8941 §3.3.3): quoted, with `\` and `"` escaped.
@@ -69,10 +73,11 @@ StatusOr<std::string> SfString(std::string_view key) {
   return out;
 }
 
-// Where an http:// URL points.
+// Where an http:// or https:// URL points.
 struct Target {
+  bool tls = false;         // https
   std::string host;         // name or address, without IPv6 brackets
-  std::uint16_t port = 80;
+  std::uint16_t port = 80;  // 443 for https without a port
   std::string host_header;  // as in the URL: host[:port]
   std::string target;       // origin-form: /path[?query]
 };
@@ -81,13 +86,16 @@ StatusOr<Target> ParseUrl(std::string_view url) {
   const auto parsed = boost::urls::parse_uri(url);
   if (!parsed) return InvalidArgumentError("bad URL \"" + std::string(url) + "\": " + parsed.error().message());
   const boost::urls::url_view& u = *parsed;
-  if (!IEquals(u.scheme(), "http")) {
-    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": only http:// is supported");
+  const bool tls = EqualsIgnoreCaseAscii(u.scheme(), "https");
+  if (!tls && !EqualsIgnoreCaseAscii(u.scheme(), "http")) {
+    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": only http:// and https:// are supported");
   }
   if (!u.has_authority() || u.has_userinfo()) {
     return InvalidArgumentError("bad URL \"" + std::string(url) + "\": needs a host and no user info");
   }
   Target t;
+  t.tls = tls;
+  if (tls) t.port = 443;
   switch (u.host_type()) {
     case boost::urls::host_type::name:
       t.host = u.host_address();
@@ -137,8 +145,8 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
   for (const auto& [name, value] : request.headers) {
     if (!IsToken(name)) return InvalidArgumentError("bad header name \"" + name + "\"");
     if (!IsSafeFieldValue(value)) return InvalidArgumentError("header " + name + " has CR, LF or NUL in its value");
-    if (IEquals(name, "Transfer-Encoding")) return InvalidArgumentError("Transfer-Encoding is not supported");
-    if (IEquals(name, "Content-Length") && value != std::to_string(request.body.size())) {
+    if (EqualsIgnoreCaseAscii(name, "Transfer-Encoding")) return InvalidArgumentError("Transfer-Encoding is not supported");
+    if (EqualsIgnoreCaseAscii(name, "Content-Length") && value != std::to_string(request.body.size())) {
       return InvalidArgumentError("Content-Length " + value + " does not match the body's " +
                                   std::to_string(request.body.size()) + " bytes");
     }
@@ -148,7 +156,7 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
   req.method_string(request.method);
   req.target(target.target);
   for (const auto& [name, value] : request.headers) {
-    if (!request.key.empty() && IEquals(name, request.key_header)) continue;  // the key header is ours
+    if (!request.key.empty() && EqualsIgnoreCaseAscii(name, request.key_header)) continue;  // the key header is ours
     req.insert(name, value);
   }
   if (!HasHeader(request.headers, "Host")) req.insert(http::field::host, target.host_header);
@@ -173,15 +181,162 @@ beast::error_code RunOne(asio::io_context& io, Start&& start) {
   return result;
 }
 
+// An error's text; for OpenSSL's errors only the reason ("certificate
+// verify failed"), without Asio's " (SSL routines)" suffix.
+std::string ErrorText(const beast::error_code& ec) {
+  if (ec.category() == asio::error::get_ssl_category()) {
+    if (const char* reason = ERR_reason_error_string(static_cast<unsigned long>(ec.value())); reason != nullptr) {
+      return reason;
+    }
+  }
+  return ec.message();
+}
+
+// InvalidArgument naming `file` (`what` it is) when it cannot be opened for reading.
+Status CheckReadable(const std::string& file, std::string_view what) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    return InvalidArgumentError("cannot read the TLS " + std::string(what) + " \"" + file + "\": " +
+                                std::generic_category().message(err));
+  }
+  std::fclose(f);
+  return Status::Ok();
+}
+
+// A client context for `tls`: TLS 1.2 at least, the peer always verified
+// against ca_file (or the system's trust store), and the client certificate
+// when one is given. A file that cannot be used is an InvalidArgument naming it.
+Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidArgumentError("a TLS client certificate needs both a certificate file and a key file");
+  }
+  beast::error_code ec;
+  if (SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION) != 1) {
+    return InternalError("cannot set the minimum TLS version");
+  }
+  ctx.set_verify_mode(ssl::verify_peer, ec);
+  if (ec) return InternalError("cannot enable TLS peer verification: " + ErrorText(ec));
+  if (tls.ca_file.empty()) {
+    ctx.set_default_verify_paths(ec);
+    if (ec) return FailedPreconditionError("cannot load the system's TLS trust store: " + ErrorText(ec));
+  } else {
+    if (Status s = CheckReadable(tls.ca_file, "CA file"); !s.ok()) return s;
+    ctx.load_verify_file(tls.ca_file, ec);
+    if (ec) {
+      return InvalidArgumentError("cannot load the TLS CA file \"" + tls.ca_file + "\": " + ErrorText(ec));
+    }
+  }
+  if (!tls.cert_file.empty()) {
+    if (Status s = CheckReadable(tls.cert_file, "client certificate file"); !s.ok()) return s;
+    if (Status s = CheckReadable(tls.key_file, "client key file"); !s.ok()) return s;
+    ctx.use_certificate_chain_file(tls.cert_file, ec);
+    if (ec) {
+      return InvalidArgumentError("cannot load the TLS client certificate file \"" + tls.cert_file +
+                                  "\": " + ErrorText(ec));
+    }
+    ctx.use_private_key_file(tls.key_file, ssl::context::pem, ec);
+    if (ec) {
+      return InvalidArgumentError("cannot load the TLS client key file \"" + tls.key_file + "\": " +
+                                  ErrorText(ec));
+    }
+    if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+      ERR_clear_error();
+      return InvalidArgumentError("the TLS client key file \"" + tls.key_file +
+                                  "\" does not match the certificate in \"" + tls.cert_file + "\"");
+    }
+  }
+  return Status::Ok();
+}
+
+// Sets what the handshake checks the server's certificate against: a DNS
+// name (also sent as SNI) or an IP address (no SNI: RFC 6066 leaves IP
+// addresses out).
+Status SetPeerName(SSL* ssl, const std::string& host) {
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  beast::error_code ec;
+  (void)asio::ip::make_address(host, ec);
+  bool ok = false;
+  if (!ec) {
+    ok = X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1;
+  } else {
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    ok = SSL_set_tlsext_host_name(ssl, host.c_str()) == 1 && SSL_set1_host(ssl, host.c_str()) == 1;
+  }
+  if (!ok) {
+    ERR_clear_error();
+    return InvalidArgumentError("cannot use \"" + host + "\" as a TLS server name");
+  }
+  return Status::Ok();
+}
+
+// Writes the request and reads the response on a connected (and, for TLS,
+// handshaken) `stream`: beast::tcp_stream or beast::ssl_stream over one,
+// whose expiry bounds every step.
+template <typename Stream>
+StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<http::string_body>& req,
+                            bool head, const std::string& where, const std::string& after) {
+  beast::error_code ec =
+      RunOne(io, [&](auto handler) { http::async_write(stream, req, std::move(handler)); });
+  if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " sending to " + where);
+  if (ec) return UnavailableError("cannot send to " + where + ": " + ErrorText(ec));
+
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(kMaxResponseHeader);
+    parser.body_limit(kMaxResponseBody);
+    if (head) parser.skip(true);
+    ec = RunOne(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
+    if (ec == ssl::error::stream_truncated) {
+      // The server closed the TCP connection without a TLS close_notify:
+      // taken as a plain end of stream, so a body delimited by the close is
+      // complete and anything else is cut short.
+      if (!parser.got_some()) {
+        ec = http::error::end_of_stream;
+      } else if (parser.is_header_done() && !parser.is_done()) {
+        parser.put_eof(ec);
+      }
+    }
+    if (ec == beast::error::timeout) {
+      return DeadlineExceededError("timed out" + after + " waiting for the response from " + where);
+    }
+    if (ec == http::error::end_of_stream) {
+      return UnavailableError("connection closed by " + where + " before a response");
+    }
+    if (ec == http::error::body_limit) return ResourceExhaustedError("response from " + where + " over 64 MiB");
+    if (ec) return UnavailableError("cannot read the response from " + where + ": " + ErrorText(ec));
+    auto& message = parser.get();
+    const int status = static_cast<int>(message.result_int());
+    if (status >= 100 && status < 200 && status != 101) continue;  // an interim response
+    Response response;
+    response.status = status;
+    for (const auto& field : message) {
+      response.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    response.body = std::move(message.body());
+    // Connection: close, so no TLS close_notify is waited for.
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ec);
+    return response;
+  }
+}
+
 // The one exchange behind SendOnce; may throw (allocation, Beast internals).
-StatusOr<Response> Exchange(const Request& request, Millis timeout) {
+StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSettings& tls) {
   auto target = ParseUrl(request.url);
   if (!target.ok()) return target.status();
   auto req = BuildRequest(request, *target);
   if (!req.ok()) return req.status();
+  // The TLS files are read before anything goes on the network.
+  std::optional<ssl::context> ctx;
+  if (target->tls) {
+    ctx.emplace(ssl::context::tls_client);
+    if (Status s = ConfigureTls(*ctx, tls); !s.ok()) return s;
+  }
   const std::string where = target->host + ":" + std::to_string(target->port);
   const std::string after = " after " + std::to_string(timeout.count()) + " ms";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const bool head = request.method == "HEAD";
 
   asio::io_context io;
   beast::error_code ec;
@@ -204,38 +359,28 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout) {
   if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " connecting to " + where);
   if (ec == asio::error::connection_refused) return UnavailableError("connection refused by " + where);
   if (ec) return UnavailableError("cannot connect to " + where + ": " + ec.message());
+  if (!target->tls) return Converse(io, stream, *req, head, where, after);
 
-  ec = RunOne(io, [&](auto handler) { http::async_write(stream, *req, std::move(handler)); });
-  if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " sending to " + where);
-  if (ec) return UnavailableError("cannot send to " + where + ": " + ec.message());
-
-  beast::flat_buffer buffer;
-  for (;;) {
-    http::response_parser<http::string_body> parser;
-    parser.header_limit(kMaxResponseHeader);
-    parser.body_limit(kMaxResponseBody);
-    if (request.method == "HEAD") parser.skip(true);
-    ec = RunOne(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
-    if (ec == beast::error::timeout) {
-      return DeadlineExceededError("timed out" + after + " waiting for the response from " + where);
-    }
-    if (ec == http::error::end_of_stream) {
-      return UnavailableError("connection closed by " + where + " before a response");
-    }
-    if (ec == http::error::body_limit) return ResourceExhaustedError("response from " + where + " over 64 MiB");
-    if (ec) return UnavailableError("cannot read the response from " + where + ": " + ec.message());
-    auto& message = parser.get();
-    const int status = static_cast<int>(message.result_int());
-    if (status >= 100 && status < 200 && status != 101) continue;  // an interim response
-    Response response;
-    response.status = status;
-    for (const auto& field : message) {
-      response.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
-    response.body = std::move(message.body());
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    return response;
+  // The handshake is bounded by the same deadline as the rest of the attempt.
+  beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), *ctx);
+  beast::get_lowest_layer(tls_stream).expires_at(deadline);
+  if (Status s = SetPeerName(tls_stream.native_handle(), target->host); !s.ok()) return s;
+  ec = RunOne(io, [&](auto handler) { tls_stream.async_handshake(ssl::stream_base::client, std::move(handler)); });
+  if (ec == beast::error::timeout) {
+    return DeadlineExceededError("timed out" + after + " in the TLS handshake with " + where);
   }
+  if (ec) {
+    std::string why = ErrorText(ec);
+    const long verify = SSL_get_verify_result(tls_stream.native_handle());
+    if (verify != X509_V_OK) {
+      why += " (";
+      why += X509_verify_cert_error_string(verify);
+      why += ")";
+    }
+    ERR_clear_error();
+    return UnavailableError("TLS handshake with " + where + " failed: " + why);
+  }
+  return Converse(io, tls_stream, *req, head, where, after);
 }
 
 }  // namespace
@@ -243,7 +388,7 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout) {
 // First value of `name`, compared case-insensitively.
 std::optional<std::string> Response::Header(std::string_view name) const {
   for (const auto& [field, value] : headers) {
-    if (IEquals(field, name)) return value;
+    if (EqualsIgnoreCaseAscii(field, name)) return value;
   }
   return std::nullopt;
 }
@@ -256,7 +401,7 @@ std::string Response::ProblemCode() const {
   media = media.substr(0, media.find(';'));
   while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
   while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
-  if (!IEquals(media, "application/problem+json")) return "";
+  if (!EqualsIgnoreCaseAscii(media, "application/problem+json")) return "";
   try {
     boost::system::error_code ec;
     const boost::json::value json = boost::json::parse(body, ec);
@@ -270,9 +415,11 @@ std::string Response::ProblemCode() const {
 }
 
 // Runs one exchange, turning anything thrown into an error Status.
-StatusOr<Response> SendOnce(const Request& request, Millis timeout) {
+StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls) {
   try {
-    return Exchange(request, timeout);
+    StatusOr<Response> result = Exchange(request, timeout, tls);
+    if (!result.ok()) ERR_clear_error();  // leave no OpenSSL errors of ours to the caller's thread
+    return result;
   } catch (const boost::system::system_error& e) {
     return UnavailableError(std::string("HTTP exchange failed: ") + e.what());
   } catch (const std::bad_alloc&) {

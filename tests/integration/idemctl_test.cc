@@ -1,7 +1,7 @@
 // End-to-end tests of idemctl (SPEC §10): the real idemctl binary against the
 // real idemgate in front of fake_upstream: sending under one key, parking
-// what fails in the dead-letter queue and replaying it under its key, and
-// the admin commands.
+// what fails in the dead-letter queue and replaying it under its key, the
+// admin commands, and https:// to a gateway with a TLS listener.
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
@@ -148,6 +148,58 @@ TEST_F(IdemctlTest, AdminCommandsReadAndPurgeKeys) {
   const CliRun stats = Idemctl({"stats", "--admin", AdminUrl()}, token);
   ASSERT_EQ(stats.code, 0) << stats.err;
   EXPECT_NE(stats.out.find("\"api\""), std::string::npos) << stats.out;
+}
+
+TEST_F(IdemctlTest, SendsOverHttpsTrustingTheGivenCa) {
+  auto pki = MakeTestPki(dir_.Join("pki"));
+  ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+  StartGateway("tls: { cert_file: \"" + pki->server_cert + "\", key_file: \"" + pki->server_key + "\" }\n" + Yaml());
+  const std::string url = "https://localhost:" + std::to_string(gateway_->endpoint().port) + "/echo/pay";
+  const std::vector<std::pair<std::string, std::string>> no_env_ca = {{"IDEMCTL_CACERT", ""}};
+
+  const CliRun first = Idemctl({"send", "-i", "--cacert", pki->ca_file, "-k", "tls-7", "-H",
+                                "Content-Type: application/json", "-d", R"({"amount":7})", url},
+                               no_env_ca);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("HTTP/1.1 200"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("t-_:_:_:api:tls-7"), std::string::npos) << first.out;
+  // The same key again, the CA from $IDEMCTL_CACERT this time: the stored response.
+  const CliRun again = Idemctl({"send", "-i", "-k", "tls-7", "-H", "Content-Type: application/json", "-d",
+                                R"({"amount":7})", url},
+                               {{"IDEMCTL_CACERT", pki->ca_file}});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("Idempotent-Replayed: true"), std::string::npos) << again.out;
+  EXPECT_EQ(Executions(), 1u);
+
+  // The system's trust store does not know the test CA: every attempt fails
+  // its handshake, and the request is parked.
+  const CliRun untrusted =
+      Idemctl({"send", "-k", "tls-8", "-d", "{}", "--attempts", "2", "--base-delay", "10ms", url}, no_env_ca);
+  EXPECT_EQ(untrusted.code, 1);
+  EXPECT_NE(untrusted.err.find("2 attempts"), std::string::npos) << untrusted.err;
+  EXPECT_NE(untrusted.err.find("certificate verify failed"), std::string::npos) << untrusted.err;
+  const std::string id = ParkedId(untrusted.err);
+  ASSERT_FALSE(id.empty()) << untrusted.err;
+  EXPECT_EQ(Executions(), 1u);
+  // Replayed trusting the CA: it runs, once, under its key.
+  const CliRun replayed = Idemctl({"dlq", "replay", id, "--cacert", pki->ca_file}, no_env_ca);
+  ASSERT_EQ(replayed.code, 0) << replayed.err;
+  EXPECT_NE(replayed.out.find("t-_:_:_:api:tls-8"), std::string::npos) << replayed.out;
+  EXPECT_EQ(Executions(), 2u);
+
+  // A CA file that cannot be read: named, not retried.
+  const CliRun missing = Idemctl(
+      {"send", "--no-dlq", "--cacert", dir_.Join("missing.pem"), "-d", "{}", "--attempts", "3", url}, no_env_ca);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("missing.pem"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("1 attempt,"), std::string::npos) << missing.err;
+
+  // A client certificate needs its key, and the other way round.
+  EXPECT_EQ(Idemctl({"send", "--client-cert", pki->client_cert, "-d", "{}", url}).code, 2);
+  EXPECT_EQ(Idemctl({"stats", "--client-key", pki->client_key}).code, 2);
+  const CliRun help = Idemctl({"--help"});
+  EXPECT_NE(help.out.find("--cacert FILE"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--client-cert FILE"), std::string::npos) << help.out;
 }
 
 TEST_F(IdemctlTest, KeysAndUsage) {
