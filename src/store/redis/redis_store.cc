@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <charconv>
 #include <cstdlib>
+#include <functional>
 
 namespace idemgate::store::redis {
 
@@ -180,12 +181,15 @@ std::vector<std::string> Args(std::initializer_list<std::string_view> items) {
   return out;
 }
 
-// Runs on the client's I/O thread. A named coroutine rather than a lambda:
-// g++ 12 mishandles lambda coroutines handed to co_spawn inside co_await.
-Task<bool> SubscribeAndWait(std::shared_ptr<Subscriber> sub, std::string channel, std::shared_ptr<Listener> listener,
-                            SteadyTime deadline) {
+// Runs detached on the client's I/O thread and reports to the caller with
+// `done` (which posts to the caller's executor, as notifications do). A
+// named coroutine rather than a lambda: g++ 12 mishandles lambda coroutines
+// handed to co_spawn.
+Task<void> SubscribeAndReport(std::shared_ptr<Subscriber> sub, std::string channel, std::shared_ptr<Listener> listener,
+                              SteadyTime deadline, std::function<void()> done) {
   sub->Add(channel, std::move(listener));
-  co_return co_await sub->WaitSubscribed(channel, deadline);
+  (void)co_await sub->WaitSubscribed(channel, deadline);
+  done();
 }
 
 std::int64_t SteadyMillis() {
@@ -209,6 +213,18 @@ struct RedisStore::WatchSignal {
   bool notified = false;
 };
 
+namespace {
+
+// The end of a watch's subscription, reported to the watching caller on its
+// own executor (see WatchKey).
+struct SubscribeReport {
+  explicit SubscribeReport(asio::any_io_executor ex) : timer(std::move(ex)) {}
+  asio::steady_timer timer;
+  bool done = false;
+};
+
+}  // namespace
+
 // Open while an attached worker's io_context may still be posted to;
 // DetachWorker closes it on the worker's thread once its loop has stopped.
 struct RedisStore::WorkerGate {
@@ -225,24 +241,31 @@ class RedisStore::WatchListener final : public Listener {
  public:
   WatchListener(asio::any_io_executor ex, std::weak_ptr<WatchSignal> signal, std::shared_ptr<WorkerGate> gate)
       : executor_(std::move(ex)), signal_(std::move(signal)), gate_(std::move(gate)) {}
-  void Notify() override {
-    if (gate_ == nullptr) {
-      Post();
+  // Posts `fn` to a caller's executor from the client's I/O thread: at once
+  // for a caller that is not an attached worker (no gate), and for a worker
+  // only while its gate is open, so nothing is posted to an io_context that
+  // is gone. A plain function object carries no work guard, so nothing of
+  // the caller's io_context is left on the client's thread after the post.
+  static void PostToCaller(const asio::any_io_executor& ex, const std::shared_ptr<WorkerGate>& gate,
+                           std::function<void()> fn) {
+    if (gate == nullptr) {
+      asio::post(ex, std::move(fn));
       return;
     }
-    std::lock_guard lock(gate_->mu);
-    if (gate_->open) Post();
+    std::lock_guard lock(gate->mu);
+    if (gate->open) asio::post(ex, std::move(fn));
   }
 
- private:
-  void Post() {
-    asio::post(executor_, [signal = signal_] {
+  void Notify() override {
+    PostToCaller(executor_, gate_, [signal = signal_] {
       if (auto s = signal.lock()) {
         s->notified = true;
         s->timer.cancel();
       }
     });
   }
+
+ private:
 
   asio::any_io_executor executor_;
   std::weak_ptr<WatchSignal> signal_;
@@ -575,14 +598,34 @@ Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string ke
   auto signal = std::make_shared<WatchSignal>(ex);
   std::shared_ptr<WorkerGate> gate;
   if (this_thread_client.store == this) gate = std::static_pointer_cast<WorkerGate>(this_thread_client.gate);
-  auto listener = std::make_shared<WatchListener>(ex, signal, std::move(gate));
+  auto listener = std::make_shared<WatchListener>(ex, signal, gate);
   std::string channel = ChannelName(key);
   std::string record_key = RecordKey(key);
   std::shared_ptr<Subscriber> sub = client_->subscriber().shared_from_this();
   const SteadyTime deadline = SteadyClock::now() + options_.timeout;
   // Subscribed before the baseline read, so no change after it goes unseen.
-  auto subscribe = SubscribeAndWait(sub, channel, listener, deadline);
-  co_await asio::co_spawn(client_->executor(), std::move(subscribe), asio::use_awaitable);
+  // The subscription runs detached on the client's thread and reports back
+  // by a post through the gate; this coroutine waits on a timer of its own
+  // executor. (Awaiting a co_spawn on the client's executor instead left
+  // that thread holding a work-tracking copy of this executor until its
+  // completion had unwound there, which could be after a detaching worker's
+  // io_context was destroyed: a use after free under ASan.)
+  auto reported = std::make_shared<SubscribeReport>(ex);
+  reported->timer.expires_at(deadline + std::chrono::seconds(1));
+  auto done = [ex, gate, weak = std::weak_ptr<SubscribeReport>(reported)] {
+    WatchListener::PostToCaller(ex, gate, [weak] {
+      if (auto r = weak.lock()) {
+        r->done = true;
+        r->timer.cancel();
+      }
+    });
+  };
+  asio::co_spawn(client_->executor(), SubscribeAndReport(sub, channel, listener, deadline, std::move(done)),
+                 asio::detached);
+  if (!reported->done) {
+    error_code wait_ec;
+    co_await reported->timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
+  }
   Command get = GetCommand(record_key);
   auto reply = co_await Here().Execute(std::move(get));
   Status failed;
