@@ -25,6 +25,7 @@
 #include "gateway/gateway.h"
 #include "gateway/idempotency_stage.h"
 #include "gateway/identity_stage.h"
+#include "gateway/jwks_refresher.h"
 #include "gateway/webhook_stage.h"
 #include "http/server.h"
 #include "http/tls.h"
@@ -146,6 +147,11 @@ StatusOr<std::shared_ptr<const http::TlsContext>> MakeListenerTls(const config::
       .cert_file = tls.cert_file, .key_file = tls.key_file, .client_ca_file = tls.client_ca_file});
 }
 
+// The identity.jwt settings for the JWKS refresher: none unless the mode is jwt.
+config::JwtIdentity JwksSettings(const config::Config& config) {
+  return config.identity.mode == config::IdentityMode::kJwt ? config.identity.jwt : config::JwtIdentity{};
+}
+
 int CheckConfig(const std::string& path) {
   auto config = config::LoadFile(path);
   if (!config.ok()) {
@@ -197,9 +203,16 @@ int Run(const Args& args) {
   }
   core::Store* store_ptr = store->get();
   metrics.SetStoreStatsSource([store_ptr] { return store_ptr->Stats(); });
+  // identity.jwt.jwks_url: fetched now (a failure stops the start) and on every
+  // reload, refreshed in the background meanwhile.
+  gateway::JwksRefresher jwks;
+  if (Status fetched = jwks.Configure(JwksSettings(config)); !fetched.ok()) {
+    Print(stderr, "idemgate: " + fetched.message() + "\n");
+    return 1;
+  }
   // Declared before the server so that both outlive every request coroutine.
   core::Engine engine(*store_ptr, SystemClock::Instance());
-  gateway::IdentityStage identity;
+  gateway::IdentityStage identity(gateway::IdentityStageOptions{.jwks = &jwks});
   gateway::WebhookStage webhook(gateway::WebhookStageOptions{.metrics = &metrics});
   gateway::IdempotencyStage idempotency(
       engine, gateway::IdempotencyStageOptions{.on_error = config.store.on_error, .metrics = &metrics});
@@ -298,8 +311,15 @@ int Run(const Args& args) {
         }
         new_tls = std::move(*tls);
       }
+      // A new jwks_url (or its settings) is fetched before anything changes.
+      Status fetched = jwks.Configure(JwksSettings(*reloaded));
+      if (!fetched.ok()) {
+        LogError("config reload failed; keeping the running config", {{"error", fetched.message()}});
+        continue;
+      }
       Status applied = gateway->Reload(*reloaded);
       if (!applied.ok()) {
+        jwks.Revert();  // back to the running config's JWKS
         LogError("config reload failed; keeping the running config", {{"error", applied.message()}});
         continue;
       }

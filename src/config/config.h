@@ -82,6 +82,13 @@ struct JwtIdentity {
   std::vector<std::string> algorithms = {"RS256", "ES256"};
   std::vector<JwtPublicKey> public_keys;
   std::string jwks_file;
+  // Extension of SPEC §6: a JWKS fetched from the identity provider's
+  // jwks_uri at start and on reload, then every jwks_refresh and when a
+  // token names an unknown kid (gateway/jwks_refresher.h).
+  std::string jwks_url;           // http:// or https://; empty: none
+  Duration jwks_refresh = 5min;   // at least 10s
+  std::string jwks_ca_file;       // https jwks_url: PEM CAs to trust; empty: the system's store
+  Duration jwks_timeout = 5s;     // one fetch, connect to last byte
   std::string secret_env;   // HS256 shared secret
   std::string secret_file;
   std::string issuer;       // empty: not checked

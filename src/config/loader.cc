@@ -338,8 +338,8 @@ class Loader {
       }
       JwtIdentity& j = id->jwt;
       Map jm(*this, *g,
-             {"algorithms", "public_keys", "jwks_file", "secret_env", "secret_file", "issuer", "audience", "leeway",
-              "require_exp", "claims", "subject_type"});
+             {"algorithms", "public_keys", "jwks_file", "jwks_url", "jwks_refresh", "jwks_ca_file", "jwks_timeout",
+              "secret_env", "secret_file", "issuer", "audience", "leeway", "require_exp", "claims", "subject_type"});
       if (auto h = jm.Get("algorithms")) j.algorithms = Upper(StringList(*h));
       if (auto h = jm.Get("public_keys")) {
         for (const Field& item : List(*h)) {
@@ -352,6 +352,10 @@ class Loader {
         }
       }
       if (auto h = jm.Get("jwks_file")) j.jwks_file = String(*h);
+      if (auto h = jm.Get("jwks_url")) j.jwks_url = String(*h);
+      if (auto h = jm.Get("jwks_refresh")) j.jwks_refresh = Dur(*h);
+      if (auto h = jm.Get("jwks_ca_file")) j.jwks_ca_file = String(*h);
+      if (auto h = jm.Get("jwks_timeout")) j.jwks_timeout = Dur(*h);
       if (auto h = jm.Get("secret_env")) j.secret_env = String(*h);
       if (auto h = jm.Get("secret_file")) j.secret_file = String(*h);
       if (auto h = jm.Get("issuer")) j.issuer = String(*h);

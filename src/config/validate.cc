@@ -122,6 +122,45 @@ bool IsPublicUrl(std::string_view url) {
   });
 }
 
+// Why `url` cannot be identity.jwt.jwks_url, or "" when it can:
+// "http[s]://host[:port][/path][?query]", ASCII without white space, no user
+// info or fragment, a port in 1..65535.
+std::string JwksUrlProblem(std::string_view url) {
+  for (char c : url) {
+    const auto uc = static_cast<unsigned char>(c);
+    if (uc <= 0x20 || uc >= 0x7f) return "contains white space or a non-ASCII character";
+  }
+  std::string scheme(url.substr(0, std::min(url.size(), url.find("://"))));
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (url.find("://") == std::string_view::npos || (scheme != "http" && scheme != "https")) {
+    return "scheme must be http or https";
+  }
+  const std::string_view rest = url.substr(scheme.size() + 3);
+  if (rest.find('#') != std::string_view::npos) return "a fragment is not allowed";
+  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  if (authority.find('@') != std::string_view::npos) return "user info is not allowed";
+  if (authority.empty()) return "missing host";
+  const bool has_port = authority.front() == '['
+                            ? authority.find("]:") != std::string_view::npos
+                            : authority.find(':') != std::string_view::npos;
+  const std::string host_port =
+      has_port ? std::string(authority) : std::string(authority) + (scheme == "https" ? ":443" : ":80");
+  StatusOr<HostPort> parsed = ParseHostPort(host_port);
+  if (!parsed.ok() || parsed->port == 0) return "bad host or port " + Quote(authority);
+  return {};
+}
+
+// Whether `url` starts with "https://" in any case.
+bool IsHttpsUrl(std::string_view url) {
+  constexpr std::string_view kHttps = "https://";
+  if (url.size() < kHttps.size()) return false;
+  for (std::size_t i = 0; i < kHttps.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) != kHttps[i]) return false;
+  }
+  return true;
+}
+
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
 }
@@ -282,8 +321,18 @@ class Validator {
     const bool secret = !j.secret_env.empty() || !j.secret_file.empty();
     if (secret) Check(allowed("HS256"), path + ".algorithms", "a shared secret needs HS256 in algorithms");
     if (allowed("HS256")) Check(secret, path, "HS256 needs secret_env or secret_file");
-    Check(secret || !j.public_keys.empty() || !j.jwks_file.empty(), path,
-          "needs keys: public_keys, jwks_file or (HS256) secret_env / secret_file");
+    Check(secret || !j.public_keys.empty() || !j.jwks_file.empty() || !j.jwks_url.empty(), path,
+          "needs keys: public_keys, jwks_file, jwks_url or (HS256) secret_env / secret_file");
+    if (!j.jwks_url.empty()) {
+      const std::string problem = JwksUrlProblem(j.jwks_url);
+      Check(problem.empty(), path + ".jwks_url",
+            "invalid URL " + Quote(j.jwks_url) + ": " + problem +
+                " (expected http://host[:port]/path or https://host[:port]/path)");
+    }
+    Check(j.jwks_ca_file.empty() || IsHttpsUrl(j.jwks_url), path + ".jwks_ca_file",
+          "only used with an https jwks_url");
+    Check(j.jwks_refresh >= std::chrono::seconds(10), path + ".jwks_refresh", "must be at least 10s");
+    CheckPositive(j.jwks_timeout, path + ".jwks_timeout");
     Check(j.leeway >= Duration::zero() && j.leeway <= std::chrono::minutes(10), path + ".leeway",
           "must be in 0s..10m");
     Check(OneOf(j.subject_type, kSubjectTypes), path + ".subject_type",

@@ -146,8 +146,17 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
       if (!authorization.ok()) return refuse(authorization.status().message() + " (a Bearer token is needed)");
       const std::optional<std::string_view> token = BearerCredentials(*authorization);
       if (!token) return refuse("the Authorization header does not hold a Bearer token");
-      StatusOr<boost::json::object> claims = verifier->Verify(*token, options_.clock->NowMillis() / 1000);
-      if (!claims.ok()) return refuse("the bearer token is not valid: " + claims.status().message());
+      // The keys fetched from identity.jwt.jwks_url, held for this request only.
+      JwksRefresher* const jwks = identity.jwt.jwks_url.empty() ? nullptr : options_.jwks;
+      const std::shared_ptr<const std::vector<identity::JwtKey>> fetched =
+          jwks != nullptr ? jwks->Keys() : nullptr;
+      bool unknown_kid = false;
+      StatusOr<boost::json::object> claims =
+          verifier->Verify(*token, options_.clock->NowMillis() / 1000, fetched.get(), &unknown_kid);
+      if (!claims.ok()) {
+        if (unknown_kid && jwks != nullptr) jwks->RequestRefresh();
+        return refuse("the bearer token is not valid: " + claims.status().message());
+      }
       caller = identity::CallerFromClaims(*claims, identity.jwt);
       break;
     }

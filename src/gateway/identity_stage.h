@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "core/scope.h"
 #include "gateway/hooks.h"
+#include "gateway/jwks_refresher.h"
 #include "identity/jwt.h"
 
 // SPEC §2 step 3 for every identity mode (SPEC §6):
@@ -18,7 +19,8 @@
 //  - `trusted_headers` (identity/trusted_headers.h): three headers set by an
 //    authenticating layer in front;
 //  - `jwt`: `Authorization: Bearer <token>` verified (identity/jwt.h), the
-//    caller read from the token's claims;
+//    caller read from the token's claims; the keys come from the snapshot's
+//    credentials and, with identity.jwt.jwks_url, from a JwksRefresher;
 //  - `api_key`: the key in the configured header (or `Authorization: Bearer`)
 //    looked up by its SHA-256 in a keys file.
 // A request without a usable identity gets 401 unauthenticated. With jwt and
@@ -32,7 +34,8 @@ namespace idemgate::gateway {
 // config names. Immutable; one per config snapshot.
 class IdentityCredentials {
  public:
-  // Reads the JWT keys (PEM files, a JWKS file, the HS256 secret) or the API
+  // Reads the JWT keys (PEM files, a JWKS file, the HS256 secret; a
+  // jwks_url is JwksRefresher's business, not read here) or the API
   // keys file for `identity`'s mode; nothing for the other modes. Fails,
   // naming the key and the file, on anything unreadable or malformed.
   static StatusOr<std::shared_ptr<const IdentityCredentials>> Load(const config::Identity& identity,
@@ -51,6 +54,11 @@ class IdentityCredentials {
 struct IdentityStageOptions {
   // The time for a JWT's exp and nbf; must outlive the stage.
   const Clock* clock = &SystemClock::Instance();
+  // The keys of identity.jwt.jwks_url (null: that setting is ignored); must
+  // outlive the stage. When the request's snapshot has a jwks_url, tokens are
+  // verified with its keys too, and a token naming an unknown kid asks it for
+  // a refresh (rate-limited there).
+  JwksRefresher* jwks = nullptr;
 };
 
 // Reads the mode from the request's config snapshot and the credentials

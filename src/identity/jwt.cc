@@ -386,9 +386,12 @@ Status CheckClaims(const json::object& claims, const JwtRules& rules, std::int64
   return Status::Ok();
 }
 
-// The whole of JwtVerifier::Verify but the exception and OpenSSL error-queue guards.
+// The whole of JwtVerifier::Verify but the exception and OpenSSL error-queue guards. The candidate
+// keys are `keys`, then `more_keys` when not null; *unknown_kid is as in JwtVerifier::Verify (the
+// caller has set it to false).
 StatusOr<json::object> VerifyToken(std::string_view token, std::int64_t now, const std::vector<JwtKey>& keys,
-                                   const JwtRules& rules) {
+                                   const std::vector<JwtKey>* more_keys, const JwtRules& rules,
+                                   bool* unknown_kid) {
   if (token.size() > kMaxTokenLength) return InvalidArgumentError("token is too long");
   const std::size_t first_dot = token.find('.');
   const std::size_t second_dot = first_dot == std::string_view::npos ? first_dot : token.find('.', first_dot + 1);
@@ -427,16 +430,23 @@ StatusOr<json::object> VerifyToken(std::string_view token, std::int64_t now, con
 
   // The signature, under each candidate key in turn.
   bool any_key = false;
+  bool kid_known = false;  // a key of the token's algorithm carries exactly the token's kid
   bool verified = false;
-  for (const JwtKey& key : keys) {
-    if (key.algorithm != *algorithm) continue;
-    if (kid != nullptr && !key.kid.empty() && *kid != key.kid) continue;
-    any_key = true;
-    if (SignatureVerifies(key, *algorithm, signing_input, *signature)) {
-      verified = true;
-      break;
+  const auto try_keys = [&](const std::vector<JwtKey>& candidates) {
+    for (const JwtKey& key : candidates) {
+      if (key.algorithm != *algorithm) continue;
+      if (kid != nullptr && !key.kid.empty() && *kid != key.kid) continue;
+      any_key = true;
+      kid_known = kid_known || (kid != nullptr && !key.kid.empty());
+      if (SignatureVerifies(key, *algorithm, signing_input, *signature)) {
+        verified = true;
+        return;
+      }
     }
-  }
+  };
+  try_keys(keys);
+  if (!verified && more_keys != nullptr) try_keys(*more_keys);
+  if (!verified && kid != nullptr && !kid_known) *unknown_kid = true;
   if (!any_key) return InvalidArgumentError(kid != nullptr ? "no key for kid" : "no key for algorithm");
   if (!verified) return InvalidArgumentError("signature does not verify");
 
@@ -530,13 +540,19 @@ JwtKey JwtVerifier::KeyFromSecret(std::string secret, std::string kid) {
 JwtVerifier::JwtVerifier(std::vector<JwtKey> keys, JwtRules rules) : keys_(std::move(keys)), rules_(std::move(rules)) {}
 
 // Verifies `token` at `now_unix_seconds`; see the header for what is refused.
-StatusOr<boost::json::object> JwtVerifier::Verify(std::string_view token, std::int64_t now_unix_seconds) const {
+StatusOr<boost::json::object> JwtVerifier::Verify(std::string_view token, std::int64_t now_unix_seconds,
+                                                  const std::vector<JwtKey>* more_keys, bool* unknown_kid) const {
+  bool unknown = false;
+  StatusOr<boost::json::object> result = InternalError("token cannot be verified");
   try {
     OpensslErrorScope errors;
-    return VerifyToken(token, now_unix_seconds, keys_, rules_);
+    result = VerifyToken(token, now_unix_seconds, keys_, more_keys, rules_, &unknown);
   } catch (...) {
-    return InternalError("token cannot be verified");
+    unknown = false;
+    result = InternalError("token cannot be verified");
   }
+  if (unknown_kid != nullptr) *unknown_kid = unknown && !result.ok();
+  return result;
 }
 
 }  // namespace idemgate::identity

@@ -14,7 +14,8 @@
 // token signed with HS256, RS256 or ES256 (RFC 7518), and its registered time,
 // issuer and audience claims (RFC 7519). Keys come from PEM public keys, a
 // JWKS document (RFC 7517) or a shared secret; they are parsed once into a
-// JwtVerifier, which is immutable and safe to share between threads.
+// JwtVerifier, which is immutable and safe to share between threads. Keys
+// that change at run time (a JWKS fetched from a URL) are passed to Verify.
 namespace idemgate::identity {
 
 enum class JwtAlgorithm { kHs256, kRs256, kEs256 };
@@ -71,7 +72,17 @@ class JwtVerifier {
   //  - the payload is not a JSON object; `exp` (a number) is at or before
   //    now - leeway, or absent while required; `nbf` is after now + leeway;
   //    `iss` or `aud` do not match the rules.
-  StatusOr<boost::json::object> Verify(std::string_view token, std::int64_t now_unix_seconds) const;
+  //
+  // `more_keys` (may be null; only read during the call, never copied) are
+  // candidates too, after the verifier's own keys: the keys of a JWKS fetched
+  // from a URL, which change while the verifier stays (gateway/jwks_refresher.h).
+  // When `unknown_kid` is given it is set to whether the token failed at the
+  // key or signature step while naming a `kid` that no key of its algorithm
+  // has (a key without a kid does not count): a sign that the issuer rotated
+  // to a key not fetched yet. It is false for every other outcome.
+  StatusOr<boost::json::object> Verify(std::string_view token, std::int64_t now_unix_seconds,
+                                       const std::vector<JwtKey>* more_keys = nullptr,
+                                       bool* unknown_kid = nullptr) const;
 
  private:
   std::vector<JwtKey> keys_;

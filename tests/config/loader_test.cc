@@ -305,6 +305,36 @@ routes:
   EXPECT_FALSE(MustLoad(kMinimal).tls.configured);
 }
 
+// identity.jwt.jwks_* (an extension of SPEC §6).
+TEST(LoaderTest, JwtJwksUrlSettingsAreReadAndDefaulted) {
+  const std::string head = std::string(kMinimal) + "identity:\n  mode: jwt\n  jwt:\n";
+  Config c = MustLoad(head +
+                      "    jwks_url: https://idp.example.com/.well-known/jwks.json?tenant=a\n"
+                      "    jwks_refresh: 1h\n"
+                      "    jwks_ca_file: /etc/idemgate/idp-ca.pem\n"
+                      "    jwks_timeout: 1500ms\n");
+  const JwtIdentity& j = c.identity.jwt;
+  EXPECT_EQ(j.jwks_url, "https://idp.example.com/.well-known/jwks.json?tenant=a");
+  EXPECT_EQ(j.jwks_refresh, 1h);
+  EXPECT_EQ(j.jwks_ca_file, "/etc/idemgate/idp-ca.pem");
+  EXPECT_EQ(j.jwks_timeout, 1500ms);
+  EXPECT_TRUE(j.public_keys.empty());  // a jwks_url alone is enough keys
+  EXPECT_TRUE(j.jwks_file.empty());
+
+  // Defaults; and the URL next to the other key sources.
+  Config d = MustLoad(head + "    jwks_url: \"http://[::1]:8081/jwks\"\n    jwks_file: /k.json\n"
+                             "    public_keys: [ { file: /k.pem } ]\n");
+  EXPECT_EQ(d.identity.jwt.jwks_url, "http://[::1]:8081/jwks");
+  EXPECT_EQ(d.identity.jwt.jwks_refresh, 5min);
+  EXPECT_EQ(d.identity.jwt.jwks_timeout, 5s);
+  EXPECT_TRUE(d.identity.jwt.jwks_ca_file.empty());
+  EXPECT_EQ(d.identity.jwt.jwks_file, "/k.json");
+  EXPECT_TRUE(MustLoad(head + "    jwks_url: HTTPS://IDP.example.com\n    jwks_refresh: 10s\n"
+                              "    jwks_ca_file: /ca.pem\n")
+                  .identity.jwt.jwks_url.starts_with("HTTPS://"));
+  EXPECT_TRUE(MustLoad(kMinimal).identity.jwt.jwks_url.empty());
+}
+
 TEST(LoaderTest, EverySectionIsRead) {
   Config c = MustLoad(R"(listen: 0.0.0.0:0
 workers: 4

@@ -3,7 +3,14 @@
 //
 //   fake_upstream [--port N] [--ready-file PATH] [--threads N]
 //                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+//                 [--serve-file URLPATH=FILE]...
 //
+// --serve-file URLPATH=FILE (repeatable; URLPATH starts with '/')
+//   GET (or HEAD) URLPATH, without a query, answers 200 with FILE's current
+//   content (read again on every request, so a test can rewrite it; write it
+//   atomically) as Content-Type application/json; 404 JSON when FILE cannot
+//   be read, 405 for other methods. Such requests count no execution. Used to
+//   serve a JWKS to idemgate's identity.jwt.jwks_url.
 // --tls-cert FILE, --tls-key FILE
 //   serve HTTPS (TLS 1.2 or 1.3) instead of plain HTTP, with the PEM
 //   certificate chain (leaf first) and the PEM private key in these files.
@@ -35,7 +42,7 @@
 //                         tls_handshake_failures}; connections counts accepted TCP
 //                         connections (TLS or not), tls_handshake_failures is 0 without TLS
 //   /__reset              zeroes the counters
-// Every request except /__* counts one execution (by its raw Idempotency-Key
+// Every request except /__* and --serve-file paths counts one execution (by its raw Idempotency-Key
 // value when present) before it is answered; `execution` is that count.
 //
 // Binds 127.0.0.1:N (0: ephemeral), then writes "listen=127.0.0.1:PORT\n" to
@@ -68,6 +75,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -259,11 +267,35 @@ enum class End {
   kError,  // the peer closed, a read or write failed, a malformed request: drop it
 };
 
+// The --serve-file reply for `file` to `method`.
+Reply ServedFile(http::verb method, const std::string& file) {
+  Reply reply;
+  if (method != http::verb::get && method != http::verb::head) {
+    reply.status = 405;
+    reply.headers.emplace_back("Allow", "GET, HEAD");
+    reply.body = R"({"error":"only GET and HEAD"})";
+    return reply;
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) {
+    json::object o;
+    o["error"] = "cannot read the served file";
+    o["file"] = file;
+    reply.status = 404;
+    reply.body = JsonBody(std::move(o));
+    return reply;
+  }
+  reply.body = std::move(content);
+  return reply;
+}
+
 class Server {
  public:
   // `tls`: serve HTTPS with that context (which must outlive the sessions);
-  // null: plain HTTP.
-  Server(asio::io_context& ioc, ssl::context* tls) : ioc_(ioc), tls_(tls) {}
+  // null: plain HTTP. `files`: the --serve-file paths and their files.
+  Server(asio::io_context& ioc, ssl::context* tls, std::map<std::string, std::string> files)
+      : ioc_(ioc), tls_(tls), files_(std::move(files)) {}
 
   asio::awaitable<void> Accept(tcp::acceptor acceptor) {
     for (;;) {
@@ -391,6 +423,13 @@ class Server {
         }
         const bool written = co_await Write(stream, control, keep_alive, head);
         if (!written) co_return End::kError;
+        if (!keep_alive) co_return End::kClose;
+        continue;
+      }
+
+      if (auto file = files_.find(target); file != files_.end()) {
+        Reply served = ServedFile(req.method(), file->second);
+        if (!co_await Write(stream, served, keep_alive, head)) co_return End::kError;
         if (!keep_alive) co_return End::kClose;
         continue;
       }
@@ -565,6 +604,7 @@ class Server {
 
   asio::io_context& ioc_;
   ssl::context* const tls_;
+  const std::map<std::string, std::string> files_;  // --serve-file: URL path -> file
   Counters counters_;
 };
 
@@ -582,7 +622,8 @@ bool WriteReadyFile(const std::string& path, const std::string& contents) {
 
 int Usage() {
   std::cerr << "usage: fake_upstream [--port N] [--ready-file PATH] [--threads N]\n"
-               "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
+               "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+               "                     [--serve-file URLPATH=FILE]...\n";
   return 2;
 }
 
@@ -640,6 +681,7 @@ int Main(int argc, char** argv) {
   std::uint64_t threads = 2;
   std::string ready_file;
   std::string tls_cert, tls_key, tls_client_ca;
+  std::map<std::string, std::string> files;  // --serve-file
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -660,6 +702,10 @@ int Main(int argc, char** argv) {
       tls_key = value;
     } else if (arg == "--tls-client-ca") {
       tls_client_ca = value;
+    } else if (arg == "--serve-file") {
+      const std::size_t eq = value.find('=');
+      if (eq == std::string_view::npos || eq == 0 || value.front() != '/' || eq + 1 == value.size()) return Usage();
+      files[std::string(value.substr(0, eq))] = std::string(value.substr(eq + 1));
     } else {
       return Usage();
     }
@@ -694,7 +740,7 @@ int Main(int argc, char** argv) {
   }
   const auto bound = acceptor.local_endpoint();
 
-  Server server(ioc, tls.get());
+  Server server(ioc, tls.get(), std::move(files));
   asio::co_spawn(ioc, server.Accept(std::move(acceptor)), asio::detached);
   asio::signal_set signals(ioc, SIGTERM, SIGINT);
   signals.async_wait([&ioc](const beast::error_code&, int) { ioc.stop(); });

@@ -831,5 +831,64 @@ TEST_F(FakeUpstreamTest, PlainStatsReportNoHandshakeFailures) {
   EXPECT_EQ(stats->tls_handshake_failures, 0u);
 }
 
+TEST(FakeUpstreamServeFileTest, ServesTheFilesCurrentContentWithoutCountingAnExecution) {
+  TempDir dir;
+  const std::string jwks = dir.Join("jwks.json");
+  ASSERT_TRUE(WriteFile(jwks, R"({"keys":[]})").ok());
+  auto server = StartServer(IDEMGATE_FAKE_UPSTREAM_PATH,
+                            {"--port", "0", "--serve-file", "/.well-known/jwks.json=" + jwks, "--serve-file",
+                             "/missing.json=" + dir.Join("missing.json")},
+                            dir.Join("fake.ready"));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const HostPort endpoint = server->Endpoint().value();
+
+  HttpClient client(endpoint);
+  auto res = client.Send(HttpRequest{.target = "/.well-known/jwks.json"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->Header("Content-Type"), "application/json");
+  EXPECT_EQ(res->body, R"({"keys":[]})");
+  // Read again on every request.
+  ASSERT_TRUE(WriteFile(jwks, R"({"keys":[{"kid":"b"}]})").ok());
+  res = client.Send(HttpRequest{.target = "/.well-known/jwks.json"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body, R"({"keys":[{"kid":"b"}]})");
+  res = client.Send(HttpRequest{.method = "HEAD", .target = "/.well-known/jwks.json"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_TRUE(res->body.empty());
+  // Other methods, and a file that cannot be read.
+  res = client.Send(HttpRequest{.method = "POST", .target = "/.well-known/jwks.json"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->Header("Allow"), "GET, HEAD");
+  res = client.Send(HttpRequest{.target = "/missing.json"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 404);
+  // None of them was an execution; other paths still are.
+  auto stats = FetchFakeStats(endpoint);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->executions, 0u);
+  res = client.Send(HttpRequest{.target = "/.well-known/jwks.json?x=1"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 404);
+  stats = FetchFakeStats(endpoint);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->executions, 1u);
+}
+
+TEST(FakeUpstreamServeFileTest, MalformedServeFileIsAUsageError) {
+  for (const std::string& value : {std::string("no-equals"), std::string("relative=/f"), std::string("=/f"),
+                                   std::string("/path=")}) {
+    auto p = Process::Start(IDEMGATE_FAKE_UPSTREAM_PATH, {"--serve-file", value},
+                            ProcessOptions{.stderr_path = "/dev/null"});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto status = p->WaitExit(10s);
+    ASSERT_TRUE(status.has_value()) << value;
+    EXPECT_TRUE(status->exited) << value;
+    EXPECT_EQ(status->code, 2) << value;
+  }
+}
+
 }  // namespace
 }  // namespace idemgate::testing

@@ -581,6 +581,61 @@ TEST(JwtVerifierTest, KidSelectsTheKey) {
                 "no key for kid");
 }
 
+// Keys passed to Verify (a JWKS fetched from a URL) are candidates after the verifier's own, and
+// the caller learns when a token names a kid that no key has.
+TEST(JwtVerifierTest, MoreKeysServeTooAndUnknownKidsAreReported) {
+  const JwtVerifier verifier({PemKey(kRsaAPublic, JwtAlgorithm::kRs256, "a")}, Rules(kAll));
+  const std::vector<JwtKey> fetched = {PemKey(kRsaBPublic, JwtAlgorithm::kRs256, "b")};
+  const std::string by_b = Token(R"({"alg":"RS256","kid":"b"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
+  const std::string by_a = Token(R"({"alg":"RS256","kid":"a"})", Claims(kNow + 60), Rs256(kRsaAPrivate));
+  const auto verify = [](const JwtVerifier& v, const std::string& token, const std::vector<JwtKey>* more,
+                         bool expect_unknown) {
+    bool unknown = !expect_unknown;  // Verify must set it either way
+    auto claims = v.Verify(token, kNow, more, &unknown);
+    EXPECT_EQ(unknown, expect_unknown);
+    return claims;
+  };
+
+  // Without the fetched keys, kid "b" is unknown; with them the token verifies.
+  auto claims = verify(verifier, by_b, nullptr, true);
+  ASSERT_FALSE(claims.ok());
+  EXPECT_EQ(claims.status().message(), "no key for kid");
+  claims = verify(verifier, by_b, &fetched, false);
+  ASSERT_TRUE(claims.ok()) << claims.status().ToString();
+  EXPECT_EQ(claims->at("sub"), "alice");
+  // The verifier's own keys still serve, with or without more keys; an empty list is no key.
+  EXPECT_TRUE(verify(verifier, by_a, &fetched, false).ok());
+  const std::vector<JwtKey> none;
+  EXPECT_TRUE(verify(verifier, by_a, &none, false).ok());
+  EXPECT_FALSE(verify(verifier, by_b, &none, true).ok());
+  // The default arguments: no more keys, nothing reported.
+  EXPECT_FALSE(verifier.Verify(by_b, kNow).ok());
+
+  // A known kid whose key did not sign is a bad signature, not an unknown kid.
+  const std::string b_signed_by_a = Token(R"({"alg":"RS256","kid":"b"})", Claims(kNow + 60), Rs256(kRsaAPrivate));
+  claims = verify(verifier, b_signed_by_a, &fetched, false);
+  EXPECT_EQ(claims.status().message(), "signature does not verify");
+  // A kid known only under another algorithm is unknown.
+  const JwtVerifier other_alg({JwtVerifier::KeyFromSecret(kSecret, "b")}, Rules(kAll));
+  EXPECT_FALSE(verify(other_alg, by_b, nullptr, true).ok());
+  // A key without a kid is tried for a token naming one: when it verifies, nothing is unknown;
+  // when it does not, the kid still names no key.
+  const JwtVerifier any_kid({PemKey(kRsaAPublic, JwtAlgorithm::kRs256)}, Rules(kAll));
+  const std::string c_by_a = Token(R"({"alg":"RS256","kid":"c"})", Claims(kNow + 60), Rs256(kRsaAPrivate));
+  const std::string c_by_b = Token(R"({"alg":"RS256","kid":"c"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
+  EXPECT_TRUE(verify(any_kid, c_by_a, nullptr, false).ok());
+  claims = verify(any_kid, c_by_b, nullptr, true);
+  EXPECT_EQ(claims.status().message(), "signature does not verify");
+  // A token without a kid is never an unknown kid.
+  const std::string no_kid = Token(R"({"alg":"RS256"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
+  EXPECT_EQ(verify(verifier, no_kid, nullptr, false).status().message(), "signature does not verify");
+  // Failures before the keys (the header) or after the signature (the claims) are not about keys.
+  const std::string none_alg = Base64Url(R"({"alg":"none","kid":"x"})") + "." + Base64Url(Claims(kNow + 60)) + ".";
+  EXPECT_EQ(verify(verifier, none_alg, &fetched, false).status().message(), "algorithm not allowed");
+  const std::string expired = Token(R"({"alg":"RS256","kid":"b"})", Claims(kNow - 60), Rs256(kRsaBPrivate));
+  EXPECT_EQ(verify(verifier, expired, &fetched, false).status().message(), "token expired");
+}
+
 TEST(JwtVerifierTest, KeyWithoutKidServesTokensThatNameOne) {
   const JwtVerifier verifier(
       {PemKey(kRsaAPublic, JwtAlgorithm::kRs256, "a"), PemKey(kRsaBPublic, JwtAlgorithm::kRs256)},
@@ -1008,6 +1063,9 @@ TEST(JwtVerifierTest, KeysOutliveTheirSourceAndVerifyFromManyThreads) {
   const std::string rs256 = Token(R"({"alg":"RS256"})", Claims(kNow + 60), Rs256(kRsaAPrivate));
   const std::string es256 = Token(R"({"alg":"ES256"})", Claims(kNow + 60), Es256(kEcPrivate));
   const std::string forged = Token(R"({"alg":"RS256"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
+  // Keys passed per call are shared, not copied, between the threads too.
+  const std::vector<JwtKey> more = {PemKey(kRsaBPublic, JwtAlgorithm::kRs256, "b")};
+  const std::string by_b = Token(R"({"alg":"RS256","kid":"b"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
   for (int t = 0; t < 4; ++t) {
@@ -1016,6 +1074,7 @@ TEST(JwtVerifierTest, KeysOutliveTheirSourceAndVerifyFromManyThreads) {
         if (!verifier.Verify(rs256, kNow).ok()) ++failures[t];
         if (!verifier.Verify(es256, kNow).ok()) ++failures[t];
         if (verifier.Verify(forged, kNow).ok()) ++failures[t];
+        if (!verifier.Verify(by_b, kNow, &more).ok()) ++failures[t];
       }
     });
   }

@@ -3,15 +3,21 @@
 // OpenSSL directly (an RSA key made for the test, an HS256 secret);
 // tests/identity checks the verifier's rules one by one.
 #include <gtest/gtest.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
+#include <signal.h>
+
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/harness.h"
@@ -93,6 +99,26 @@ std::string PublicPem(EVP_PKEY* key) {
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<std::size_t>(n));
+}
+
+// A JWKS with the RSA public key of `key` under `kid`.
+std::string RsaJwks(EVP_PKEY* key, const std::string& kid) {
+  const auto param = [key](const char* name) {
+    BIGNUM* raw = nullptr;
+    EXPECT_EQ(EVP_PKEY_get_bn_param(key, name, &raw), 1) << name;
+    std::unique_ptr<BIGNUM, decltype(&BN_free)> bn(raw, BN_free);
+    std::string bytes(static_cast<std::size_t>(BN_num_bytes(bn.get())), '\0');
+    BN_bn2bin(bn.get(), reinterpret_cast<unsigned char*>(bytes.data()));
+    return Base64Url(bytes);
+  };
+  return R"({"keys":[{"kty":"RSA","use":"sig","kid":")" + kid + R"(","n":")" + param(OSSL_PKEY_PARAM_RSA_N) +
+         R"(","e":")" + param(OSSL_PKEY_PARAM_RSA_E) + R"("}]})";
+}
+
+// Replaces `path` with `contents` in one rename, so a reader sees the old or the new text.
+void WriteAtomically(const std::string& path, const std::string& contents) {
+  ASSERT_TRUE(WriteFile(path + ".tmp", contents).ok());
+  ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
 }
 
 constexpr char kSecret[] = "jwt-shared-secret-for-the-integration-tests";
@@ -246,6 +272,89 @@ TEST_F(IdentityTest, UnreadableKeysStopTheStart) {
                                  {{"SHORT", "only-20-bytes-long.."}}, "third");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().ToString().find("shorter than 32 bytes"), std::string::npos) << s.status().ToString();
+}
+
+// identity.jwt.jwks_url (an extension of SPEC §6): the JWKS is fetched from the identity provider
+// (a second fake_upstream serving a file) at start and again as soon as a token names a kid it
+// does not hold.
+TEST_F(IdentityTest, JwtKeysComeFromAJwksUrlAndFollowAKeyRotation) {
+  PkeyPtr a(EVP_RSA_gen(2048), EVP_PKEY_free);
+  PkeyPtr b(EVP_RSA_gen(2048), EVP_PKEY_free);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string jwks = dir_.Join("jwks.json");
+  WriteAtomically(jwks, RsaJwks(a.get(), "a"));
+  auto idp = StartServer(IDEMGATE_FAKE_UPSTREAM_PATH,
+                         {"--port", "0", "--serve-file", "/.well-known/jwks.json=" + jwks}, dir_.Join("idp.ready"));
+  ASSERT_TRUE(idp.ok()) << idp.status().ToString();
+  const std::string url = "http://" + idp->Endpoint().value().ToString() + "/.well-known/jwks.json";
+  const auto yaml = [this](const std::string& jwks_url) {
+    return Yaml("  mode: jwt\n"
+                "  jwt:\n"
+                "    algorithms: [RS256]\n"
+                "    jwks_url: \"" + jwks_url + "\"\n"
+                "    jwks_timeout: 2s\n"
+                "    issuer: https://auth.test\n"
+                "    audience: idemgate\n");
+  };
+  StartGateway(yaml(url));
+
+  const HttpResponse first = Send(Authorized(Rs256Token(a.get(), "a", Claims("acme", "alice")), "j1"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  ExpectUpstreamIdentity(first, "acme", "shop", "user:alice");
+
+  // The provider rotates to key B. The first token signed with it may be refused (it makes the
+  // gateway fetch the JWKS again at once); within moments, tokens with kid "b" are accepted.
+  WriteAtomically(jwks, RsaJwks(b.get(), "b"));
+  const std::string by_b = Rs256Token(b.get(), "b", Claims("acme", "bob"));
+  int last_status = 0;
+  const bool accepted = PollUntil(
+      [&] {
+        const HttpResponse res = Send(Authorized(by_b, "j2"));
+        last_status = res.status;
+        return res.status == 200;
+      },
+      2s, 50ms);
+  ASSERT_TRUE(accepted) << "last status " << last_status;
+  // Key A went with the rotation.
+  ExpectProblem(Send(Authorized(Rs256Token(a.get(), "a", Claims("acme", "alice")), "j3")), 401, "unauthenticated");
+  EXPECT_EQ(Executions(), 2u);
+
+  // A reload to a jwks_url that cannot be fetched keeps the running config and its keys.
+  RefusingPort refusing;
+  ASSERT_TRUE(WriteConfig(dir_, yaml("http://127.0.0.1:" + std::to_string(refusing.port()) + "/jwks.json")).ok());
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        const std::string out = gateway_->Stdout();
+        return out.find("config reload failed") != std::string::npos &&
+               out.find("identity.jwt.jwks_url") != std::string::npos;
+      },
+      10s));
+  const HttpResponse still = Send(Authorized(by_b, "j4"));
+  EXPECT_EQ(still.status, 200) << still.body;
+}
+
+TEST_F(IdentityTest, AJwksUrlThatCannotBeFetchedStopsTheStart) {
+  const auto yaml = [this](const std::string& jwks_url) {
+    return Yaml("  mode: jwt\n  jwt: { jwks_url: \"" + jwks_url + "\", jwks_timeout: 2s }\n");
+  };
+  RefusingPort refusing;
+  const std::string refused_url = "http://127.0.0.1:" + std::to_string(refusing.port()) + "/jwks.json";
+  auto g = GatewayProcess::Start(dir_, yaml(refused_url));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().ToString().find("idemgate: identity.jwt.jwks_url: " + refused_url + ": "), std::string::npos)
+      << g.status().ToString();
+  // An answer other than 200, and a 200 that is no JWKS.
+  const std::string not_found = "http://" + fake_endpoint_.ToString() + "/status/404";
+  auto h = GatewayProcess::Start(dir_, yaml(not_found), {}, "second");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().ToString().find("identity.jwt.jwks_url: " + not_found + ": the server answered 404"),
+            std::string::npos)
+      << h.status().ToString();
+  auto e = GatewayProcess::Start(dir_, yaml("http://" + fake_endpoint_.ToString() + "/echo"), {}, "third");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().ToString().find("JWKS has no keys array"), std::string::npos) << e.status().ToString();
 }
 
 }  // namespace
