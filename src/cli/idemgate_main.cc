@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "admin/admin_api.h"
@@ -250,16 +251,20 @@ int Run(const Args& args) {
   admin::AdminApi api(api_options);
   gateway::AdminHandler admin_handler(api);
 
-  // TLS on the listen address: the context is read now and again on every
-  // reload (a renewed certificate takes effect without a restart).
+  // TLS on the listen address and on the admin listener: the contexts are
+  // read now and again on every reload (a renewed certificate takes effect
+  // without a restart).
   http::TlsContextSlot listener_tls;
-  if (config.tls.configured) {
-    auto tls = MakeListenerTls(config.tls);
+  http::TlsContextSlot admin_tls;
+  for (auto [settings, slot, name] : {std::tuple{&config.tls, &listener_tls, "tls"},
+                                      std::tuple{&config.admin.tls, &admin_tls, "admin.tls"}}) {
+    if (!settings->configured) continue;
+    auto tls = MakeListenerTls(*settings);
     if (!tls.ok()) {
-      Print(stderr, "idemgate: tls: " + tls.status().message() + "\n");
+      Print(stderr, std::string("idemgate: ") + name + ": " + tls.status().message() + "\n");
       return 1;
     }
-    listener_tls.Set(std::move(*tls));
+    slot->Set(std::move(*tls));
   }
   auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true,
                              config.tls.configured ? &listener_tls : nullptr);
@@ -269,7 +274,8 @@ int Run(const Args& args) {
   }
   std::optional<http::BoundAddress> admin_bound;
   if (admin_listen) {
-    auto a = server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false);
+    auto a = server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false,
+                           config.admin.tls.configured ? &admin_tls : nullptr);
     if (!a.ok()) {
       Print(stderr, "idemgate: admin: " + a.status().message() + "\n");
       return 1;
@@ -301,16 +307,25 @@ int Run(const Args& args) {
         LogError("config reload failed; keeping the running config", {{"error", reloaded.status().message()}});
         continue;
       }
+      // The listeners' certificates, read again (a listener without TLS at
+      // start stays without it: that needs a restart).
       std::shared_ptr<const http::TlsContext> new_tls;
-      if (config.tls.configured && reloaded->tls.configured) {
-        auto tls = MakeListenerTls(reloaded->tls);
+      std::shared_ptr<const http::TlsContext> new_admin_tls;
+      bool tls_failed = false;
+      for (auto [running, wanted, out, name] :
+           {std::tuple{&config.tls, &reloaded->tls, &new_tls, "tls"},
+            std::tuple{&config.admin.tls, &reloaded->admin.tls, &new_admin_tls, "admin.tls"}}) {
+        if (!running->configured || !wanted->configured || tls_failed) continue;
+        auto tls = MakeListenerTls(*wanted);
         if (!tls.ok()) {
           LogError("config reload failed; keeping the running config",
-                   {{"error", "tls: " + tls.status().message()}});
+                   {{"error", std::string(name) + ": " + tls.status().message()}});
+          tls_failed = true;
           continue;
         }
-        new_tls = std::move(*tls);
+        *out = std::move(*tls);
       }
+      if (tls_failed) continue;
       // A new jwks_url (or its settings) is fetched before anything changes.
       Status fetched = jwks.Configure(JwksSettings(*reloaded));
       if (!fetched.ok()) {
@@ -324,12 +339,14 @@ int Run(const Args& args) {
         continue;
       }
       if (new_tls) listener_tls.Set(std::move(new_tls));
+      if (new_admin_tls) admin_tls.Set(std::move(new_admin_tls));
       server.SetLimits(gateway::LimitsFromConfig(*reloaded));
       ApplyLogSettings(*reloaded);
       grace = reloaded->shutdown_grace;
       if (reloaded->listen != config.listen || reloaded->workers != config.workers ||
-          reloaded->admin.listen != config.admin.listen || reloaded->tls.configured != config.tls.configured) {
-        LogWarn("listen, tls on or off, admin.listen and workers changes need a restart");
+          reloaded->admin.listen != config.admin.listen || reloaded->tls.configured != config.tls.configured ||
+          reloaded->admin.tls.configured != config.admin.tls.configured) {
+        LogWarn("listen, tls or admin.tls on or off, admin.listen and workers changes need a restart");
       }
       LogInfo("config reloaded", {{"config", args.config}});
       continue;

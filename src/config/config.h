@@ -36,9 +36,19 @@ struct Limits {
   Duration idle_timeout = 60s;
 };
 
+// TLS on a listener: the `listen` address (a top-level `tls` block) or the
+// admin listener (`admin.tls`).
+struct ListenerTls {
+  std::string cert_file;       // certificate chain (PEM), leaf first
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // when set: clients must present a certificate signed by one of these CAs
+  bool configured = false;     // a `tls` block was written
+};
+
 struct Admin {
   std::string listen;     // empty: no admin listener
   std::string token_env;  // environment variable holding the bearer token
+  ListenerTls tls;        // HTTPS on the admin listener
 };
 
 struct Redis {
@@ -220,13 +230,6 @@ struct Log {
   std::string format = "json";
 };
 
-// TLS on the `listen` address (a top-level `tls` block).
-struct ListenerTls {
-  std::string cert_file;       // certificate chain (PEM), leaf first
-  std::string key_file;        // its private key (PEM)
-  std::string client_ca_file;  // when set: clients must present a certificate signed by one of these CAs
-  bool configured = false;     // a `tls` block was written
-};
 
 struct Config {
   std::string source;  // file the config was read from

@@ -91,13 +91,7 @@ class Loader {
             {"listen", "tls", "workers", "shutdown_grace", "limits", "admin", "store", "identity",
              "upstreams", "defaults", "routes", "webhooks", "metrics", "log"});
     if (auto f = top.Get("listen")) c.listen = String(*f);
-    if (auto f = top.Get("tls")) {
-      Map t(*this, *f, {"cert_file", "key_file", "client_ca_file"});
-      c.tls.configured = true;
-      if (auto g = t.Get("cert_file")) c.tls.cert_file = String(*g);
-      if (auto g = t.Get("key_file")) c.tls.key_file = String(*g);
-      if (auto g = t.Get("client_ca_file")) c.tls.client_ca_file = String(*g);
-    }
+    if (auto f = top.Get("tls")) LoadListenerTls(*f, &c.tls);
     if (auto f = top.Get("workers")) {
       c.workers = static_cast<std::uint32_t>(Uint(*f, std::numeric_limits<std::uint32_t>::max()));
     }
@@ -308,9 +302,18 @@ class Loader {
   }
 
   void LoadAdmin(const Field& f, Admin* a) {
-    Map m(*this, f, {"listen", "token_env"});
+    Map m(*this, f, {"listen", "token_env", "tls"});
     if (auto g = m.Get("listen")) a->listen = String(*g);
     if (auto g = m.Get("token_env")) a->token_env = String(*g);
+    if (auto g = m.Get("tls")) LoadListenerTls(*g, &a->tls);
+  }
+
+  void LoadListenerTls(const Field& f, ListenerTls* tls) {
+    Map t(*this, f, {"cert_file", "key_file", "client_ca_file"});
+    tls->configured = true;
+    if (auto g = t.Get("cert_file")) tls->cert_file = String(*g);
+    if (auto g = t.Get("key_file")) tls->key_file = String(*g);
+    if (auto g = t.Get("client_ca_file")) tls->client_ca_file = String(*g);
   }
 
   void LoadStore(const Field& f, Store* s) {

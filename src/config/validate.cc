@@ -175,7 +175,10 @@ class Validator {
     CheckTop();
     CheckStore();
     CheckIdentity();
-    CheckListenerTls();
+    CheckListenerTls(config_.tls, "tls");
+    CheckListenerTls(config_.admin.tls, "admin.tls");
+    Check(!config_.admin.tls.configured || !config_.admin.listen.empty(), "admin.tls",
+          "there is no admin listener to serve over TLS (admin.listen is not set)");
     CheckUpstreams();
     CheckIdempotencyFields("defaults.idempotency", config_.defaults);
     CheckRoutes();
@@ -342,10 +345,10 @@ class Validator {
     Check(!j.claims.subject.empty(), path + ".claims.subject", "must name a claim");
   }
 
-  void CheckListenerTls() {
-    if (!config_.tls.configured) return;
-    Check(!config_.tls.cert_file.empty(), "tls.cert_file", "missing (a TLS listener needs its certificate)");
-    Check(!config_.tls.key_file.empty(), "tls.key_file", "missing (a TLS listener needs its private key)");
+  void CheckListenerTls(const ListenerTls& tls, const std::string& path) {
+    if (!tls.configured) return;
+    Check(!tls.cert_file.empty(), path + ".cert_file", "missing (a TLS listener needs its certificate)");
+    Check(!tls.key_file.empty(), path + ".key_file", "missing (a TLS listener needs its private key)");
   }
 
   void CheckUpstreams() {

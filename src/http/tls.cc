@@ -24,6 +24,23 @@ std::string OpenSslErrors(std::string fallback) {
   return out.empty() ? fallback : out;
 }
 
+// ALPN's name for the one protocol served (RFC 7301 wire form).
+constexpr unsigned char kHttp11Alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+// A listener picks http/1.1 when the client offers it (curl and browsers
+// offer h2 first); a client that offers only other protocols gets no ALPN
+// answer rather than a failed handshake.
+int SelectHttp11(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
+                 void*) {
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kHttp11Alpn, sizeof kHttp11Alpn, in, inlen) ==
+      OPENSSL_NPN_NEGOTIATED) {
+    *out = selected;
+    return SSL_TLSEXT_ERR_OK;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
 // TLS 1.2 or later, no renegotiation, no compression.
 Status ApplyBaseline(SSL_CTX* ctx) {
   if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
@@ -71,6 +88,11 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOpt
   SSL_CTX* ctx = impl->context.native_handle();
   if (Status s = ApplyBaseline(ctx); !s.ok()) return s;
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  // Offer http/1.1 (the only protocol the proxy speaks) for upstreams that
+  // insist on ALPN. (0 is success here.)
+  if (SSL_CTX_set_alpn_protos(ctx, kHttp11Alpn, sizeof kHttp11Alpn) != 0) {
+    return InternalError("TLS: cannot set ALPN: " + OpenSslErrors("unknown error"));
+  }
   if (options.ca_file.empty()) {
     if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
       return InvalidArgumentError("TLS: cannot load the system's trust store: " + OpenSslErrors("unknown error"));
@@ -92,6 +114,7 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
   if (Status s = ApplyBaseline(ctx); !s.ok()) return s;
   // The server's cipher preference decides (TLS 1.2).
   SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_alpn_select_cb(ctx, &SelectHttp11, nullptr);
   if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "listener"); !s.ok()) return s;
   if (!options.client_ca_file.empty()) {
     if (SSL_CTX_load_verify_file(ctx, options.client_ca_file.c_str()) != 1) {

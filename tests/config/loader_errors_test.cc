@@ -190,6 +190,14 @@ std::vector<BadConfig> BadConfigs() {
       {"ListenerTlsWithoutKey",
        "tls:\n  cert_file: /etc/gateway.pem\nupstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 1,
        "tls.key_file", "missing (a TLS listener needs its private key)"},
+      {"AdminTlsWithoutAdminListener",
+       "admin:\n  tls: { cert_file: /etc/a.pem, key_file: /etc/a.key }\n"
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 2,
+       "admin.tls", "there is no admin listener to serve over TLS"},
+      {"AdminTlsWithoutCertificate",
+       "admin:\n  listen: 127.0.0.1:9090\n  tls:\n    key_file: /etc/a.key\n"
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 3,
+       "admin.tls.cert_file", "missing (a TLS listener needs its certificate)"},
       {"ListenerTlsUnknownKey",
        "tls:\n  cert_file: /etc/gateway.pem\n  key_file: /etc/gateway.key\n  ca_file: /etc/ca.pem\n"
        "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes: []\n", 4,

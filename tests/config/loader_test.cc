@@ -303,6 +303,20 @@ routes:
   EXPECT_EQ(c.tls.key_file, "/etc/idemgate/gateway.key");
   EXPECT_EQ(c.tls.client_ca_file, "/etc/idemgate/clients-ca.pem");
   EXPECT_FALSE(MustLoad(kMinimal).tls.configured);
+  EXPECT_FALSE(c.admin.tls.configured);
+
+  Config admin = MustLoad(R"(admin:
+  listen: 127.0.0.1:9443
+  tls: { cert_file: /etc/idemgate/admin.pem, key_file: /etc/idemgate/admin.key }
+upstreams:
+  app: { url: http://127.0.0.1:9001 }
+routes:
+  - { id: r1, match: { path_prefix: / }, upstream: app }
+)");
+  EXPECT_TRUE(admin.admin.tls.configured);
+  EXPECT_EQ(admin.admin.tls.cert_file, "/etc/idemgate/admin.pem");
+  EXPECT_EQ(admin.admin.tls.key_file, "/etc/idemgate/admin.key");
+  EXPECT_FALSE(admin.tls.configured);
 }
 
 // identity.jwt.jwks_* (an extension of SPEC §6).

@@ -1137,6 +1137,15 @@ struct TlsClient::Impl {
       ctx_.use_private_key_file(options.key_file, ssl::context::pem);
     }
     SSL_CTX_set_min_proto_version(ctx_.native_handle(), TLS1_2_VERSION);
+    if (!options.alpn.empty()) {
+      std::string wire;
+      for (const std::string& p : options.alpn) {
+        wire += static_cast<char>(p.size());
+        wire += p;
+      }
+      SSL_CTX_set_alpn_protos(ctx_.native_handle(), reinterpret_cast<const unsigned char*>(wire.data()),
+                              static_cast<unsigned int>(wire.size()));
+    }
     if (options.max_version)
       SSL_CTX_set_max_proto_version(ctx_.native_handle(), options.max_version);
   }
@@ -1272,5 +1281,13 @@ boost::system::error_code TlsClient::ReadTcpAfterClose() { return impl_->ReadTcp
 StatusOr<FakeStats> TlsClient::Stats() { return impl_->Stats(); }
 void TlsClient::Close() { impl_->Close(); }
 int TlsClient::connections() const { return impl_->connections(); }
+std::string TlsClient::alpn() const {
+  if (!impl_->stream_) return "";
+  const unsigned char* data = nullptr;
+  unsigned int size = 0;
+  SSL_get0_alpn_selected(impl_->stream_->native_handle(), &data, &size);
+  if (data == nullptr || size == 0) return "";
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
 
 }  // namespace idemgate::testing

@@ -329,6 +329,7 @@ struct TlsClientOptions {
   std::string verify_name = "localhost";  // a host name (also sent as SNI), or an IP address
   std::string cert_file, key_file;        // a client certificate, when set
   int max_version = 0;                    // e.g. TLS1_2_VERSION; 0: up to TLS 1.3
+  std::vector<std::string> alpn;          // protocols offered by ALPN, in order; empty: no ALPN
 };
 
 // A synchronous HTTPS/1.1 client on one keep-alive connection; every
@@ -355,6 +356,8 @@ class TlsClient {
   void Close();
   // Handshakes completed so far.
   int connections() const;
+  // The protocol the server chose by ALPN on the current connection, or "".
+  std::string alpn() const;
 
  private:
   struct Impl;

@@ -50,10 +50,11 @@ class TlsListenerTest : public GatewaySuite {
     std::filesystem::copy_file(pki_.server_key, key_);
   }
 
-  std::string Yaml(const std::string& tls_extra = "", const std::string& limits = "") const {
+  std::string Yaml(const std::string& tls_extra = "", const std::string& limits = "",
+                   const ConfigHead& head = {}) const {
     std::string yaml = "tls: { cert_file: \"" + cert_ + "\", key_file: \"" + key_ + "\"" + tls_extra + " }\n";
     if (!limits.empty()) yaml += "limits: " + limits + "\n";
-    yaml += GatewayConfigHead(fake_endpoint_);
+    yaml += GatewayConfigHead(fake_endpoint_, head);
     yaml += "  - id: pay\n    match: { path_prefix: / }\n    upstream: fake\n";
     return yaml;
   }
@@ -110,6 +111,44 @@ TEST_F(TlsListenerTest, LargeBodiesCrossTheTlsListenerBothWays) {
     ASSERT_EQ(large->body.size(), 2500000u);
     EXPECT_EQ(large->body.substr(0, 26), "abcdefghijklmnopqrstuvwxyz");
   }
+}
+
+TEST_F(TlsListenerTest, AlpnSettlesOnHttp11) {
+  StartGateway(Yaml());
+  // curl and browsers offer h2 first; the listener answers http/1.1.
+  TlsClientOptions offering = Trusting();
+  offering.alpn = {"h2", "http/1.1"};
+  TlsClient client(gateway_->endpoint(), offering);
+  auto res = client.Send("GET", "/echo/alpn");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(client.alpn(), "http/1.1");
+  // A client offering only protocols it cannot have gets no ALPN answer,
+  // not a failed handshake.
+  TlsClientOptions h2_only = Trusting();
+  h2_only.alpn = {"h2"};
+  TlsClient other(gateway_->endpoint(), h2_only);
+  ASSERT_TRUE(other.Connect().ok());
+  EXPECT_EQ(other.alpn(), "");
+}
+
+TEST_F(TlsListenerTest, TheAdminListenerServesHttpsWithItsOwnTlsBlock) {
+  const std::string admin = "{ listen: 127.0.0.1:0, tls: { cert_file: \"" + pki_.other_cert + "\", key_file: \"" +
+                            pki_.other_key + "\" } }";
+  StartGateway(Yaml("", "", ConfigHead{.admin = admin}));
+  // Its own certificate (for other.test), not the main listener's.
+  TlsClientOptions as_other = Trusting();
+  as_other.verify_name = "other.test";
+  auto health = TlsClient(gateway_->admin(), as_other).Send("GET", "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(health->status, 200);
+  auto metrics = TlsClient(gateway_->admin(), as_other).Send("GET", "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("idemgate_request_duration_seconds"), std::string::npos);
+  EXPECT_FALSE(TlsClient(gateway_->admin(), Trusting()).Connect().ok());  // not localhost's certificate
+  auto plain = SendRequest(gateway_->admin(), HttpRequest{.target = "/healthz"}, 3s);
+  EXPECT_FALSE(plain.ok() && plain->status == 200);
 }
 
 TEST_F(TlsListenerTest, PlainHttpGetsNoAnswerOnTheTlsPort) {
