@@ -80,6 +80,9 @@ struct Request {
   std::string body;
   std::string key;                          // raw key; empty: Client::Send makes a NewKeyV4
   std::string key_header = "Idempotency-Key";  // sent as an sf-string: "key"
+  // The largest response body read; a larger one fails the attempt
+  // (ResourceExhausted) as soon as the limit is passed. Not kept in the DLQ.
+  std::uint64_t max_response_bytes = 64ULL * 1024 * 1024;
 };
 
 struct Response {
@@ -111,7 +114,7 @@ struct TlsSettings {
 
 // One attempt: connects (and, for https://, completes a TLS handshake with
 // `tls`), sends `request` (with its key header), reads the whole response (at
-// most 64 MiB), all within `timeout`. An error Status when there is no
+// most request.max_response_bytes), all within `timeout`. An error Status when there is no
 // response: Unavailable (connection or TLS handshake failed, e.g. "TLS
 // handshake with HOST:PORT failed: certificate verify failed (hostname
 // mismatch)"), DeadlineExceeded, InvalidArgument for a bad URL or request,

@@ -40,7 +40,6 @@ namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
-constexpr std::uint64_t kMaxResponseBody = 64ULL * 1024 * 1024;
 constexpr std::uint32_t kMaxResponseHeader = 1024 * 1024;
 
 // RFC 9110 tchar.
@@ -275,6 +274,7 @@ Status SetPeerName(SSL* ssl, const std::string& host) {
 // whose expiry bounds every step.
 template <typename Stream>
 StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<http::string_body>& req,
+                            std::uint64_t max_body,
                             bool head, const std::string& where, const std::string& after) {
   beast::error_code ec =
       RunOne(io, [&](auto handler) { http::async_write(stream, req, std::move(handler)); });
@@ -285,7 +285,7 @@ StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<
   for (;;) {
     http::response_parser<http::string_body> parser;
     parser.header_limit(kMaxResponseHeader);
-    parser.body_limit(kMaxResponseBody);
+    parser.body_limit(max_body);
     if (head) parser.skip(true);
     ec = RunOne(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
     if (ec == ssl::error::stream_truncated) {
@@ -304,7 +304,9 @@ StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<
     if (ec == http::error::end_of_stream) {
       return UnavailableError("connection closed by " + where + " before a response");
     }
-    if (ec == http::error::body_limit) return ResourceExhaustedError("response from " + where + " over 64 MiB");
+    if (ec == http::error::body_limit) {
+      return ResourceExhaustedError("response from " + where + " over " + std::to_string(max_body) + " bytes");
+    }
     if (ec) return UnavailableError("cannot read the response from " + where + ": " + ErrorText(ec));
     auto& message = parser.get();
     const int status = static_cast<int>(message.result_int());
@@ -359,7 +361,7 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " connecting to " + where);
   if (ec == asio::error::connection_refused) return UnavailableError("connection refused by " + where);
   if (ec) return UnavailableError("cannot connect to " + where + ": " + ec.message());
-  if (!target->tls) return Converse(io, stream, *req, head, where, after);
+  if (!target->tls) return Converse(io, stream, *req, request.max_response_bytes, head, where, after);
 
   // The handshake is bounded by the same deadline as the rest of the attempt.
   beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), *ctx);
@@ -380,7 +382,7 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
     ERR_clear_error();
     return UnavailableError("TLS handshake with " + where + " failed: " + why);
   }
-  return Converse(io, tls_stream, *req, head, where, after);
+  return Converse(io, tls_stream, *req, request.max_response_bytes, head, where, after);
 }
 
 }  // namespace

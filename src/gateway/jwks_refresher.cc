@@ -23,6 +23,7 @@ StatusOr<std::string> FetchJwksOverHttp(const JwksSource& source) {
   request.method = "GET";
   request.url = source.url;
   request.headers.emplace_back("Accept", "application/json");
+  request.max_response_bytes = kMaxJwksBytes;  // a larger answer stops being read there
   client::TlsSettings tls;
   tls.ca_file = source.ca_file;
   const client::Millis timeout = std::clamp(source.timeout, Duration(1), kLongestTimeout);

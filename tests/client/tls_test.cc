@@ -187,6 +187,23 @@ TEST_F(TlsSendTest, LargeResponseAndHeadOverTls) {
   EXPECT_TRUE(headed->body.empty());
 }
 
+TEST_F(TlsSendTest, AResponseOverTheRequestsBodyLimitIsRefused) {
+  Request get;
+  get.method = "GET";
+  get.url = Url("127.0.0.1", good_, "/large?bytes=1000000&chunked=1");
+  get.max_response_bytes = 1000000;  // exactly the body: still read whole
+  auto whole = SendOnce(get, kTimeout, Trusting());
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->body.size(), 1000000u);
+  for (const char* chunked : {"0", "1"}) {
+    get.url = Url("127.0.0.1", good_, std::string("/large?bytes=1000001&chunked=") + chunked);
+    auto over = SendOnce(get, kTimeout, Trusting());
+    ASSERT_FALSE(over.ok());
+    EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status().ToString();
+    EXPECT_NE(over.status().message().find("over 1000000 bytes"), std::string::npos) << over.status().ToString();
+  }
+}
+
 TEST_F(TlsSendTest, HttpsWithoutAPortMeans443) {
   // Whatever is (or is not) on port 443, the attempt names it.
   Request request;
