@@ -28,6 +28,7 @@
 #include <system_error>
 
 #include "common/ascii.h"
+#include "common/tls_peer.h"
 
 // One HTTP/1.1 exchange over TCP or TLS (SendOnce) and the Response accessors.
 namespace idemgate::client {
@@ -248,27 +249,6 @@ Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
   return Status::Ok();
 }
 
-// Sets what the handshake checks the server's certificate against: a DNS
-// name (also sent as SNI) or an IP address (no SNI: RFC 6066 leaves IP
-// addresses out).
-Status SetPeerName(SSL* ssl, const std::string& host) {
-  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-  beast::error_code ec;
-  (void)asio::ip::make_address(host, ec);
-  bool ok = false;
-  if (!ec) {
-    ok = X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) == 1;
-  } else {
-    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    ok = SSL_set_tlsext_host_name(ssl, host.c_str()) == 1 && SSL_set1_host(ssl, host.c_str()) == 1;
-  }
-  if (!ok) {
-    ERR_clear_error();
-    return InvalidArgumentError("cannot use \"" + host + "\" as a TLS server name");
-  }
-  return Status::Ok();
-}
-
 // Writes the request and reads the response on a connected (and, for TLS,
 // handshaken) `stream`: beast::tcp_stream or beast::ssl_stream over one,
 // whose expiry bounds every step.
@@ -366,19 +346,15 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   // The handshake is bounded by the same deadline as the rest of the attempt.
   beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), *ctx);
   beast::get_lowest_layer(tls_stream).expires_at(deadline);
-  if (Status s = SetPeerName(tls_stream.native_handle(), target->host); !s.ok()) return s;
+  if (!SetTlsPeerName(tls_stream.native_handle(), target->host)) {
+    return InvalidArgumentError("cannot use \"" + target->host + "\" as a TLS server name");
+  }
   ec = RunOne(io, [&](auto handler) { tls_stream.async_handshake(ssl::stream_base::client, std::move(handler)); });
   if (ec == beast::error::timeout) {
     return DeadlineExceededError("timed out" + after + " in the TLS handshake with " + where);
   }
   if (ec) {
-    std::string why = ErrorText(ec);
-    const long verify = SSL_get_verify_result(tls_stream.native_handle());
-    if (verify != X509_V_OK) {
-      why += " (";
-      why += X509_verify_cert_error_string(verify);
-      why += ")";
-    }
+    const std::string why = ErrorText(ec) + TlsVerifyVerdict(tls_stream.native_handle());
     ERR_clear_error();
     return UnavailableError("TLS handshake with " + where + " failed: " + why);
   }

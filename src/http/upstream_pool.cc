@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 #include <cerrno>
 
+#include "common/tls_peer.h"
 #include "http/internal/upstream_impl.h"
 #include "http/internal/tls_impl.h"
 
@@ -38,35 +39,11 @@ void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->can
 std::unique_ptr<internal::TlsStream> NewTlsStream(tcp::socket& socket, const TlsContext& tls,
                                                   const std::string& name, std::string* error) {
   auto stream = std::make_unique<internal::TlsStream>(socket, tls.impl().context);
-  SSL* ssl = stream->native_handle();
-  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-  error_code ec;
-  (void)asio::ip::make_address(name, ec);
-  bool ok = false;
-  if (!ec) {
-    ok = X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) == 1;
-  } else {
-    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    ok = SSL_set_tlsext_host_name(ssl, name.c_str()) == 1 && SSL_set1_host(ssl, name.c_str()) == 1;
-  }
-  if (!ok) {
+  if (!SetTlsPeerName(stream->native_handle(), name)) {
     *error = "cannot set the TLS server name \"" + name + "\"";
     return nullptr;
   }
   return stream;
-}
-
-// Why a handshake failed, with the certificate check's verdict when that
-// was the reason.
-std::string HandshakeError(internal::TlsStream& stream, const error_code& ec) {
-  std::string why = ec.message();
-  const long verify = SSL_get_verify_result(stream.native_handle());
-  if (verify != X509_V_OK) {
-    why += " (";
-    why += X509_verify_cert_error_string(verify);
-    why += ")";
-  }
-  return why;
 }
 
 }  // namespace
@@ -120,7 +97,7 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
         if (fired) {
           why = "TLS handshake timeout";
         } else if (hs_ec) {
-          why = "TLS handshake failed: " + HandshakeError(*stream, hs_ec);
+          why = "TLS handshake failed: " + hs_ec.message() + TlsVerifyVerdict(stream->native_handle());
         } else {
           connection->tls = std::move(stream);
         }

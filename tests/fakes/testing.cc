@@ -44,6 +44,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/tls_peer.h"
+
 extern char** environ;
 
 namespace idemgate::testing {
@@ -854,6 +856,23 @@ std::string Sha256::HexDigest() {
   return out;
 }
 
+std::string Base64UrlEncode(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  std::uint32_t bits = 0;
+  int count = 0;
+  for (unsigned char c : bytes) {
+    bits = (bits << 8) | c;
+    count += 8;
+    while (count >= 6) {
+      count -= 6;
+      out.push_back(kAlphabet[(bits >> count) & 63]);
+    }
+  }
+  if (count > 0) out.push_back(kAlphabet[(bits << (6 - count)) & 63]);
+  return out;
+}
+
 std::string Sha256Hex(std::string_view data) {
   Sha256 sha;
   sha.Update(data);
@@ -1155,15 +1174,10 @@ struct TlsClient::Impl {
     Close();
     stream_.emplace(ioc_, ctx_);
     buffer_.clear();
-    SSL* const ssl = stream_->native_handle();
-    boost::system::error_code ec;
-    asio::ip::make_address(options_.verify_name, ec);
-    if (!ec) {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), options_.verify_name.c_str());
-    } else {
-      SSL_set_tlsext_host_name(ssl, options_.verify_name.c_str());
-      SSL_set1_host(ssl, options_.verify_name.c_str());
+    if (!SetTlsPeerName(stream_->native_handle(), options_.verify_name)) {
+      return InvalidArgumentError("cannot verify the name \"" + options_.verify_name + "\"");
     }
+    boost::system::error_code ec;
     const tcp::endpoint to(asio::ip::make_address(endpoint_.host), endpoint_.port);
     ec = Run([&](auto handler) { stream_->next_layer().async_connect(to, std::move(handler)); });
     if (ec) return Fail("connect", ec);

@@ -278,6 +278,8 @@ class Sha256 {
   void* ctx_;
 };
 std::string Sha256Hex(std::string_view data);
+// RFC 4648 §5 base64url without padding (JWT parts).
+std::string Base64UrlEncode(std::string_view bytes);
 
 // What fake_upstream's GET /__stats reports.
 struct FakeStats {

@@ -21,28 +21,15 @@
 #include <thread>
 #include <vector>
 
+#include "fakes/testing.h"
+
 namespace idemgate::gateway {
 namespace {
 
 using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
 
-std::string Base64Url(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (unsigned char c : bytes) {
-    bits = (bits << 8) | c;
-    count += 8;
-    while (count >= 6) {
-      count -= 6;
-      out.push_back(kAlphabet[(bits >> count) & 63]);
-    }
-  }
-  if (count > 0) out.push_back(kAlphabet[(bits << (6 - count)) & 63]);
-  return out;
-}
+using idemgate::testing::Base64UrlEncode;
 
 // A JWKS with one new P-256 key named `kid`.
 std::string JwksWithKid(const std::string& kid) {
@@ -54,7 +41,7 @@ std::string JwksWithKid(const std::string& kid) {
     std::unique_ptr<BIGNUM, decltype(&BN_free)> bn(raw, BN_free);
     std::string bytes(32, '\0');
     BN_bn2binpad(bn.get(), reinterpret_cast<unsigned char*>(bytes.data()), 32);
-    return Base64Url(bytes);
+    return Base64UrlEncode(bytes);
   };
   return R"({"keys":[{"kty":"EC","crv":"P-256","kid":")" + kid + R"(","x":")" +
          coordinate(OSSL_PKEY_PARAM_EC_PUB_X) + R"(","y":")" + coordinate(OSSL_PKEY_PARAM_EC_PUB_Y) + R"("}]})";

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "fakes/testing.h"
+
 namespace idemgate::identity {
 namespace {
 
@@ -194,22 +196,7 @@ using EcdsaSigPtr = std::unique_ptr<ECDSA_SIG, Deleter<ECDSA_SIG_free>>;
 using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, Deleter<EVP_MD_CTX_free>>;
 using PkeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
 
-std::string Base64Url(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (unsigned char c : bytes) {
-    bits = (bits << 8) | c;
-    count += 8;
-    while (count >= 6) {
-      count -= 6;
-      out.push_back(kAlphabet[(bits >> count) & 63]);
-    }
-  }
-  if (count > 0) out.push_back(kAlphabet[(bits << (6 - count)) & 63]);
-  return out;
-}
+using idemgate::testing::Base64UrlEncode;
 
 // Lenient decoder for the test's own fixed inputs.
 std::string Base64UrlDecode(std::string_view text) {
@@ -292,8 +279,8 @@ Signer Es256Der(const char* private_pem) {
 }
 
 std::string Token(std::string_view header, std::string_view payload, const Signer& sign) {
-  const std::string input = Base64Url(header) + "." + Base64Url(payload);
-  return input + "." + Base64Url(sign(input));
+  const std::string input = Base64UrlEncode(header) + "." + Base64UrlEncode(payload);
+  return input + "." + Base64UrlEncode(sign(input));
 }
 
 std::string Claims(std::int64_t exp) { return R"({"sub":"alice","exp":)" + std::to_string(exp) + "}"; }
@@ -307,7 +294,7 @@ std::string Jwk(const char* public_pem, std::string_view extra) {
     BignumPtr bn(raw);
     std::string bytes(pad > 0 ? pad : BN_num_bytes(bn.get()), '\0');
     BN_bn2binpad(bn.get(), reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-    return Base64Url(bytes);
+    return Base64UrlEncode(bytes);
   };
   std::string jwk = "{";
   if (EVP_PKEY_is_a(key.get(), "RSA")) {
@@ -468,16 +455,16 @@ TEST(JwtVerifierTest, TamperedTokensAreRefused) {
     const std::string signature = token.substr(second);
 
     // Another payload under the original signature.
-    const std::string payload = Base64Url(R"({"sub":"admin","exp":1700000060})");
+    const std::string payload = Base64UrlEncode(R"({"sub":"admin","exp":1700000060})");
     ExpectRefused(verifier, token.substr(0, first + 1) + payload + signature, kNow, "signature does not verify");
     // Another header (same algorithm, one more member) under the original signature.
-    const std::string other_header = Base64Url(R"({"alg":")" + alg + R"(","typ":"JWT"})");
+    const std::string other_header = Base64UrlEncode(R"({"alg":")" + alg + R"(","typ":"JWT"})");
     ExpectRefused(verifier, other_header + token.substr(first, second - first) + signature, kNow,
                   "signature does not verify");
     // One signature bit flipped.
     std::string raw = Base64UrlDecode(signature.substr(1));
     raw[raw.size() / 2] ^= 0x01;
-    ExpectRefused(verifier, token.substr(0, second + 1) + Base64Url(raw), kNow, "signature does not verify");
+    ExpectRefused(verifier, token.substr(0, second + 1) + Base64UrlEncode(raw), kNow, "signature does not verify");
     // No signature at all.
     ExpectRefused(verifier, token.substr(0, second + 1), kNow,
                   alg == "ES256" ? "ES256 signature is not 64 bytes" : "signature does not verify");
@@ -510,8 +497,8 @@ TEST(JwtVerifierTest, EverySingleCharacterChangeIsRefused) {
 TEST(JwtVerifierTest, AlgNoneIsAlwaysRefused) {
   const JwtVerifier verifier = AllKeys();
   for (std::string_view alg : {"none", "None", "NONE", ""}) {
-    const std::string header = Base64Url(R"({"alg":")" + std::string(alg) + R"("})");
-    const std::string unsigned_token = header + "." + Base64Url(Claims(kNow + 60)) + ".";
+    const std::string header = Base64UrlEncode(R"({"alg":")" + std::string(alg) + R"("})");
+    const std::string unsigned_token = header + "." + Base64UrlEncode(Claims(kNow + 60)) + ".";
     ExpectRefused(verifier, unsigned_token, kNow, "algorithm not allowed");
     // Not even with a signature of some allowed algorithm.
     ExpectRefused(verifier, Token(R"({"alg":")" + std::string(alg) + R"("})", Claims(kNow + 60), Hs256(kSecret)), kNow,
@@ -630,7 +617,7 @@ TEST(JwtVerifierTest, MoreKeysServeTooAndUnknownKidsAreReported) {
   const std::string no_kid = Token(R"({"alg":"RS256"})", Claims(kNow + 60), Rs256(kRsaBPrivate));
   EXPECT_EQ(verify(verifier, no_kid, nullptr, false).status().message(), "signature does not verify");
   // Failures before the keys (the header) or after the signature (the claims) are not about keys.
-  const std::string none_alg = Base64Url(R"({"alg":"none","kid":"x"})") + "." + Base64Url(Claims(kNow + 60)) + ".";
+  const std::string none_alg = Base64UrlEncode(R"({"alg":"none","kid":"x"})") + "." + Base64UrlEncode(Claims(kNow + 60)) + ".";
   EXPECT_EQ(verify(verifier, none_alg, &fetched, false).status().message(), "algorithm not allowed");
   const std::string expired = Token(R"({"alg":"RS256","kid":"b"})", Claims(kNow - 60), Rs256(kRsaBPrivate));
   EXPECT_EQ(verify(verifier, expired, &fetched, false).status().message(), "token expired");
@@ -651,17 +638,17 @@ TEST(JwtVerifierTest, Es256SignatureMustBe64RawBytes) {
   const std::size_t dot = token.rfind('.');
   const std::string raw = Base64UrlDecode(token.substr(dot + 1));
   ASSERT_EQ(raw.size(), 64u);
-  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64Url(raw.substr(0, 63)), kNow,
+  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64UrlEncode(raw.substr(0, 63)), kNow,
                 "ES256 signature is not 64 bytes");
-  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64Url(raw + '\0'), kNow, "ES256 signature is not 64 bytes");
-  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64Url('\0' + raw), kNow, "ES256 signature is not 64 bytes");
+  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64UrlEncode(raw + '\0'), kNow, "ES256 signature is not 64 bytes");
+  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64UrlEncode('\0' + raw), kNow, "ES256 signature is not 64 bytes");
   // The DER form OpenSSL produces is not the JOSE form.
   ExpectRefused(verifier, Token(R"({"alg":"ES256"})", Claims(kNow + 60), Es256Der(kEcPrivate)), kNow,
                 "ES256 signature is not 64 bytes");
   // r = 0 or s = 0 never verifies.
-  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64Url(std::string(32, '\0') + raw.substr(32)), kNow,
+  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64UrlEncode(std::string(32, '\0') + raw.substr(32)), kNow,
                 "signature does not verify");
-  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64Url(std::string(64, '\0')), kNow,
+  ExpectRefused(verifier, token.substr(0, dot + 1) + Base64UrlEncode(std::string(64, '\0')), kNow,
                 "signature does not verify");
 }
 

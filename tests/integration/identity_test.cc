@@ -25,28 +25,6 @@
 namespace idemgate::testing {
 namespace {
 
-std::string Base64Url(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  std::size_t i = 0;
-  const auto byte = [&bytes](std::size_t at) { return static_cast<unsigned char>(bytes[at]); };
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const unsigned v = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kAlphabet[(v >> s) & 63]);
-  }
-  if (bytes.size() - i == 1) {
-    const unsigned v = byte(i) << 16;
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-  } else if (bytes.size() - i == 2) {
-    const unsigned v = (byte(i) << 16) | (byte(i + 1) << 8);
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-    out.push_back(kAlphabet[(v >> 6) & 63]);
-  }
-  return out;
-}
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
@@ -68,19 +46,19 @@ std::int64_t Now() {
 // claims: the payload's members, as JSON text without braces.
 std::string Hs256Token(const std::string& secret, const std::string& claims, const std::string& alg = "HS256") {
   const std::string signing_input =
-      Base64Url(R"({"alg":")" + alg + R"(","typ":"JWT"})") + "." + Base64Url("{" + claims + "}");
+      Base64UrlEncode(R"({"alg":")" + alg + R"(","typ":"JWT"})") + "." + Base64UrlEncode("{" + claims + "}");
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(signing_input.data()), signing_input.size(), mac, &n);
-  return signing_input + "." + Base64Url(std::string(reinterpret_cast<const char*>(mac), n));
+  return signing_input + "." + Base64UrlEncode(std::string(reinterpret_cast<const char*>(mac), n));
 }
 
 using PkeyPtr = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
 
 std::string Rs256Token(EVP_PKEY* key, const std::string& kid, const std::string& claims) {
   const std::string signing_input =
-      Base64Url(R"({"alg":"RS256","kid":")" + kid + R"("})") + "." + Base64Url("{" + claims + "}");
+      Base64UrlEncode(R"({"alg":"RS256","kid":")" + kid + R"("})") + "." + Base64UrlEncode("{" + claims + "}");
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key);
   std::size_t len = 0;
@@ -90,7 +68,7 @@ std::string Rs256Token(EVP_PKEY* key, const std::string& kid, const std::string&
   EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len,
                  reinterpret_cast<const unsigned char*>(signing_input.data()), signing_input.size());
   sig.resize(len);
-  return signing_input + "." + Base64Url(sig);
+  return signing_input + "." + Base64UrlEncode(sig);
 }
 
 std::string PublicPem(EVP_PKEY* key) {
@@ -109,7 +87,7 @@ std::string RsaJwks(EVP_PKEY* key, const std::string& kid) {
     std::unique_ptr<BIGNUM, decltype(&BN_free)> bn(raw, BN_free);
     std::string bytes(static_cast<std::size_t>(BN_num_bytes(bn.get())), '\0');
     BN_bn2bin(bn.get(), reinterpret_cast<unsigned char*>(bytes.data()));
-    return Base64Url(bytes);
+    return Base64UrlEncode(bytes);
   };
   return R"({"keys":[{"kty":"RSA","use":"sig","kid":")" + kid + R"(","n":")" + param(OSSL_PKEY_PARAM_RSA_N) +
          R"(","e":")" + param(OSSL_PKEY_PARAM_RSA_E) + R"("}]})";
@@ -210,7 +188,7 @@ TEST_F(IdentityTest, JwtRefusals) {
                                 "k2")),
                 401, "unauthenticated");
   // alg none, and an RS256 token whose kid names no key.
-  const std::string unsigned_token = Base64Url(R"({"alg":"none"})") + "." + Base64Url("{" + claims + "}") + ".";
+  const std::string unsigned_token = Base64UrlEncode(R"({"alg":"none"})") + "." + Base64UrlEncode("{" + claims + "}") + ".";
   ExpectProblem(Send(Authorized(unsigned_token, "k2")), 401, "unauthenticated");
   ExpectProblem(Send(Authorized(Rs256Token(rsa_.get(), "rsa-2", claims), "k2")), 401, "unauthenticated");
   // Not a Bearer token.

@@ -3,7 +3,6 @@
 // upstream is told (X-Forwarded-Proto: https), client certificates, the
 // handshake deadline, certificates renewed by a reload, and start-up errors.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <chrono>
 #include <csignal>
@@ -18,19 +17,6 @@ namespace idemgate::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string Sha256Hex(const std::string& data) {
-  unsigned char digest[32];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
 
 std::vector<HeaderField> KeyHeaders(const std::string& key) {
   return {{"Idempotency-Key", "\"" + key + "\""}, {"Content-Type", "application/json"}};
