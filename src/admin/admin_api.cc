@@ -16,6 +16,7 @@
 
 #include "admin/prometheus.h"
 #include "common/ascii.h"
+#include "common/hex.h"
 
 namespace idemgate::admin {
 namespace {
@@ -76,17 +77,6 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> Digest(std::string_view s) {
   return out;
 }
 
-std::string Hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 0xf];
-  }
-  return out;
-}
-
 std::string Base64(std::string_view bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
   std::size_t done = 0;
@@ -137,7 +127,7 @@ std::string RedactOwner(std::string_view owner) {
   if (owner.empty()) return "";
   bool printable = true;
   for (unsigned char c : owner) printable = printable && c > 0x20 && c < 0x7f;
-  const std::string shown = printable ? std::string(owner) : Hex(owner);
+  const std::string shown = printable ? std::string(owner) : ToHex(owner);
   // Never more than half of it, whatever its length.
   const std::size_t n = std::min(kOwnerPrefix, shown.size() / 2);
   return shown.substr(0, n) + "...";
@@ -273,7 +263,7 @@ json::object RecordToJson(std::string_view key, const core::Record& record) {
   if (auto scope = ParseScope(key)) o["scope"] = std::move(*scope);
   const bool completed = record.state == core::RecordState::kCompleted;
   o["state"] = completed ? "completed" : "in_flight";
-  o["fingerprint"] = Hex(record.fingerprint);
+  o["fingerprint"] = ToHex(record.fingerprint);
   o["owner_prefix"] = RedactOwner(record.owner);
   o["operation_id"] = SanitizeUtf8(record.operation_id);
   o["created"] = TimeOrNull(record.created_ms);

@@ -49,4 +49,10 @@ inline bool EqualsIgnoreCaseAscii(std::string_view a, std::string_view b) {
   return true;
 }
 
+// True when `s` begins with `prefix`, ignoring ASCII case (URL schemes,
+// authorization schemes).
+inline bool StartsWithIgnoreCaseAscii(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && EqualsIgnoreCaseAscii(s.substr(0, prefix.size()), prefix);
+}
+
 }  // namespace idemgate

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "common/ascii.h"
+
 namespace idemgate::config {
 namespace {
 
@@ -104,14 +106,8 @@ Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
                                   ": contains white space or a non-ASCII character");
     }
   }
-  const auto starts_with = [url](std::string_view prefix) {
-    return url.size() >= prefix.size() &&
-           std::equal(prefix.begin(), prefix.end(), url.begin(), [](char a, char b) {
-             return a == std::tolower(static_cast<unsigned char>(b));
-           });
-  };
-  const bool tls = starts_with("https://");
-  if (!tls && !starts_with("http://")) {
+  const bool tls = StartsWithIgnoreCaseAscii(url, "https://");
+  if (!tls && !StartsWithIgnoreCaseAscii(url, "http://")) {
     return InvalidArgumentError("invalid upstream url " + quoted + ": scheme must be http or https" +
                                 expected);
   }

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/ascii.h"
 #include "config/address.h"
 #include "config/line_index.h"
 #include "config/names.h"
@@ -149,16 +150,6 @@ std::string JwksUrlProblem(std::string_view url) {
   StatusOr<HostPort> parsed = ParseHostPort(host_port);
   if (!parsed.ok() || parsed->port == 0) return "bad host or port " + Quote(authority);
   return {};
-}
-
-// Whether `url` starts with "https://" in any case.
-bool IsHttpsUrl(std::string_view url) {
-  constexpr std::string_view kHttps = "https://";
-  if (url.size() < kHttps.size()) return false;
-  for (std::size_t i = 0; i < kHttps.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(url[i])) != kHttps[i]) return false;
-  }
-  return true;
 }
 
 std::string Index(std::string_view base, std::size_t i) {
@@ -332,7 +323,7 @@ class Validator {
             "invalid URL " + Quote(j.jwks_url) + ": " + problem +
                 " (expected http://host[:port]/path or https://host[:port]/path)");
     }
-    Check(j.jwks_ca_file.empty() || IsHttpsUrl(j.jwks_url), path + ".jwks_ca_file",
+    Check(j.jwks_ca_file.empty() || StartsWithIgnoreCaseAscii(j.jwks_url, "https://"), path + ".jwks_ca_file",
           "only used with an https jwks_url");
     Check(j.jwks_refresh >= std::chrono::seconds(10), path + ".jwks_refresh", "must be at least 10s");
     CheckPositive(j.jwks_timeout, path + ".jwks_timeout");

@@ -770,16 +770,4 @@ std::string ComputeFingerprint(const FingerprintRequest& request, const Fingerpr
   return h.Finish();
 }
 
-std::string ToHex(std::string_view bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    out.push_back(kHex[u >> 4]);
-    out.push_back(kHex[u & 0xf]);
-  }
-  return out;
-}
-
 }  // namespace idemgate::core

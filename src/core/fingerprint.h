@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hex.h"
 #include "common/status.h"
 
 namespace idemgate::core {
@@ -81,8 +82,5 @@ StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
 
 // True for "" and for "/"-separated tokens whose '~' are all ~0 or ~1.
 bool IsValidJsonPointer(std::string_view pointer);
-
-// Lower-case hex of `bytes` (for logs and admin output of fingerprints).
-std::string ToHex(std::string_view bytes);
 
 }  // namespace idemgate::core

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/ascii.h"
+#include "common/digest.h"
 #include "core/decision.h"
 #include "core/fingerprint.h"
 #include "gateway/route_table.h"
@@ -24,20 +26,10 @@ const config::TrustedHeaders kUpstreamIdentityHeaders{};
 
 constexpr std::size_t kMinHs256SecretBytes = 32;
 
-std::string Sha256Hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) != 1) return {};
-  return core::ToHex(std::string_view(reinterpret_cast<const char*>(digest), n));
-}
-
 // "Bearer <credentials>" (the scheme case-insensitive); nullopt otherwise.
 std::optional<std::string_view> BearerCredentials(std::string_view value) {
   constexpr std::string_view kScheme = "bearer";
-  if (value.size() <= kScheme.size() + 1) return std::nullopt;
-  for (std::size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return std::nullopt;
-  }
+  if (value.size() <= kScheme.size() + 1 || !StartsWithIgnoreCaseAscii(value, kScheme)) return std::nullopt;
   if (value[kScheme.size()] != ' ') return std::nullopt;
   std::string_view rest = value.substr(kScheme.size() + 1);
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);

@@ -58,18 +58,6 @@ std::optional<std::string> DecodeHex(std::string_view hex) {
   return out;
 }
 
-std::string EncodeHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    out.push_back(kDigits[u >> 4]);
-    out.push_back(kDigits[u & 0x0f]);
-  }
-  return out;
-}
-
 bool IsBase64Alphabet(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
 }
@@ -121,13 +109,6 @@ std::string Hmac(Algorithm algorithm, std::string_view key, std::string_view dat
 bool MacEquals(std::string_view expected, std::string_view sent) {
   return !expected.empty() && expected.size() == sent.size() &&
          CRYPTO_memcmp(expected.data(), sent.data(), expected.size()) == 0;
-}
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(BytesOf(data), data.size(), out, &size, EVP_sha256(), nullptr) != 1) return {};
-  return EncodeHex(std::string_view(reinterpret_cast<const char*>(out), size));
 }
 
 // ---------------------------------------------------------------------------

@@ -39,7 +39,6 @@ Translation NoId(std::string detail);
 std::string_view Trim(std::string_view s);
 // The bytes that `hex` spells (either case), or nothing when it is not an even number of hex digits.
 std::optional<std::string> DecodeHex(std::string_view hex);
-std::string EncodeHex(std::string_view bytes);
 // The bytes of standard, padded base64, or nothing when `text` is not that.
 std::optional<std::string> DecodeBase64(std::string_view text);
 
@@ -49,7 +48,6 @@ std::size_t MacSize(Algorithm algorithm);
 std::string Hmac(Algorithm algorithm, std::string_view key, std::string_view data);
 // Compares two MACs in time that depends only on their (public) length.
 bool MacEquals(std::string_view expected, std::string_view sent);
-std::string Sha256Hex(std::string_view data);
 
 // Headers and forms.
 Lookup FindHeader(const std::vector<HeaderField>& headers, std::string_view name);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/ascii.h"
+#include "common/digest.h"
 
 namespace idemgate::webhooks::internal {
 

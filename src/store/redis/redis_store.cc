@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <functional>
 
+#include "common/digest.h"
+
 namespace idemgate::store::redis {
 
 namespace asio = boost::asio;
@@ -129,19 +131,6 @@ local n = redis.call('DEL', KEYS[1])
 if n > 0 then redis.call('PUBLISH', ARGV[1], 'purged') end
 return n
 )lua";
-
-std::string Sha1Hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 0xf]);
-  }
-  return out;
-}
 
 Status OwnerMismatch(std::int64_t code) {
   switch (code) {
