@@ -242,7 +242,7 @@ Task<void> ClientConnection::Run() {
     // header block; a client that fails it gets no HTTP answer.
     std::unique_ptr<TlsStream> session = NewServerTlsStream(socket, *tls_context);
     deadline.ExpireAfter(w.limits.header_timeout);
-    const error_code ec = co_await TlsAccept(*session);
+    const error_code ec = co_await TlsHandshake(*session, /*as_server=*/true);
     const bool fired = deadline.fired();
     deadline.Disarm();
     if (ec || fired) {

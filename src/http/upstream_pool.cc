@@ -1,13 +1,13 @@
 #include "http/upstream_pool.h"
 
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
 #include <cerrno>
 
 #include "common/tls_peer.h"
+#include "http/internal/tls_io.h"
 #include "http/internal/upstream_impl.h"
 #include "http/internal/tls_impl.h"
 
@@ -92,7 +92,7 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
       const std::string& name = target.tls_server_name.empty() ? target.host : target.tls_server_name;
       std::unique_ptr<internal::TlsStream> stream = NewTlsStream(connection->socket, *target.tls, name, &why);
       if (stream) {
-        auto [hs_ec] = co_await stream->async_handshake(asio::ssl::stream_base::client, kTuple);
+        const error_code hs_ec = co_await internal::TlsHandshake(*stream, /*as_server=*/false);
         fired = connection->deadline.fired();
         if (fired) {
           why = "TLS handshake timeout";
@@ -109,9 +109,6 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
     result.timed_out = result.timed_out || fired;
     result.error = "cannot connect to upstream " + target.name + " (" + target.host + ":" +
                    std::to_string(target.port) + "): " + why;
-    error_code ignored;
-    connection->tls.reset();
-    connection->socket.close(ignored);
     connection.reset();
     --open;
     WakeOne();

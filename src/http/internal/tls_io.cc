@@ -10,10 +10,17 @@
 namespace idemgate::http::internal {
 
 Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined) {
-  joined.clear();
-  for (const asio::const_buffer& b : iov.buffers()) joined.append(static_cast<const char*>(b.data()), b.size());
+  const auto pieces = iov.buffers();
+  asio::const_buffer out;
+  if (pieces.size() == 1) {
+    out = pieces.front();
+  } else {
+    joined.clear();
+    for (const asio::const_buffer& b : pieces) joined.append(static_cast<const char*>(b.data()), b.size());
+    out = asio::buffer(joined);
+  }
   error_code ec;
-  co_await asio::async_write(tls, asio::buffer(joined), asio::redirect_error(asio::use_awaitable, ec));
+  co_await asio::async_write(tls, out, asio::redirect_error(asio::use_awaitable, ec));
   co_return ec;
 }
 
@@ -25,9 +32,10 @@ std::unique_ptr<TlsStream> NewServerTlsStream(tcp::socket& socket, const TlsCont
   return std::make_unique<TlsStream>(socket, context.impl().context);
 }
 
-Task<error_code> TlsAccept(TlsStream& tls) {
+Task<error_code> TlsHandshake(TlsStream& tls, bool as_server) {
   error_code ec;
-  co_await tls.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+  co_await tls.async_handshake(as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+                               asio::redirect_error(asio::use_awaitable, ec));
   co_return ec;
 }
 

@@ -16,9 +16,10 @@
 
 namespace idemgate::http::internal {
 
-// Sends all of `iov` over `tls`. The pieces are joined into `joined` first,
-// so that a head and its first block of body leave as one TLS record and
-// one system call instead of one of each per piece. A deadline cancelling
+// Sends all of `iov` over `tls`. Several pieces are joined into `joined`
+// first, so that a head and its first block of body leave as one TLS record
+// and one system call instead of one of each per piece; a single piece is
+// written as it is. A deadline cancelling
 // the socket underneath ends the write (operation_aborted).
 Task<error_code> TlsSendAll(TlsStream& tls, const IoVec& iov, std::string& joined);
 
@@ -28,8 +29,9 @@ Task<std::size_t> TlsReadSome(TlsStream& tls, asio::mutable_buffer into, error_c
 // A server-side session over `socket` with `context` (not yet shaken hands).
 std::unique_ptr<TlsStream> NewServerTlsStream(tcp::socket& socket, const TlsContext& context);
 
-// The server side of the handshake. A deadline cancelling the socket ends it.
-Task<error_code> TlsAccept(TlsStream& tls);
+// The handshake, as the server (a TLS listener) or as the client (an https
+// upstream). A deadline cancelling the socket ends it.
+Task<error_code> TlsHandshake(TlsStream& tls, bool as_server);
 
 // Sends close_notify if the socket takes it now; never waits for the peer's.
 void TlsCloseNotify(TlsStream& tls);
