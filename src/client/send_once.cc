@@ -42,6 +42,8 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 constexpr std::uint32_t kMaxResponseHeader = 1024 * 1024;
+// Unparsed bytes allowed beyond a full header block: one read's worth.
+constexpr std::uint32_t kMaxPendingFraming = 64 * 1024;
 
 // RFC 9110 tchar.
 bool IsTchar(char c) {
@@ -261,7 +263,10 @@ StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<
   if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " sending to " + where);
   if (ec) return UnavailableError("cannot send to " + where + ": " + ErrorText(ec));
 
-  beast::flat_buffer buffer;
+  // Bounded: the parser limits the header block and the body, but not a
+  // chunk-size line (with its extensions) or the trailer section, whose
+  // bytes wait here until their line ends.
+  beast::flat_buffer buffer(kMaxResponseHeader + kMaxPendingFraming);
   for (;;) {
     http::response_parser<http::string_body> parser;
     parser.header_limit(kMaxResponseHeader);

@@ -67,7 +67,8 @@ enum class Framing { kNone, kLength, kChunked };
 // stays untouched (RequestHead views into it remain valid for the whole
 // exchange): hop-by-hop fields and those Connection names dropped,
 // forwarding headers set, the ForwardRequest's changes applied, the body
-// re-framed.
+// re-framed. `in` holds the header section only: the request parser drops
+// a chunked body's trailer fields (RequestParser).
 Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& head, const ForwardRequest& fr,
                                  const UpstreamTarget& target, std::optional<std::size_t> buffered_size,
                                  std::string& out) {
@@ -568,7 +569,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         res.body().size = block.size();
         Pump pump;
         for (;;) {
-          ParseBody(up, conn->buffer, block.size(), false, pump);
+          ParseBody(up, conn->buffer, block.size(), false, kUpstreamHeaderLimit, pump);
           if (!pump.need_more) break;
           error_code read_ec;
           std::size_t got = 0;

@@ -41,6 +41,24 @@ bool IsClientGone(const error_code& ec) {
          ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor;
 }
 
+// True when the Transfer-Encoding values name `chunked` once and nothing
+// else. The gateway decodes only the chunked framing: a request whose body
+// also carries another coding ("gzip, chunked") would reach the upstream
+// without it, its body changed, so it is refused like any unknown coding.
+bool OnlyChunked(std::size_t* chunked_count, std::string_view value) {
+  while (!value.empty()) {
+    const std::size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (item.empty()) continue;  // an empty list element, which the list syntax allows
+    if (!NameEquals(item, "chunked")) return false;
+    ++*chunked_count;
+  }
+  return true;
+}
+
 // Fills `head` from the parsed request. Returns false when the request is
 // unacceptable (answered 400).
 bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestHead& head,
@@ -56,6 +74,8 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestH
   head.headers.clear();
   bool has_host = false;
   bool has_transfer_encoding = false;
+  bool transfer_encoding_ok = true;
+  std::size_t chunked_codings = 0;
   head.expect_continue = false;
   for (const auto& f : msg) {
     const std::string_view name(f.name_string().data(), f.name_string().size());
@@ -63,7 +83,10 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestH
     head.headers.push_back({name, value});
     switch (f.name()) {
       case bhttp::field::host: has_host = true; break;
-      case bhttp::field::transfer_encoding: has_transfer_encoding = true; break;
+      case bhttp::field::transfer_encoding:
+        has_transfer_encoding = true;
+        transfer_encoding_ok = transfer_encoding_ok && OnlyChunked(&chunked_codings, value);
+        break;
       case bhttp::field::expect:
         if (NameEquals(value, "100-continue")) head.expect_continue = true;
         break;
@@ -78,7 +101,7 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestH
     *why = "missing Host header";
     return false;
   }
-  if (has_transfer_encoding && !head.chunked) {
+  if (has_transfer_encoding && (!head.chunked || !transfer_encoding_ok || chunked_codings != 1)) {
     *why = "unsupported Transfer-Encoding";
     return false;
   }
@@ -393,7 +416,7 @@ Task<ExchangeImpl::PieceResult> ExchangeImpl::ReadBodyPiece(char* data, std::siz
   Pump pump;
   bool fired = false;
   for (;;) {
-    ParseBody(parser_, c_.buffer, capacity, fill, pump);
+    ParseBody(parser_, c_.buffer, capacity, fill, limits_.max_header_bytes, pump);
     if (!pump.need_more) break;
     error_code ec;
     std::size_t n = 0;

@@ -263,6 +263,17 @@ TEST(SendOnceTest, TruncatedResponseIsUnavailable) {
   EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
 }
 
+// A chunk-size line that never ends is refused once its bytes pass a bound,
+// instead of being buffered for as long as the server sends them.
+TEST(SendOnceTest, EndlessChunkExtensionIsRefusedNotBuffered) {
+  ScriptedServer server;
+  server.Push(Canned::Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=" + std::string(4 << 20, 'a') +
+                          "\r\nhello\r\n0\r\n\r\n"));
+  const auto result = SendOnce(Post(server), Millis(10000));
+  ASSERT_FALSE(result.ok()) << "read a body of " << result->body.size() << " bytes";
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
+}
+
 TEST(SendOnceTest, ServerThatNeverAnswersHitsTheDeadline) {
   ScriptedServer server;
   server.Push(Canned::NeverAnswer());

@@ -305,6 +305,70 @@ TEST(InProcessProxyTest, BufferedBodyIsForwardedWithContentLength) {
   EXPECT_TRUE(seen.Values("Transfer-Encoding").empty());
 }
 
+// A chunked body's trailer fields never reach the upstream as header
+// fields: read before the upstream request is written (a buffered body),
+// they would otherwise join the header section after every check had run,
+// adding a second Host or an identity header.
+TEST(InProcessProxyTest, TrailerFieldsOfAChunkedRequestAreDropped) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  for (const bool buffered : {true, false}) {
+    SCOPED_TRACE(buffered ? "buffered body" : "streamed body");
+    options.read_body_first = buffered;
+    Harness h(options);
+    auto conn = RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("POST /echo HTTP/1.1\r\nHost: good.example\r\nTransfer-Encoding: chunked\r\n"
+                            "X-Tenant-Id: t1\r\n\r\n"
+                            "5\r\nhello\r\n0\r\nHost: evil.example\r\nX-Tenant-Id: victim\r\n"
+                            "X-Trailer-Only: 1\r\nConnection: close\r\n\r\n")
+                    .ok());
+    const std::string raw = ReadUntil(*conn, [](const std::string& s) { return s.ends_with("hello") || s.ends_with("0\r\n\r\n"); });
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+    const SeenRequest seen = upstream.last_echo();
+    EXPECT_EQ(seen.body, "hello");
+    EXPECT_EQ(seen.Values("Host"), (std::vector<std::string>{"good.example"}));
+    EXPECT_EQ(seen.Values("X-Forwarded-Host"), (std::vector<std::string>{"good.example"}));
+    EXPECT_EQ(seen.Values("X-Tenant-Id"), (std::vector<std::string>{"t1"}));
+    EXPECT_TRUE(seen.Values("X-Trailer-Only").empty());
+    EXPECT_TRUE(seen.Values("Connection").empty());
+    if (buffered) {
+      EXPECT_EQ(seen.Values("Content-Length"), (std::vector<std::string>{"5"}));
+    }
+  }
+}
+
+// Beast bounds the header block but not a chunk-size line (with its
+// extensions) or the trailer section: a client that never ends one must
+// not grow the gateway's read buffer without end.
+TEST(InProcessProxyTest, EndlessChunkFramingIs400NotUnboundedBuffering) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  for (const std::string& start : {std::string("5;ext="), std::string("5\r\nhello\r\n0\r\nX-Long: ")}) {
+    for (const bool buffered : {true, false}) {
+      SCOPED_TRACE(start + (buffered ? " buffered" : " streamed"));
+      options.read_body_first = buffered;
+      Harness h(options);
+      auto conn = RawConnection::Connect(h.endpoint());
+      ASSERT_TRUE(conn.ok());
+      ASSERT_TRUE(conn->Write("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + start).ok());
+      // 8 MiB without a line end: far past the 16 KiB limit; the gateway
+      // answers and stops reading long before all of it is sent.
+      const std::string piece(64 * 1024, 'a');
+      for (int i = 0; i < 128; ++i) {
+        if (!conn->Write(piece).ok()) break;
+      }
+      const std::string raw = conn->ReadUntilClosed(10s);
+      EXPECT_TRUE(conn->closed());
+      auto res = testing::ParseResponse(raw);
+      ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+      EXPECT_EQ(res->status, 400) << raw.substr(0, 300);
+    }
+  }
+}
+
 TEST(InProcessProxyTest, ChunkedRequestBodyIsStreamedChunked) {
   TestUpstream upstream;
   HandlerOptions options;

@@ -140,6 +140,12 @@ TEST_F(ServerTest, MalformedRequestsAre400AndClose) {
                                   "GET / HTTP/1.1\r\n\r\n" /* no Host */,
                                   "GET /a/../b HTTP/1.1\r\nHost: x\r\n\r\n",
                                   "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+                                  // Only the chunked framing is decoded: another coding
+                                  // would reach the upstream silently removed.
+                                  "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+                                  "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+                                  "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
                                   "GET * HTTP/1.1\r\nHost: x\r\n\r\n"}) {
     SCOPED_TRACE(bytes);
     auto conn = RawConnection::Connect(endpoint_);

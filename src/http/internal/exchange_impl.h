@@ -21,7 +21,21 @@
 
 namespace idemgate::http::internal {
 
-using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
+// Beast's request parser, except that the trailer fields of a chunked body
+// are dropped, as RFC 9110 section 6.5.1 allows, instead of appended to the
+// message's header fields. Beast adds them once the body has been read, which
+// for a buffered body is before the upstream request is written: a trailer
+// would then join the header section after the identity, key and Host checks
+// had looked at it, and could add a second Host or an identity header.
+class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
+ private:
+  void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
+                     error_code& ec) override {
+    ec = {};
+    if (is_header_done()) return;  // a trailer field
+    get().insert(name, name_string, value);
+  }
+};
 using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
 
 inline constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);

@@ -83,16 +83,27 @@ Task<error_code> WaitReadable(tcp::socket& socket, Deadline& deadline);
 // {} once the header (`header_only`) or the whole message is parsed,
 // need_more when more bytes are needed, need_buffer when a buffer_body is
 // full, or the parse error.
+//
+// `max_pending` bounds the bytes the parser may leave unconsumed while it
+// waits for the end of a line: Beast limits the header block, but not a
+// chunk-size line (with its extensions) or the trailer section, so a peer
+// could otherwise grow the read buffer without end. Past the bound the
+// parse fails with header_limit.
 template <bool isRequest>
-error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buffer, bool header_only) {
+error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buffer, bool header_only,
+                std::size_t max_pending = static_cast<std::size_t>(-1)) {
   error_code ec;
   for (;;) {
     if (header_only ? parser.is_header_done() : parser.is_done()) return {};
     if (buffer.size() == 0) return bhttp::error::need_more;
     const std::size_t used = parser.put(buffer.data(), ec);
     buffer.consume(used);
+    if (ec == bhttp::error::need_more && buffer.size() > max_pending) return bhttp::error::header_limit;
     if (ec) return ec;
-    if (used == 0 && !(header_only ? parser.is_header_done() : parser.is_done())) return bhttp::error::need_more;
+    if (used == 0 && !(header_only ? parser.is_header_done() : parser.is_done())) {
+      if (buffer.size() > max_pending) return bhttp::error::header_limit;
+      return bhttp::error::need_more;
+    }
   }
 }
 
@@ -121,12 +132,13 @@ void ParseHeader(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buf
 
 // Parses buffered body bytes into the parser's buffer_body (whose data and
 // size the caller set, `capacity` bytes). Done when the buffer is full, the
-// message ends, or (unless `fill`) some bytes arrived.
+// message ends, or (unless `fill`) some bytes arrived. A chunk-size line or
+// trailer section longer than `max_framing` bytes fails the parse.
 template <bool isRequest, typename Body>
 void ParseBody(bhttp::parser<isRequest, Body>& parser, beast::flat_buffer& buffer, std::size_t capacity, bool fill,
-               Pump& out) {
+               std::size_t max_framing, Pump& out) {
   out.need_more = false;
-  const error_code ec = Feed(parser, buffer, false);
+  const error_code ec = Feed(parser, buffer, false, max_framing);
   out.bytes = capacity - parser.get().body().size;
   if (!ec || ec == bhttp::error::need_buffer) return;
   if (ec != bhttp::error::need_more) {
