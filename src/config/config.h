@@ -238,6 +238,7 @@ struct Config {
   std::uint32_t workers = 0;  // I/O threads; 0: one per core
   Duration shutdown_grace = 30s;
   Limits limits;
+  bool merge_slashes = true;  // "//" in a request path is "/" for routing and upstreams
   Admin admin;
   Store store;
   Identity identity;

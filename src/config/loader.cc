@@ -88,8 +88,8 @@ class Loader {
     const int root_line = std::max(LineOf(root), 1);
     lines_.Set("", root_line);
     Map top(*this, Field{root, "", root_line},
-            {"listen", "tls", "workers", "shutdown_grace", "limits", "admin", "store", "identity",
-             "upstreams", "defaults", "routes", "webhooks", "metrics", "log"});
+            {"listen", "tls", "workers", "shutdown_grace", "limits", "merge_slashes", "admin", "store",
+             "identity", "upstreams", "defaults", "routes", "webhooks", "metrics", "log"});
     if (auto f = top.Get("listen")) c.listen = String(*f);
     if (auto f = top.Get("tls")) LoadListenerTls(*f, &c.tls);
     if (auto f = top.Get("workers")) {
@@ -97,6 +97,7 @@ class Loader {
     }
     if (auto f = top.Get("shutdown_grace")) c.shutdown_grace = Dur(*f);
     if (auto f = top.Get("limits")) LoadLimits(*f, &c.limits);
+    if (auto f = top.Get("merge_slashes")) c.merge_slashes = Bool(*f);
     if (auto f = top.Get("admin")) LoadAdmin(*f, &c.admin);
     if (auto f = top.Get("store")) LoadStore(*f, &c.store);
     if (auto f = top.Get("identity")) LoadIdentity(*f, &c.identity);

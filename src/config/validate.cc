@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/ascii.h"
+#include "common/request_path.h"
 #include "config/address.h"
 #include "config/line_index.h"
 #include "config/names.h"
@@ -496,6 +497,15 @@ class Validator {
                          return uc <= 0x20 || uc >= 0x7f || c == '?' || c == '#';
                        }),
           key, "must not contain white space, '?', '#' or non-ASCII characters");
+    // Request paths are normalised before they are matched, so a route
+    // written otherwise could never match.
+    if (PathNeedsNormalizing(p, config_.merge_slashes)) {
+      std::string normal;
+      NormalizePath(p, config_.merge_slashes, normal);
+      Fail(key, "must be written as requests are matched: " + Quote(normal) + ", not " + Quote(p) +
+                    " (percent-encoded letters, digits and -._~ are decoded" +
+                    (config_.merge_slashes ? ", and runs of '/' merged)" : ")"));
+    }
     CheckMethods(m.methods, path + ".methods");
   }
 

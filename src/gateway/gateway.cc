@@ -65,6 +65,7 @@ http::Limits LimitsFromConfig(const config::Config& config) {
   limits.max_request_bytes = config.limits.max_request_bytes;
   limits.header_timeout = config.limits.header_timeout;
   limits.idle_timeout = config.limits.idle_timeout;
+  limits.merge_slashes = config.merge_slashes;
   return limits;
 }
 

@@ -33,7 +33,7 @@ std::string_view FirstItem(std::string_view value) {
 
 // The URL the sender called, as it signed it (Twilio): the endpoint's
 // public_url, else what a proxy in front reports, else what this request
-// says, followed by the path and query as received.
+// says, followed by the path and query as received (not normalised).
 std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead& head) {
   std::string url;
   if (!endpoint.public_url.empty()) {
@@ -47,7 +47,7 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
     url += "://";
     if (host) url += FirstItem(*host);
   }
-  url += head.path_and_query;
+  url += head.raw_path_and_query;
   return url;
 }
 

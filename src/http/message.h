@@ -37,7 +37,9 @@ struct RequestHead {
   std::string_view target;  // as sent: origin-form or absolute-form
   std::string_view path;    // the path of the target (absolute-form: without scheme and authority)
   std::string_view query;   // after '?', without it; empty when absent
-  std::string_view path_and_query;  // origin-form of the target (what is forwarded)
+  std::string_view path_and_query;  // origin-form of the target (what is forwarded), path normalised
+                                    // (http::NormalizePath)
+  std::string_view raw_path_and_query;  // the same as received, before normalising (what a sender signed)
   int version = 11;         // 10 or 11
   std::vector<HeaderView> headers;  // wire order
   std::optional<std::uint64_t> content_length;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/request_path.h"
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
 #include "http/internal/tls_io.h"
@@ -61,8 +62,8 @@ bool OnlyChunked(std::size_t* chunked_count, std::string_view value) {
 
 // Fills `head` from the parsed request. Returns false when the request is
 // unacceptable (answered 400).
-bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestHead& head,
-               std::string_view* why) {
+bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool merge_slashes, RequestHead& head,
+               std::string& normalized_target, std::string_view* why) {
   const auto& msg = parser.get();
   head.method = std::string_view(msg.method_string().data(), msg.method_string().size());
   head.target = std::string_view(msg.target().data(), msg.target().size());
@@ -117,6 +118,17 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, RequestH
   head.path = parts->path;
   head.query = parts->query;
   head.path_and_query = parts->path_and_query;
+  head.raw_path_and_query = parts->path_and_query;
+  if (PathNeedsNormalizing(head.path, merge_slashes)) {
+    // Routing, the fingerprint and the upstream all see the normalised form.
+    normalized_target.clear();
+    NormalizePath(parts->path, merge_slashes, normalized_target);
+    const std::size_t path_size = normalized_target.size();
+    normalized_target.append(parts->path_and_query.substr(parts->path.size()));  // "?query", if any
+    head.path = std::string_view(normalized_target).substr(0, path_size);
+    head.path_and_query = normalized_target;
+    if (!parts->query.empty()) head.query = std::string_view(normalized_target).substr(path_size + 1);
+  }
   if (HasDotSegment(head.path)) {
     *why = "dot segments in the path";
     return false;
@@ -338,7 +350,7 @@ Task<void> ClientConnection::Run() {
       break;
     }
     std::string_view why;
-    if (!BuildHead(*parser, head, &why)) {
+    if (!BuildHead(*parser, limits.merge_slashes, head, normalized_target, &why)) {
       co_await RespondAndClose(ProblemCode::kBadRequest, why, head.version);
       break;
     }

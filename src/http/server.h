@@ -33,6 +33,9 @@ struct Limits {
   Duration header_timeout = 10s;  // from a request's first byte to the end of its header block
   Duration idle_timeout = 60s;    // keep-alive wait for the next request; also bounds
                                   // each body read from and each write to the client
+  // Runs of '/' in a request path become one before routing and forwarding
+  // (config `merge_slashes`); see http::NormalizePath.
+  bool merge_slashes = true;
 };
 
 // Handles the requests of one listener. Handle runs on the exchange's worker

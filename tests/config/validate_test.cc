@@ -66,6 +66,29 @@ TEST(ValidateTest, ExpectsNormalisedMethodsAndHeaders) {
             std::string::npos);
 }
 
+// Requests are matched after their path is normalised, so a route path
+// that is not in that form could never match: refused, naming the form.
+TEST(ValidateTest, RoutePathsMustBeInTheFormRequestsAreMatchedIn) {
+  Config encoded = CodeConfig();
+  encoded.routes[0].match.path_prefix = "/api/%70ayments";
+  EXPECT_EQ(Validate(encoded).message(),
+            "routes[0].match.path_prefix: must be written as requests are matched: \"/api/payments\", not "
+            "\"/api/%70ayments\" (percent-encoded letters, digits and -._~ are decoded, and runs of '/' merged)");
+
+  Config slashes = CodeConfig();
+  slashes.routes[0].match.path_prefix.clear();
+  slashes.routes[0].match.path = "/api//payments";
+  EXPECT_NE(Validate(slashes).message().find("routes[0].match.path: must be written as requests are matched: "
+                                             "\"/api/payments\""),
+            std::string::npos);
+  slashes.merge_slashes = false;
+  EXPECT_TRUE(Validate(slashes).ok()) << Validate(slashes).message();
+
+  Config reserved = CodeConfig();
+  reserved.routes[0].match.path_prefix = "/files/a%2Fb";  // an encoded '/' stays encoded
+  EXPECT_TRUE(Validate(reserved).ok()) << Validate(reserved).message();
+}
+
 TEST(ValidateTest, UpstreamMustHaveBeenParsed) {
   Config c = CodeConfig();
   Upstream raw;

@@ -41,6 +41,7 @@ struct GatewayOptions {
   std::string header_timeout = "10s";
   std::string upstream_timeout = "10s";
   std::string shutdown_grace = "10s";
+  bool merge_slashes = true;
   std::vector<std::pair<std::string, std::string>> env;  // extra environment
 };
 
@@ -59,6 +60,7 @@ std::string ConfigYaml(const HostPort& fake, std::uint16_t dead_port, const Gate
     << "  max_request_bytes: " << o.max_request_bytes << "\n"
     << "  header_timeout: " << o.header_timeout << "\n"
     << "  idle_timeout: 60s\n"
+    << "merge_slashes: " << (o.merge_slashes ? "true" : "false") << "\n"
     << "admin: { listen: 127.0.0.1:0 }\n"
     << "store: { kind: memory }\n"
     << "identity: { mode: none }\n"
@@ -242,6 +244,33 @@ TEST_F(ProxyTest, RequestPassesThroughWithEndToEndHeadersAndBodyUnchanged) {
   auto direct_res = SendRequest(fake_endpoint_, direct);
   ASSERT_TRUE(direct_res.ok());
   EXPECT_EQ(echo["body_base64"], ParseObject(direct_res->body)["body_base64"]);
+}
+
+// The path is normalised before routing and forwarded as routed: encoded
+// unreserved characters decoded, runs of '/' merged; other escapes and the
+// query stay as sent.
+TEST_F(ProxyTest, PathIsNormalisedForRoutingAndForwardedAsRouted) {
+  StartGateway();
+  auto res = SendRequest(endpoint_, HttpRequest{.target = "//%65cho//a%2Fb/%7Ex%20y?q=%70//&r"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(ParseObject(res->body)["target"], "/echo/a%2Fb/~x%20y?q=%70//&r");
+  // A spelling that normalises to a dot segment is refused like one.
+  res = SendRequest(endpoint_, HttpRequest{.target = "/echo/%2E%2e/status/200"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 400) << res->body;
+}
+
+TEST_F(ProxyTest, WithMergeSlashesOffDoubledSlashesAreKept) {
+  StartGateway({.merge_slashes = false});
+  auto res = SendRequest(endpoint_, HttpRequest{.target = "/echo//a%7E"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(ParseObject(res->body)["target"], "/echo//a~");
+  // "//echo" no longer matches the /echo route.
+  res = SendRequest(endpoint_, HttpRequest{.target = "//echo"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 404) << res->body;
 }
 
 TEST_F(ProxyTest, ClientRequestIdAndTraceparentArePassedOn) {

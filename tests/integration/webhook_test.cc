@@ -173,6 +173,34 @@ TEST_F(WebhookTest, BadSignaturesAreRefusedBeforeTheUpstream) {
       << metrics;
 }
 
+// Another spelling of a webhook path (an encoded letter, doubled slashes)
+// is the same path to most upstreams: it is matched as the webhook route
+// and verified, never passed unsigned through the catch-all route.
+TEST_F(WebhookTest, OtherSpellingsOfAWebhookPathAreStillVerified) {
+  Start();
+  const std::string body = R"({"id":"evt_spelled"})";
+  for (const std::string target : {"/echo/%73tripe/acme", "//echo/stripe/acme", "/echo//stripe//acme",
+                                   "/echo/stripe/%61cme", "/%65cho/stripe/acme"}) {
+    SCOPED_TRACE(target);
+    HttpRequest forged = StripeEvent("acme", "whsec_wrong", body);
+    forged.target = target;
+    ExpectProblem(Send(forged), 401, "signature-invalid");
+  }
+  EXPECT_EQ(Executions(), 0u);
+  // Signed properly, such a spelling is the webhook route's request, and the
+  // upstream gets the path that was routed.
+  HttpRequest spelled = StripeEvent("acme", kStripeSecret, body);
+  spelled.target = "//echo/%73tripe/acme";
+  const HttpResponse first = Send(spelled);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(std::string(echo.at("target").as_string()), "/echo/stripe/acme");
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks:stripe-evt_spelled\""}));
+  EXPECT_EQ(Send(StripeEvent("acme", kStripeSecret, body)).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+}
+
 TEST_F(WebhookTest, AVerifiedEventWithoutAnIdIsATranslationFailure) {
   Start();
   ExpectProblem(Send(StripeEvent("acme", kStripeSecret, R"({"type":"ping"})")), 400, "translation-failed");
@@ -238,6 +266,17 @@ TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
             (std::vector<std::string>{"\"t-acme:sms:service:webhook-ingest:twilio-hooks:twilio-SM123-delivered\""}));
   EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+
+  // Twilio signs the URL as it called it: a path the gateway normalises
+  // for routing ("%2D" is '-') is still verified as received.
+  const std::string spelled_text = "https://hooks.example.com/echo/twilio/acme%2Dsms" +
+                                   signed_text.substr(signed_text.find("From"));
+  HttpRequest spelled{.method = "POST", .target = "/echo/twilio/acme%2Dsms"};
+  spelled.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                     {"X-Twilio-Signature", HmacSha1Base64(kTwilioToken, spelled_text)}};
+  spelled.body = body;
+  EXPECT_EQ(Send(spelled).Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Executions(), 1u);
 
   // Signed for the URL the gateway itself is reached at: not what Twilio called.

@@ -75,6 +75,7 @@ class ClientConnection final : public SessionNode {
   std::shared_ptr<const TlsContext> tls_context;
   std::unique_ptr<TlsStream> tls;  // the session, once the handshake succeeded
   std::string tls_out;             // joined pieces of a TLS send
+  std::string normalized_target;   // the request's path and query when they needed normalising
   beast::flat_buffer buffer;
   Deadline deadline;
   Handler& handler;

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+// Request path normalisation, applied before routing so that spellings of
+// one path that an upstream treats alike cannot reach it through another
+// route (and so around a webhook route's signature check, a required key or
+// an admission limit):
+// - percent-encoded unreserved characters (ALPHA, DIGIT, '-', '.', '_', '~')
+//   are decoded, which RFC 3986 section 6.2.2.2 makes equivalent;
+// - with `merge_slashes`, runs of '/' become one, as nginx does.
+// Other escapes ("%2F", "%20") are left as they are. The gateway forwards
+// the normalised path, so the upstream sees what was routed.
+namespace idemgate {
+
+// True when NormalizePath would change `path`.
+bool PathNeedsNormalizing(std::string_view path, bool merge_slashes);
+// Appends the normalised `path` to `out`.
+void NormalizePath(std::string_view path, bool merge_slashes, std::string& out);
+
+}  // namespace idemgate
