@@ -335,7 +335,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       detail_ = "malformed request body";
       fail(ForwardOutcome::kBadRequest, ProblemCode::kBadRequest);
     } else {
-      Fail(result, ForwardOutcome::kClientGone);
+      // The client ended or broke its side before the body was whole. One
+      // that only half-closed still reads: it gets the same answer as when
+      // a buffered body falls short, instead of no answer at all.
+      detail_ = "the request body did not arrive";
+      fail(ForwardOutcome::kClientGone, ProblemCode::kBadRequest);
     }
   };
   std::unique_ptr<UpstreamConnection> conn;

@@ -369,6 +369,32 @@ TEST(InProcessProxyTest, EndlessChunkFramingIs400NotUnboundedBuffering) {
   }
 }
 
+// A client that ends its side before a streamed body is whole gets 400
+// (the body did not arrive), as the gateway answers when a buffered body
+// falls short; not the server's fallback 500 for an unanswered request.
+TEST(InProcessProxyTest, StreamedBodyCutShortByTheClientIs400) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  for (const std::string& request :
+       {std::string("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 13\r\n\r\n{10}"),
+        std::string("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")}) {
+    SCOPED_TRACE(request);
+    auto conn = RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write(request).ok());
+    conn->ShutdownWrite();
+    const std::string raw = conn->ReadUntilClosed(10s);
+    auto res = testing::ParseResponse(raw);
+    ASSERT_TRUE(res.ok()) << raw;
+    EXPECT_EQ(res->status, 400) << raw;
+    EXPECT_NE(res->body.find("the request body did not arrive"), std::string::npos) << raw;
+  }
+  ASSERT_TRUE(h.handler().WaitForResults(2));
+  for (const auto& result : h.handler().results()) EXPECT_EQ(result.outcome, http::ForwardOutcome::kClientGone);
+}
+
 TEST(InProcessProxyTest, ChunkedRequestBodyIsStreamedChunked) {
   TestUpstream upstream;
   HandlerOptions options;
