@@ -223,6 +223,21 @@ void CaptureBody(const char* data, std::size_t n, std::uint64_t cap, core::Store
   out.body.append(data, n);
 }
 
+// RFC 9110 section 9.2.2: a request with one of these methods may be sent
+// again after a connection failed before its answer, since repeating it has
+// the effect of sending it once. Anything else (POST, PATCH) is not, and
+// that is the case the gateway exists for.
+bool IsIdempotentMethod(std::string_view method) {
+  switch (method.size()) {
+    case 3: return method == "GET" || method == "PUT";
+    case 4: return method == "HEAD";
+    case 5: return method == "TRACE";
+    case 6: return method == "DELETE";
+    case 7: return method == "OPTIONS";
+    default: return false;
+  }
+}
+
 bool IsStaleConnectionError(const error_code& ec) {
   return ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::error::connection_aborted ||
@@ -387,13 +402,19 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         WriteUpstreamRequestHead(parser_.get(), c_.head, fr, target, buffered_size, s.request_head);
     const bool chunked_out = framing == Framing::kChunked;
 
+    // A non-idempotent request is never sent twice: its reused connection
+    // is checked before use, and it is sent again only when the first send
+    // failed (the upstream cannot have had the whole request), not when the
+    // connection broke after the request went out, since the upstream may
+    // have acted on it before it went away.
+    const bool idempotent = IsIdempotentMethod(c_.head.method);
     bool fresh_only = false;
     bool failed = false;
     error_code ec;
     for (int attempt = 0;; ++attempt) {
       Acquired acquired;
-      if (!fresh_only) acquired.connection = p.TakeIdle();
-      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only);
+      if (!fresh_only) acquired.connection = p.TakeIdle(!idempotent);
+      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only, !idempotent);
       if (!acquired.connection) {
         detail_ = std::move(acquired.error);
         fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);
@@ -508,7 +529,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         }
         ec = pump.ec;
         if (ec || conn->deadline.fired()) {
-          retry = replayable && !conn->deadline.fired() && nothing_yet && IsStaleConnectionError(ec);
+          retry = replayable && idempotent && !conn->deadline.fired() && nothing_yet && IsStaleConnectionError(ec);
           if (!ec) ec = asio::error::timed_out;
           break;
         }

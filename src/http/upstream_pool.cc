@@ -118,17 +118,18 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   co_return result;
 }
 
-std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle() {
+std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle(bool check_all) {
   const auto now = internal::SteadyClock::now();
   while (!idle.empty()) {
     std::unique_ptr<internal::UpstreamConnection> c = std::move(idle.back());
     idle.pop_back();
-    // A connection back in the pool for under a second is not checked:
-    // upstreams close idle connections after seconds, and the one retry
-    // on a fresh connection covers the rare exception. This saves a
-    // system call per request under load.
+    // A connection back in the pool for under a second is checked only for
+    // a request that must not be sent twice: upstreams close idle
+    // connections after seconds, and for the others the one retry on a
+    // fresh connection covers the rare exception. This saves a system call
+    // per request under load.
     const auto idle_for = now - c->idle_since;
-    if (idle_for > target.idle_timeout || (idle_for > kPeekAfter && LooksStale(c->socket))) {
+    if (idle_for > target.idle_timeout || ((check_all || idle_for > kPeekAfter) && LooksStale(c->socket))) {
       error_code ec;
       c->socket.close(ec);
       --open;
@@ -140,11 +141,11 @@ std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle() {
   return nullptr;
 }
 
-Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
+Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only, bool check_all) {
   const auto give_up = internal::SteadyClock::now() + target.connect_timeout;
   for (;;) {
     if (!fresh_only) {
-      if (auto c = TakeIdle()) co_return internal::Acquired{std::move(c), false, {}};
+      if (auto c = TakeIdle(check_all)) co_return internal::Acquired{std::move(c), false, {}};
     } else if (!idle.empty() && open >= target.max_connections) {
       // A fresh connection is needed and the pool is full: make room.
       error_code ec;

@@ -424,13 +424,13 @@ TEST(InProcessProxyTest, PooledConnectionIsReusedAcrossClientConnections) {
   EXPECT_EQ(upstream.connections(), 1);
 }
 
-TEST(InProcessProxyTest, StaleKeepAliveConnectionIsRetriedOnceOnAFreshOne) {
+TEST(InProcessProxyTest, StaleKeepAliveConnectionIsNotUsedForAPost) {
   TestUpstream upstream;
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
   Harness h(options);
   // /close answers as if the connection stayed open, then closes it: the
-  // pool holds a dead connection.
+  // pool holds a dead connection, which a POST finds closed before use.
   auto first = SendRequest(h.endpoint(), HttpRequest{.target = "/close"});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->body, "closing");
@@ -440,6 +440,47 @@ TEST(InProcessProxyTest, StaleKeepAliveConnectionIsRetriedOnceOnAFreshOne) {
   EXPECT_EQ(second->body, "once");
   EXPECT_EQ(upstream.requests(), 2);
   EXPECT_EQ(upstream.connections(), 2);
+  ASSERT_TRUE(h.handler().WaitForResults(2));
+  EXPECT_FALSE(h.handler().results()[1].retried);
+}
+
+TEST(InProcessProxyTest, StaleKeepAliveConnectionIsRetriedOnceOnAFreshOneForAGet) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  auto first = SendRequest(h.endpoint(), HttpRequest{.target = "/close"});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = SendRequest(h.endpoint(), HttpRequest{.target = "/echo"});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->status, 200);
+  EXPECT_EQ(upstream.requests(), 2);
+  EXPECT_EQ(upstream.connections(), 2);
+}
+
+// An upstream that took a request on a reused connection and went away
+// without a byte of answer may have acted on it: a POST or PATCH is then
+// answered 502 and never sent again (the client decides, under its key),
+// while an idempotent method is sent once more on a fresh connection.
+TEST(InProcessProxyTest, RequestLostAfterItWasSentIsSentAgainOnlyWhenIdempotent) {
+  for (const char* method : {"POST", "PATCH", "GET", "PUT", "DELETE"}) {
+    SCOPED_TRACE(method);
+    TestUpstream upstream;
+    HandlerOptions options;
+    options.target = TargetFor(upstream.port());
+    options.capture = true;
+    Harness h(options);
+    auto warm = SendRequest(h.endpoint(), HttpRequest{.target = "/echo"});  // leaves one pooled connection
+    ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+    ASSERT_EQ(upstream.connections(), 1);
+    auto res = SendRequest(h.endpoint(), HttpRequest{.method = method, .target = "/vanish", .body = "x"});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 502, "upstream-unavailable");
+    const bool idempotent = std::string_view(method) != "POST" && std::string_view(method) != "PATCH";
+    // The warm-up, then /vanish once, or twice when sent again.
+    EXPECT_EQ(upstream.requests(), idempotent ? 3 : 2);
+    EXPECT_EQ(upstream.connections(), idempotent ? 2 : 1);
+  }
 }
 
 TEST(InProcessProxyTest, ConnectRefusedIs502) {

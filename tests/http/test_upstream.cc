@@ -213,6 +213,13 @@ struct TestUpstream::Impl {
         s.shutdown(tcp::socket::shutdown_both, ignored);
         s.close(ignored);
         co_return;
+      } else if (target.starts_with("/vanish")) {
+        // Takes the request and goes away without a byte of answer, as an
+        // upstream that crashed while handling it.
+        boost::system::error_code ignored;
+        s.shutdown(tcp::socket::shutdown_both, ignored);
+        s.close(ignored);
+        co_return;
       } else if (target.starts_with("/eof")) {
         // A body delimited by the connection's end, written in one piece
         // and followed at once by the FIN, so both usually arrive together.
