@@ -134,7 +134,7 @@ inline constexpr std::string_view kWebhookIdPlaceholder = "{webhook_id}";
 
 // Webhook providers known to the gateway (SPEC §7), for `provider` keys.
 inline constexpr std::string_view kWebhookProviders[] = {
-    "stripe", "github", "twilio", "twilio_event_streams", "generic",
+    "stripe", "github", "twilio", "twilio_event_streams", "generic", "standard_webhooks",
 };
 
 // Log levels and formats accepted in `log` (SPEC §11).

@@ -71,6 +71,10 @@ StatusOr<std::shared_ptr<const WebhookEndpoints>> WebhookEndpoints::Resolve(cons
       return InvalidArgumentError(where + ": " + (w.secret_env.empty() ? "secret_file: " : "secret_env: ") +
                                   secret.status().message());
     }
+    if (e.provider == webhooks::Provider::kStandardWebhooks && !webhooks::StandardWebhooksKey(*secret)) {
+      return InvalidArgumentError(where + ": a standard_webhooks secret is \"whsec_\" followed by base64 (as the "
+                                          "sender shows it), and this one is not");
+    }
     e.secret = std::move(*secret);
     e.public_url = w.public_url;
     if (w.generic) e.generic = ToSpec(*w.generic);

@@ -11,7 +11,7 @@
 #include "webhooks/providers.h"
 
 // What the provider files share (internal.cc), and each provider's check
-// (stripe.cc, github.cc, twilio.cc, generic.cc), which providers.cc
+// (stripe.cc, github.cc, twilio.cc, generic.cc, standard.cc), which providers.cc
 // dispatches to. Not part of the library's interface.
 namespace idemgate::webhooks::internal {
 
@@ -71,5 +71,6 @@ Translation VerifyGitHub(std::string_view secret, const WebhookRequest& request)
 Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request);
 Translation VerifyTwilioEventStreams(std::string_view secret, const WebhookRequest& request);
 Translation VerifyGeneric(const GenericSpec* spec, std::string_view secret, const WebhookRequest& request);
+Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest& request);
 
 }  // namespace idemgate::webhooks::internal

@@ -7,13 +7,15 @@ namespace idemgate::webhooks {
 using internal::Invalid;
 using internal::VerifyGeneric;
 using internal::VerifyGitHub;
+using internal::VerifyStandardWebhooks;
 using internal::VerifyStripe;
 using internal::VerifyTwilio;
 using internal::VerifyTwilioEventStreams;
 
 std::optional<Provider> ProviderFromName(std::string_view name) {
   for (const Provider provider :
-       {Provider::kStripe, Provider::kGitHub, Provider::kTwilio, Provider::kTwilioEventStreams, Provider::kGeneric}) {
+       {Provider::kStripe, Provider::kGitHub, Provider::kTwilio, Provider::kTwilioEventStreams, Provider::kGeneric,
+        Provider::kStandardWebhooks}) {
     if (name == ProviderName(provider)) return provider;
   }
   return std::nullopt;
@@ -31,6 +33,8 @@ std::string_view ProviderName(Provider provider) {
       return "twilio_event_streams";
     case Provider::kGeneric:
       return "generic";
+    case Provider::kStandardWebhooks:
+      return "standard_webhooks";
   }
   return {};
 }
@@ -48,6 +52,8 @@ Translation Translate(Provider provider, const GenericSpec* generic, std::string
       return VerifyTwilioEventStreams(secret, request);
     case Provider::kGeneric:
       return VerifyGeneric(generic, secret, request);
+    case Provider::kStandardWebhooks:
+      return VerifyStandardWebhooks(secret, request);
   }
   return Invalid("unknown provider");
 }

@@ -12,9 +12,9 @@
 // call from any thread.
 namespace idemgate::webhooks {
 
-enum class Provider { kStripe, kGitHub, kTwilio, kTwilioEventStreams, kGeneric };
+enum class Provider { kStripe, kGitHub, kTwilio, kTwilioEventStreams, kGeneric, kStandardWebhooks };
 
-// "stripe", "github", "twilio", "twilio_event_streams", "generic".
+// "stripe", "github", "twilio", "twilio_event_streams", "generic", "standard_webhooks".
 std::optional<Provider> ProviderFromName(std::string_view name);
 std::string_view ProviderName(Provider provider);
 
@@ -51,6 +51,12 @@ struct WebhookRequest {
 
 // Stripe's tolerance between its signature timestamp and now, either way.
 inline constexpr std::int64_t kStripeToleranceSeconds = 300;
+// The same for Standard Webhooks (the specification recommends five minutes).
+inline constexpr std::int64_t kStandardWebhooksToleranceSeconds = 300;
+
+// The HMAC key of a Standard Webhooks secret ("whsec_" + base64, or the
+// base64 alone), or nothing when the secret is not that.
+std::optional<std::string> StandardWebhooksKey(std::string_view secret);
 
 struct Translation {
   enum class Outcome {
@@ -59,7 +65,8 @@ struct Translation {
     kNoId,              // verified, but no event id in it: 400 translation-failed
   };
   Outcome outcome = Outcome::kSignatureInvalid;
-  std::string key;     // kOk: "stripe-evt_…", "github-<delivery>", "twilio-<sid>-<status>", "twilio-<token>", generic: the id
+  std::string key;     // kOk: "stripe-evt_…", "github-<delivery>", "twilio-<sid>-<status>", "twilio-<token>",
+                       // "webhook-<id>", generic: the id
   std::string detail;  // otherwise: a short reason for the problem's detail; never contains the secret
 };
 
@@ -81,6 +88,12 @@ struct Translation {
 //    no MessageStatus; just the sid when there is neither).
 //  - twilio_event_streams: signature as twilio; key "twilio-" +
 //    `I-Twilio-Idempotency-Token`.
+//  - standard_webhooks (standardwebhooks.com, Svix): `webhook-id`,
+//    `webhook-timestamp`, `webhook-signature` (or the same with `svix-`);
+//    one of the space-separated "v1,<base64>" signatures must be the
+//    HMAC-SHA256 of "<id>.<timestamp>.<body>" under the secret's base64
+//    bytes (after an optional "whsec_"), and |now - timestamp| ≤ 300 s.
+//    Key "webhook-" + the id.
 //  - generic: `generic->header` holds `prefix` + the HMAC of the body,
 //    hex (either case) or base64. Key: the id from the header, the JSON
 //    Pointer (a string or an integer) or the form fields joined with '-'.

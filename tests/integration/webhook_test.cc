@@ -58,6 +58,9 @@ constexpr char kStripeSecret[] = "whsec_integration";
 constexpr char kGithubSecret[] = "github-secret";
 constexpr char kTwilioToken[] = "twilio-token";
 constexpr char kGenericSecret[] = "generic-secret";
+// "whsec_" + base64("secret-key-for-idemgate-tests")
+constexpr char kSwSecret[] = "whsec_c2VjcmV0LWtleS1mb3ItaWRlbWdhdGUtdGVzdHM=";
+constexpr char kSwKey[] = "secret-key-for-idemgate-tests";
 
 class WebhookTest : public GatewaySuite {
  protected:
@@ -80,6 +83,10 @@ class WebhookTest : public GatewaySuite {
       << "    match: { path: \"/echo/generic/{webhook_id}\" }\n"
       << "    upstream: fake\n"
       << "    idempotency: { policy: webhook, provider: generic }\n"
+      << "  - id: sw-hooks\n"
+      << "    match: { path: \"/echo/sw/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: standard_webhooks }\n"
       << "  - id: api\n"
       << "    match: { path_prefix: / }\n"
       << "    upstream: fake\n"
@@ -96,7 +103,8 @@ class WebhookTest : public GatewaySuite {
       << "      project: misc\n"
       << "      provider: generic\n"
       << "      secret_env: GENERIC_SECRET\n"
-      << "      generic: { header: X-Signature, prefix: \"sha256=\", id_pointer: /event/id }\n";
+      << "      generic: { header: X-Signature, prefix: \"sha256=\", id_pointer: /event/id }\n"
+      << "    - { id: acme-sw, tenant: acme, project: notify, provider: standard_webhooks, secret_env: SW_SECRET }\n";
     return y.str();
   }
 
@@ -108,7 +116,8 @@ class WebhookTest : public GatewaySuite {
     StartGateway(Yaml(identity), {{"STRIPE_SECRET", kStripeSecret},
                                   {"GITHUB_SECRET", kGithubSecret},
                                   {"TWILIO_TOKEN", kTwilioToken},
-                                  {"GENERIC_SECRET", kGenericSecret}});
+                                  {"GENERIC_SECRET", kGenericSecret},
+                                  {"SW_SECRET", kSwSecret}});
   }
 
   static HttpRequest StripeEvent(const std::string& endpoint, const std::string& secret, const std::string& body,
@@ -339,6 +348,63 @@ TEST_F(WebhookTest, ASecretRotatedInItsFileTakesEffectOnReload) {
   EXPECT_NE(gateway_->Stdout().find("secret_file"), std::string::npos);
 }
 
+std::string Base64(const std::string& bytes) {
+  unsigned char out[128];
+  const int len = EVP_EncodeBlock(out, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
+}
+
+std::string HmacSha256Raw(const std::string& key, const std::string& data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), mac, &n);
+  return std::string(reinterpret_cast<const char*>(mac), n);
+}
+
+HttpRequest StandardWebhook(const std::string& id, const std::string& body, const std::string& key = kSwKey) {
+  const std::string ts = std::to_string(NowSeconds());
+  HttpRequest req{.method = "POST", .target = "/echo/sw/acme-sw"};
+  req.headers = {{"Content-Type", "application/json"},
+                 {"webhook-id", id},
+                 {"webhook-timestamp", ts},
+                 {"webhook-signature", "v1," + Base64(HmacSha256Raw(key, id + "." + ts + "." + body))}};
+  req.body = body;
+  return req;
+}
+
+TEST_F(WebhookTest, StandardWebhooksMessageRunsOnceUnderItsId) {
+  Start();
+  const std::string body = R"({"type":"invoice.paid","data":{"id":"in_1"}})";
+  const HttpResponse first = Send(StandardWebhook("msg_2Lh9", body));
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:notify:service:webhook-ingest:sw-hooks:webhook-msg_2Lh9\""}));
+  // The sender's retry carries the same id with a new timestamp and signature.
+  std::this_thread::sleep_for(1100ms);
+  const HttpResponse retry = Send(StandardWebhook("msg_2Lh9", body));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
+  ExpectProblem(Send(StandardWebhook("msg_forged", body, "another-key")), 401, "signature-invalid");
+  EXPECT_EQ(Executions(), 1u);
+}
+
+TEST_F(WebhookTest, AStandardWebhooksSecretThatIsNotBase64StopsTheStart) {
+  {
+    std::ofstream f(secret_file_);
+    f << "whsec_from_file\n";
+  }
+  auto g = GatewayProcess::Start(dir_, Yaml(), {{"STRIPE_SECRET", kStripeSecret},
+                                                {"GITHUB_SECRET", kGithubSecret},
+                                                {"TWILIO_TOKEN", kTwilioToken},
+                                                {"GENERIC_SECRET", kGenericSecret},
+                                                {"SW_SECRET", "whsec_not base64"}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().ToString().find("standard_webhooks secret"), std::string::npos) << g.status().ToString();
+}
+
 TEST_F(WebhookTest, AMissingSecretStopsTheStart) {
   {
     std::ofstream f(secret_file_);
@@ -346,7 +412,8 @@ TEST_F(WebhookTest, AMissingSecretStopsTheStart) {
   }
   auto g = GatewayProcess::Start(dir_, Yaml(), {{"GITHUB_SECRET", kGithubSecret},
                                                 {"TWILIO_TOKEN", kTwilioToken},
-                                                {"GENERIC_SECRET", kGenericSecret}});
+                                                {"GENERIC_SECRET", kGenericSecret},
+                                                {"SW_SECRET", kSwSecret}});
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().ToString().find("STRIPE_SECRET"), std::string::npos) << g.status().ToString();
 }

@@ -46,9 +46,11 @@ void ExpectNoId(const Translation& t) {
 
 TEST(ProviderNameTest, RoundTripsEveryProvider) {
   for (const Provider p :
-       {Provider::kStripe, Provider::kGitHub, Provider::kTwilio, Provider::kTwilioEventStreams, Provider::kGeneric}) {
+       {Provider::kStripe, Provider::kGitHub, Provider::kTwilio, Provider::kTwilioEventStreams, Provider::kGeneric,
+        Provider::kStandardWebhooks}) {
     EXPECT_EQ(ProviderFromName(ProviderName(p)), p);
   }
+  EXPECT_EQ(ProviderName(Provider::kStandardWebhooks), "standard_webhooks");
   EXPECT_EQ(ProviderName(Provider::kStripe), "stripe");
   EXPECT_EQ(ProviderName(Provider::kGitHub), "github");
   EXPECT_EQ(ProviderName(Provider::kTwilio), "twilio");
@@ -62,6 +64,108 @@ TEST(ProviderNameTest, RejectsOtherNames) {
     EXPECT_EQ(ProviderFromName(name), std::nullopt) << name;
   }
   EXPECT_EQ(ProviderFromName(std::string_view("stripe\0", 7)), std::nullopt);
+}
+
+// ---------------------------------------------------------------------------
+// Standard Webhooks
+
+// The example of the Standard Webhooks reference libraries' tests; checked with
+// K=$(printf '%s' MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw | base64 -d | xxd -p | tr -d '\n')
+// printf '%s' 'msg_p5jXN8AQM9LWM0D4loKWxJek.1614265330.{"test": 2432232314}' |
+//   openssl dgst -sha256 -mac HMAC -macopt hexkey:$K -binary | base64
+constexpr std::string_view kSwSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+constexpr std::string_view kSwId = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+constexpr std::int64_t kSwT = 1614265330;
+constexpr std::string_view kSwBody = R"({"test": 2432232314})";
+constexpr std::string_view kSwSig = "g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+// The same content under the key "secret-key-for-idemgate-tests" (whsec_c2VjcmV0LWtleS1mb3ItaWRlbWdhdGUtdGVzdHM=).
+constexpr std::string_view kSwOtherSig = "/Q7qALNl83mSPKY3mWw2pSz4OSS+9OqAJw5Ahetf78g=";
+
+Translation StandardWebhooks(std::vector<HeaderField> headers, std::string_view body = kSwBody,
+                             std::int64_t now = kSwT, std::string_view secret = kSwSecret) {
+  return Translate(Provider::kStandardWebhooks, nullptr, secret, Request(body, std::move(headers), "", now));
+}
+
+// The three headers under `prefix` ("webhook-", "svix-" or "Webhook-");
+// `signature` must outlive them.
+std::vector<HeaderField> SwHeaders(std::string_view signature, std::string_view prefix = "webhook-") {
+  static const std::string kT = std::to_string(kSwT);
+  static constexpr std::string_view kNames[][3] = {{"webhook-id", "webhook-timestamp", "webhook-signature"},
+                                                   {"svix-id", "svix-timestamp", "svix-signature"},
+                                                   {"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"}};
+  const auto& names = prefix == "svix-" ? kNames[1] : prefix == "Webhook-" ? kNames[2] : kNames[0];
+  return {{names[0], kSwId}, {names[1], kT}, {names[2], signature}};
+}
+
+TEST(StandardWebhooksTest, AcceptsThePublishedExampleAndKeysByTheMessageId) {
+  ExpectKey(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig))), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+}
+
+TEST(StandardWebhooksTest, AcceptsSvixHeaderNamesAndAnySecretSpelling) {
+  ExpectKey(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig), "svix-")), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+  ExpectKey(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig), "Webhook-")), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+  // The secret without its "whsec_" prefix is the same key.
+  ExpectKey(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig)), kSwBody, kSwT, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+}
+
+TEST(StandardWebhooksTest, AnyMatchingV1AmongSeveralPasses) {
+  // Key rotation: the sender signs with the old and the new secret.
+  const std::string both = "v1," + std::string(kSwOtherSig) + " v1a,c29tZXRoaW5nIGVsc2U= v1," + std::string(kSwSig);
+  ExpectKey(StandardWebhooks(SwHeaders(both)), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+  ExpectKey(StandardWebhooks(SwHeaders(both), kSwBody, kSwT, "whsec_c2VjcmV0LWtleS1mb3ItaWRlbWdhdGUtdGVzdHM="),
+            "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+}
+
+TEST(StandardWebhooksTest, RefusesWrongSecretTamperingAndOtherVersions) {
+  ExpectInvalid(StandardWebhooks(SwHeaders("v1," + std::string(kSwOtherSig))));
+  ExpectInvalid(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig)), R"({"test": 2432232315})"));
+  ExpectInvalid(StandardWebhooks(SwHeaders("v1a," + std::string(kSwSig))));  // asymmetric: not an HMAC
+  ExpectInvalid(StandardWebhooks(SwHeaders("v2," + std::string(kSwSig))));
+  ExpectInvalid(StandardWebhooks(SwHeaders(std::string(kSwSig))));  // no version
+  ExpectInvalid(StandardWebhooks(SwHeaders("v1,not base64!")));
+  ExpectInvalid(StandardWebhooks(SwHeaders("")));
+  // Another id or timestamp than the one signed.
+  const std::string sig = "v1," + std::string(kSwSig);
+  auto headers = SwHeaders(sig);
+  headers[0].value = "msg_other";
+  ExpectInvalid(StandardWebhooks(headers));
+  headers = SwHeaders(sig);
+  headers[1].value = "1614265331";
+  ExpectInvalid(StandardWebhooks(headers, kSwBody, 1614265331));
+}
+
+TEST(StandardWebhooksTest, RefusesMissingRepeatedOrMalformedHeaders) {
+  const std::string sig = "v1," + std::string(kSwSig);
+  for (std::size_t drop = 0; drop < 3; ++drop) {
+    auto headers = SwHeaders(sig);
+    headers.erase(headers.begin() + static_cast<std::ptrdiff_t>(drop));
+    ExpectInvalid(StandardWebhooks(headers));
+  }
+  auto repeated = SwHeaders(sig);
+  repeated.push_back(repeated[0]);
+  ExpectInvalid(StandardWebhooks(repeated));
+  for (const std::string_view bad : {"", "-1614265330", "1614265330.0", "16142653x0", "99999999999999999999"}) {
+    auto headers = SwHeaders(sig);
+    headers[1].value = bad;
+    ExpectInvalid(StandardWebhooks(headers));
+  }
+}
+
+TEST(StandardWebhooksTest, TimestampToleranceIsFiveMinutesEitherWay) {
+  const std::string sig = "v1," + std::string(kSwSig);
+  const auto headers = SwHeaders(sig);
+  ExpectKey(StandardWebhooks(headers, kSwBody, kSwT + 300), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+  ExpectKey(StandardWebhooks(headers, kSwBody, kSwT - 300), "webhook-msg_p5jXN8AQM9LWM0D4loKWxJek");
+  ExpectInvalid(StandardWebhooks(headers, kSwBody, kSwT + 301));
+  ExpectInvalid(StandardWebhooks(headers, kSwBody, kSwT - 301));
+}
+
+TEST(StandardWebhooksTest, ASecretThatIsNotBase64MatchesNothing) {
+  EXPECT_EQ(StandardWebhooksKey("whsec_not base64"), std::nullopt);
+  EXPECT_EQ(StandardWebhooksKey("whsec_"), std::nullopt);
+  EXPECT_EQ(StandardWebhooksKey("whsec_c2VjcmV0LWtleS1mb3ItaWRlbWdhdGUtdGVzdHM="), "secret-key-for-idemgate-tests");
+  ExpectInvalid(StandardWebhooks(SwHeaders("v1," + std::string(kSwSig)), kSwBody, kSwT, "whsec_%%%"));
 }
 
 // ---------------------------------------------------------------------------

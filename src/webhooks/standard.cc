@@ -1,0 +1,90 @@
+#include <charconv>
+#include <cstdint>
+#include <string>
+
+#include "webhooks/internal.h"
+
+namespace idemgate::webhooks::internal {
+
+// ---------------------------------------------------------------------------
+// Standard Webhooks (standardwebhooks.com; Svix and the services that send
+// through it): `webhook-id`, `webhook-timestamp` and `webhook-signature`
+// (`svix-` names accepted too); a space-separated list of "v1,<base64>"
+// signatures, HMAC-SHA256 of "<id>.<timestamp>.<body>" under the secret's
+// bytes (base64, after an optional "whsec_"); key from the id.
+
+namespace {
+
+// The header `name` under the Standard Webhooks prefix, else the Svix one.
+std::optional<std::string_view> OneOf(const WebhookRequest& request, std::string_view suffix, std::string* problem) {
+  const std::string standard = "webhook-" + std::string(suffix);
+  const std::string svix = "svix-" + std::string(suffix);
+  if (FindHeader(request.headers, standard).count > 0) return SignatureHeader(request, standard, problem);
+  if (FindHeader(request.headers, svix).count > 0) return SignatureHeader(request, svix, problem);
+  *problem = "no " + standard + " header";
+  return std::nullopt;
+}
+
+}  // namespace
+
+Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest& request) {
+  const auto key = StandardWebhooksKey(secret);
+  if (!key) return Invalid("the endpoint's secret is not base64 (whsec_...)");
+  std::string problem;
+  const auto id = OneOf(request, "id", &problem);
+  if (!id) return Invalid(problem);
+  const auto timestamp = OneOf(request, "timestamp", &problem);
+  if (!timestamp) return Invalid(problem);
+  const auto signatures = OneOf(request, "signature", &problem);
+  if (!signatures) return Invalid(problem);
+  if (id->empty() || id->find('.') != std::string_view::npos) return Invalid("webhook-id is empty or holds a '.'");
+
+  std::int64_t t = 0;
+  const auto [end, ec] = std::from_chars(timestamp->data(), timestamp->data() + timestamp->size(), t);
+  if (timestamp->empty() || timestamp->front() == '-' || ec != std::errc() ||
+      end != timestamp->data() + timestamp->size()) {
+    return Invalid("webhook-timestamp is not a decimal integer");
+  }
+
+  std::string signed_content;
+  signed_content.reserve(id->size() + timestamp->size() + 2 + request.body.size());
+  signed_content.append(*id).append(".").append(*timestamp).append(".").append(request.body);
+  const std::string expected = Hmac(Algorithm::kSha256, *key, signed_content);
+  bool matched = false;
+  bool any_v1 = false;
+  std::string_view items = *signatures;
+  while (!items.empty()) {
+    const std::size_t space = items.find(' ');
+    const std::string_view item = items.substr(0, space);
+    items = space == std::string_view::npos ? std::string_view() : items.substr(space + 1);
+    const std::size_t comma = item.find(',');
+    if (comma == std::string_view::npos || item.substr(0, comma) != "v1") continue;  // other versions (v1a) skipped
+    any_v1 = true;
+    const auto sent = DecodeBase64(item.substr(comma + 1));
+    if (sent && MacEquals(expected, *sent)) matched = true;
+  }
+  if (!any_v1) return Invalid("webhook-signature has no v1 signature");
+  if (!matched) return Invalid("no webhook-signature v1 signature matches");
+
+  const auto now = static_cast<std::uint64_t>(request.now_unix_seconds);
+  const auto then = static_cast<std::uint64_t>(t);
+  const std::uint64_t distance = request.now_unix_seconds >= t ? now - then : then - now;
+  if (distance > static_cast<std::uint64_t>(kStandardWebhooksToleranceSeconds)) {
+    return Invalid("webhook-timestamp is outside the tolerance");
+  }
+  return Ok("webhook-" + std::string(*id));
+}
+
+}  // namespace idemgate::webhooks::internal
+
+namespace idemgate::webhooks {
+
+std::optional<std::string> StandardWebhooksKey(std::string_view secret) {
+  constexpr std::string_view kSecretPrefix = "whsec_";
+  if (secret.substr(0, kSecretPrefix.size()) == kSecretPrefix) secret.remove_prefix(kSecretPrefix.size());
+  auto key = internal::DecodeBase64(secret);
+  if (!key || key->empty()) return std::nullopt;
+  return key;
+}
+
+}  // namespace idemgate::webhooks
