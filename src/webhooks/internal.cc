@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/json/parse.hpp>
+#include <charconv>
 #include <climits>
 #include <cstddef>
 #include <string>
@@ -80,6 +81,23 @@ std::optional<std::string> DecodeBase64(std::string_view text) {
   if (n < 0 || static_cast<std::size_t>(n) != out.size()) return std::nullopt;
   out.resize(out.size() - padding);
   return out;
+}
+
+std::optional<std::int64_t> ParseUnixSeconds(std::string_view text) {
+  std::int64_t t = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), t);
+  if (text.empty() || text.front() == '-' || ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return t;
+}
+
+bool WithinTolerance(std::int64_t now, std::int64_t then, std::int64_t tolerance) {
+  // Both are at most 2^63 apart from zero, so their distance fits unsigned 64 bits.
+  const auto n = static_cast<std::uint64_t>(now);
+  const auto t = static_cast<std::uint64_t>(then);
+  const std::uint64_t distance = now >= then ? n - t : t - n;
+  return distance <= static_cast<std::uint64_t>(tolerance);
 }
 
 // ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <boost/json/value.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,11 @@ std::string_view Trim(std::string_view s);
 std::optional<std::string> DecodeHex(std::string_view hex);
 // The bytes of standard, padded base64, or nothing when `text` is not that.
 std::optional<std::string> DecodeBase64(std::string_view text);
+
+// Timestamps of signed requests: a decimal number of seconds (no sign), and
+// whether it is within `tolerance` seconds of `now`, either way.
+std::optional<std::int64_t> ParseUnixSeconds(std::string_view text);
+bool WithinTolerance(std::int64_t now, std::int64_t then, std::int64_t tolerance);
 
 // MACs and digests.
 std::size_t MacSize(Algorithm algorithm);

@@ -1,4 +1,3 @@
-#include <charconv>
 #include <cstdint>
 #include <string>
 
@@ -39,12 +38,8 @@ Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest
   if (!signatures) return Invalid(problem);
   if (id->empty() || id->find('.') != std::string_view::npos) return Invalid("webhook-id is empty or holds a '.'");
 
-  std::int64_t t = 0;
-  const auto [end, ec] = std::from_chars(timestamp->data(), timestamp->data() + timestamp->size(), t);
-  if (timestamp->empty() || timestamp->front() == '-' || ec != std::errc() ||
-      end != timestamp->data() + timestamp->size()) {
-    return Invalid("webhook-timestamp is not a decimal integer");
-  }
+  const std::optional<std::int64_t> t = ParseUnixSeconds(*timestamp);
+  if (!t) return Invalid("webhook-timestamp is not a decimal integer");
 
   std::string signed_content;
   signed_content.reserve(id->size() + timestamp->size() + 2 + request.body.size());
@@ -66,10 +61,7 @@ Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest
   if (!any_v1) return Invalid("webhook-signature has no v1 signature");
   if (!matched) return Invalid("no webhook-signature v1 signature matches");
 
-  const auto now = static_cast<std::uint64_t>(request.now_unix_seconds);
-  const auto then = static_cast<std::uint64_t>(t);
-  const std::uint64_t distance = request.now_unix_seconds >= t ? now - then : then - now;
-  if (distance > static_cast<std::uint64_t>(kStandardWebhooksToleranceSeconds)) {
+  if (!WithinTolerance(request.now_unix_seconds, *t, kStandardWebhooksToleranceSeconds)) {
     return Invalid("webhook-timestamp is outside the tolerance");
   }
   return Ok("webhook-" + std::string(*id));

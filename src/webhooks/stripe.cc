@@ -1,6 +1,5 @@
 #include "webhooks/internal.h"
 
-#include <charconv>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,12 +35,8 @@ Translation VerifyStripe(std::string_view secret, const WebhookRequest& request)
   if (!timestamp) return Invalid("Stripe-Signature has no timestamp");
   if (v1s.empty()) return Invalid("Stripe-Signature has no v1 signature");
 
-  std::int64_t t = 0;
-  const auto [end, ec] = std::from_chars(timestamp->data(), timestamp->data() + timestamp->size(), t);
-  if (timestamp->empty() || timestamp->front() == '-' || ec != std::errc() ||
-      end != timestamp->data() + timestamp->size()) {
-    return Invalid("Stripe-Signature timestamp is not a decimal integer");
-  }
+  const std::optional<std::int64_t> t = ParseUnixSeconds(*timestamp);
+  if (!t) return Invalid("Stripe-Signature timestamp is not a decimal integer");
 
   std::string signed_payload;
   signed_payload.reserve(timestamp->size() + 1 + request.body.size());
@@ -54,11 +49,7 @@ Translation VerifyStripe(std::string_view secret, const WebhookRequest& request)
   }
   if (!matched) return Invalid("no Stripe-Signature v1 signature matches");
 
-  // Both are at most 2^63 apart from zero, so their distance fits unsigned 64 bits.
-  const auto now = static_cast<std::uint64_t>(request.now_unix_seconds);
-  const auto then = static_cast<std::uint64_t>(t);
-  const std::uint64_t distance = request.now_unix_seconds >= t ? now - then : then - now;
-  if (distance > static_cast<std::uint64_t>(kStripeToleranceSeconds)) {
+  if (!WithinTolerance(request.now_unix_seconds, *t, kStripeToleranceSeconds)) {
     return Invalid("Stripe-Signature timestamp is outside the tolerance");
   }
 

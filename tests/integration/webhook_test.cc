@@ -16,37 +16,34 @@
 #include <thread>
 #include <vector>
 
+#include "common/hex.h"
 #include "integration/harness.h"
 
 namespace idemgate::testing {
 namespace {
 
-std::string Hex(const unsigned char* p, std::size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 0xf]);
-  }
-  return out;
+// The raw HMAC of `data` under `key`.
+std::string Mac(const EVP_MD* md, const std::string& key, const std::string& data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(md, key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+       mac, &n);
+  return std::string(reinterpret_cast<const char*>(mac), n);
+}
+
+std::string Base64(const std::string& bytes) {
+  unsigned char out[128];
+  const int len =
+      EVP_EncodeBlock(out, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
 }
 
 std::string HmacSha256Hex(const std::string& key, const std::string& data) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), mac, &n);
-  return Hex(mac, n);
+  return ToHex(Mac(EVP_sha256(), key, data));
 }
 
 std::string HmacSha1Base64(const std::string& key, const std::string& data) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha1(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), mac, &n);
-  unsigned char out[64];
-  const int len = EVP_EncodeBlock(out, mac, static_cast<int>(n));
-  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
+  return Base64(Mac(EVP_sha1(), key, data));
 }
 
 std::int64_t NowSeconds() {
@@ -108,16 +105,30 @@ class WebhookTest : public GatewaySuite {
     return y.str();
   }
 
+  // Every endpoint's secret, as the environment holds them.
+  static std::vector<std::pair<std::string, std::string>> Secrets() {
+    return {{"STRIPE_SECRET", kStripeSecret},
+            {"GITHUB_SECRET", kGithubSecret},
+            {"TWILIO_TOKEN", kTwilioToken},
+            {"GENERIC_SECRET", kGenericSecret},
+            {"SW_SECRET", kSwSecret}};
+  }
+
+  void WriteSecretFile() {
+    std::ofstream f(secret_file_);
+    f << "whsec_from_file\n";
+  }
+
   void Start(const std::string& identity = "{ mode: none }") {
-    {
-      std::ofstream f(secret_file_);
-      f << "whsec_from_file\n";
-    }
-    StartGateway(Yaml(identity), {{"STRIPE_SECRET", kStripeSecret},
-                                  {"GITHUB_SECRET", kGithubSecret},
-                                  {"TWILIO_TOKEN", kTwilioToken},
-                                  {"GENERIC_SECRET", kGenericSecret},
-                                  {"SW_SECRET", kSwSecret}});
+    WriteSecretFile();
+    StartGateway(Yaml(identity), Secrets());
+  }
+
+  // A start with `env` in place of Secrets(), expected to fail.
+  Status FailedStart(std::vector<std::pair<std::string, std::string>> env) {
+    WriteSecretFile();
+    auto g = GatewayProcess::Start(dir_, Yaml(), std::move(env));
+    return g.ok() ? InternalError("the gateway started") : g.status();
   }
 
   static HttpRequest StripeEvent(const std::string& endpoint, const std::string& secret, const std::string& body,
@@ -348,27 +359,13 @@ TEST_F(WebhookTest, ASecretRotatedInItsFileTakesEffectOnReload) {
   EXPECT_NE(gateway_->Stdout().find("secret_file"), std::string::npos);
 }
 
-std::string Base64(const std::string& bytes) {
-  unsigned char out[128];
-  const int len = EVP_EncodeBlock(out, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
-}
-
-std::string HmacSha256Raw(const std::string& key, const std::string& data) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), mac, &n);
-  return std::string(reinterpret_cast<const char*>(mac), n);
-}
-
 HttpRequest StandardWebhook(const std::string& id, const std::string& body, const std::string& key = kSwKey) {
   const std::string ts = std::to_string(NowSeconds());
   HttpRequest req{.method = "POST", .target = "/echo/sw/acme-sw"};
   req.headers = {{"Content-Type", "application/json"},
                  {"webhook-id", id},
                  {"webhook-timestamp", ts},
-                 {"webhook-signature", "v1," + Base64(HmacSha256Raw(key, id + "." + ts + "." + body))}};
+                 {"webhook-signature", "v1," + Base64(Mac(EVP_sha256(), key, id + "." + ts + "." + body))}};
   req.body = body;
   return req;
 }
@@ -392,30 +389,17 @@ TEST_F(WebhookTest, StandardWebhooksMessageRunsOnceUnderItsId) {
 }
 
 TEST_F(WebhookTest, AStandardWebhooksSecretThatIsNotBase64StopsTheStart) {
-  {
-    std::ofstream f(secret_file_);
-    f << "whsec_from_file\n";
-  }
-  auto g = GatewayProcess::Start(dir_, Yaml(), {{"STRIPE_SECRET", kStripeSecret},
-                                                {"GITHUB_SECRET", kGithubSecret},
-                                                {"TWILIO_TOKEN", kTwilioToken},
-                                                {"GENERIC_SECRET", kGenericSecret},
-                                                {"SW_SECRET", "whsec_not base64"}});
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().ToString().find("standard_webhooks secret"), std::string::npos) << g.status().ToString();
+  auto env = Secrets();
+  env.back() = {"SW_SECRET", "whsec_not base64"};
+  const Status s = FailedStart(env);
+  EXPECT_NE(s.ToString().find("standard_webhooks secret"), std::string::npos) << s.ToString();
 }
 
 TEST_F(WebhookTest, AMissingSecretStopsTheStart) {
-  {
-    std::ofstream f(secret_file_);
-    f << "whsec_from_file\n";
-  }
-  auto g = GatewayProcess::Start(dir_, Yaml(), {{"GITHUB_SECRET", kGithubSecret},
-                                                {"TWILIO_TOKEN", kTwilioToken},
-                                                {"GENERIC_SECRET", kGenericSecret},
-                                                {"SW_SECRET", kSwSecret}});
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().ToString().find("STRIPE_SECRET"), std::string::npos) << g.status().ToString();
+  auto env = Secrets();
+  env.erase(env.begin());  // STRIPE_SECRET
+  const Status s = FailedStart(env);
+  EXPECT_NE(s.ToString().find("STRIPE_SECRET"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
