@@ -41,6 +41,7 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
   } else {
     const std::optional<std::string_view> proto = head.Find("x-forwarded-proto");
     std::optional<std::string_view> host = head.Find("x-forwarded-host");
+    if (!host && !head.authority.empty()) host = head.authority;  // an absolute-form target's, not Host's
     if (!host) host = head.Find("host");
     url = proto && !FirstItem(*proto).empty() ? std::string(FirstItem(*proto))
                                               : std::string(head.secure ? "https" : "http");

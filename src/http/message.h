@@ -40,6 +40,8 @@ struct RequestHead {
   std::string_view path_and_query;  // origin-form of the target (what is forwarded), path normalised
                                     // (http::NormalizePath)
   std::string_view raw_path_and_query;  // the same as received, before normalising (what a sender signed)
+  std::string_view authority;  // an absolute-form target's "host[:port]", which replaces Host (RFC 9112
+                               // section 3.2.2); empty for origin-form
   int version = 11;         // 10 or 11
   std::vector<HeaderView> headers;  // wire order
   std::optional<std::uint64_t> content_length;

@@ -80,7 +80,9 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   for (const auto& f : in) {
     switch (f.name()) {
       case bhttp::field::connection: filter.AddConnectionValue(View(f.value())); break;
-      case bhttp::field::host: forwarded_host = View(f.value()); break;
+      case bhttp::field::host:
+        if (head.authority.empty()) forwarded_host = View(f.value());
+        break;
       default: {
         const std::string_view name = View(f.name_string());
         if (NameEquals(name, "x-forwarded-for")) {
@@ -92,6 +94,9 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
       }
     }
   }
+  // An absolute-form target names the host, and the Host lines are ignored
+  // (RFC 9112 section 3.2.2).
+  if (!head.authority.empty()) forwarded_host = head.authority;
   const bool new_trace = !(traceparents == 1 && IsValidTraceparent(traceparent));
   const bool replace_request_id = !fr.request_id.empty();
   Framing framing = Framing::kNone;
@@ -114,7 +119,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     const bhttp::field id = f.name();
     const std::string_view name = View(f.name_string());
     if (id == bhttp::field::connection || id == bhttp::field::expect || id == bhttp::field::content_length ||
-        filter.ShouldDrop(name)) {
+        filter.ShouldDrop(name) || (id == bhttp::field::host && !head.authority.empty())) {
       continue;
     }
     if (NameEquals(name, "x-forwarded-for") || NameEquals(name, "x-forwarded-proto") ||
@@ -140,6 +145,8 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
       out.append(digits, end);
       out.append(kCrlf);
     }
+  } else if (!head.authority.empty()) {
+    AppendField(out, "Host", head.authority);
   }
   out.append(std::string_view("X-Forwarded-For: "));
   for (std::string_view v : xff) {

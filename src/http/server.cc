@@ -119,6 +119,11 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   head.query = parts->query;
   head.path_and_query = parts->path_and_query;
   head.raw_path_and_query = parts->path_and_query;
+  head.authority = parts->authority;
+  if (head.authority.find('@') != std::string_view::npos) {
+    *why = "user information in the request target";
+    return false;
+  }
   if (PathNeedsNormalizing(head.path, merge_slashes)) {
     // Routing, the fingerprint and the upstream all see the normalised form.
     normalized_target.clear();

@@ -105,6 +105,35 @@ TEST(InProcessProxyTest, ForwardsWithHopByHopRemovedAndForwardingHeadersSet) {
   EXPECT_EQ(res->Header("X-Upstream"), "yes");
 }
 
+// An absolute-form target names the host: its authority is the Host the
+// upstream gets (and X-Forwarded-Host), whatever Host lines the client sent
+// (RFC 9112 section 3.2.2); the path is forwarded in origin-form. A target
+// with user information is refused.
+TEST(InProcessProxyTest, AbsoluteFormTargetReplacesTheHostHeader) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST http://api.example.test:8443/echo/a?x=1 HTTP/1.1\r\nHost: other.example\r\n"
+                          "Content-Length: 2\r\nConnection: close\r\n\r\nhi")
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  ASSERT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw;
+  const SeenRequest seen = upstream.last_echo();
+  EXPECT_EQ(seen.target, "/echo/a?x=1");
+  EXPECT_EQ(seen.Values("Host"), (std::vector<std::string>{"api.example.test:8443"}));
+  EXPECT_EQ(seen.Values("X-Forwarded-Host"), (std::vector<std::string>{"api.example.test:8443"}));
+
+  auto userinfo = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(userinfo.ok());
+  ASSERT_TRUE(userinfo->Write("GET http://user:pw@api.example.test/echo HTTP/1.1\r\nHost: api.example.test\r\n\r\n").ok());
+  auto res = testing::ParseResponse(userinfo->ReadUntilClosed(10s));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 400);
+}
+
 TEST(InProcessProxyTest, ValidTraceparentAndRequestIdPassUnchanged) {
   TestUpstream upstream;
   HandlerOptions options;
