@@ -80,9 +80,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   for (const auto& f : in) {
     switch (f.name()) {
       case bhttp::field::connection: filter.AddConnectionValue(View(f.value())); break;
-      case bhttp::field::host:
-        if (head.authority.empty()) forwarded_host = View(f.value());
-        break;
+      case bhttp::field::host: forwarded_host = View(f.value()); break;
       default: {
         const std::string_view name = View(f.name_string());
         if (NameEquals(name, "x-forwarded-for")) {

@@ -47,13 +47,7 @@ bool IsClientGone(const error_code& ec) {
 // also carries another coding ("gzip, chunked") would reach the upstream
 // without it, its body changed, so it is refused like any unknown coding.
 bool OnlyChunked(std::size_t* chunked_count, std::string_view value) {
-  while (!value.empty()) {
-    const std::size_t comma = value.find(',');
-    std::string_view item = value.substr(0, comma);
-    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (item.empty()) continue;  // an empty list element, which the list syntax allows
+  for (const std::string_view item : SplitList(value)) {
     if (!NameEquals(item, "chunked")) return false;
     ++*chunked_count;
   }

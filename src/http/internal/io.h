@@ -98,12 +98,10 @@ error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buff
     if (buffer.size() == 0) return bhttp::error::need_more;
     const std::size_t used = parser.put(buffer.data(), ec);
     buffer.consume(used);
-    if (ec == bhttp::error::need_more && buffer.size() > max_pending) return bhttp::error::header_limit;
+    const bool waiting = ec == bhttp::error::need_more ||
+                         (!ec && used == 0 && !(header_only ? parser.is_header_done() : parser.is_done()));
+    if (waiting) return buffer.size() > max_pending ? bhttp::error::header_limit : bhttp::error::need_more;
     if (ec) return ec;
-    if (used == 0 && !(header_only ? parser.is_header_done() : parser.is_done())) {
-      if (buffer.size() > max_pending) return bhttp::error::header_limit;
-      return bhttp::error::need_more;
-    }
   }
 }
 
