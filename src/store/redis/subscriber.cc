@@ -161,7 +161,9 @@ Task<void> Subscriber::Run() {
     had_session = true;
     session->last_read = SteadyClock::now();
     asio::co_spawn(ex_, PingLoop(session), asio::detached);
-    co_await ReadLoop(session);
+    // Why the session ended does not change what follows: redial with
+    // backoff, and every waiter re-reads meanwhile (polling covers the gap).
+    (void)co_await ReadLoop(session);
     session->Kill();
     session_.reset();
     for (auto& [name, ch] : channels_) ch.confirmed = false;
