@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 JOBS ?= 2
 
-.PHONY: all deps build build-asan run test test-release test-asan bench format clean help
+.PHONY: all deps build build-asan run test test-release test-asan bench fuzz format clean help
 
 all: build
 
@@ -10,6 +10,7 @@ help:
 	@echo "make run    install what is missing, build, start idemgate + demo backend (examples/quickstart.yaml)"
 	@echo "make test   install what is missing, build (release and ASan+UBSan), run every test"
 	@echo "make bench  wrk against idemgate and nginx in one run, ratios printed"
+	@echo "make fuzz   libFuzzer on every parser fuzz target (FUZZ_SECONDS each, default 60)"
 	@echo "make build  release build only (build/release)"
 
 deps:
@@ -36,6 +37,9 @@ test: test-release test-asan
 
 bench: build
 	@bash bench/run.sh
+
+fuzz: deps
+	@bash scripts/fuzz.sh
 
 format:
 	@find src tests examples bench -name '*.h' -o -name '*.cc' | xargs clang-format -i

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package idemgate needs to build, test and benchmark.
+# Installs every Debian package idemgate needs to build, test and benchmark
+# (with --fuzz, also clang and its libFuzzer runtime for `make fuzz`).
 # Idempotent and non-interactive: packages already installed are skipped, so a
 # second run does nothing and needs no network.
 set -euo pipefail
@@ -12,6 +13,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   redis-server nginx-light wrk procps python3
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  PACKAGES+=(clang libclang-rt-14-dev)
+elif [ $# -gt 0 ]; then
+  echo "usage: install-deps.sh [--fuzz]" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
