@@ -25,13 +25,32 @@ char EncodedUnreserved(std::string_view path, std::size_t i) {
   return IsUnreserved(c) ? static_cast<char>(c) : 0;
 }
 
+// True when `written` ends in a '%' that is not (yet) an escape: "...%" or
+// "...%X". Decoding a hex digit after it would make one ("%%34%31" would
+// become "%41"), so a path that is normalised once more, or decoded by the
+// upstream, would read as another path than the one routed; such an escape
+// is left encoded.
+bool EndsInOpenEscape(std::string_view written) {
+  const std::size_t n = written.size();
+  return (n >= 1 && written[n - 1] == '%') || (n >= 2 && written[n - 2] == '%' && HexDigitValue(written[n - 1]) >= 0);
+}
+
+// The character the escape at path[i] decodes to, when it is decoded after
+// `written`; 0 when it stays as it is.
+char DecodedAfter(std::string_view path, std::size_t i, std::string_view written) {
+  const char decoded = EncodedUnreserved(path, i);
+  if (decoded != 0 && HexDigitValue(decoded) >= 0 && EndsInOpenEscape(written)) return 0;
+  return decoded;
+}
+
 }  // namespace
 
 bool PathNeedsNormalizing(std::string_view path, bool merge_slashes) {
   for (std::size_t i = path.find_first_of(merge_slashes ? "%/" : "%"); i != std::string_view::npos;
        i = path.find_first_of(merge_slashes ? "%/" : "%", i + 1)) {
     if (path[i] == '%') {
-      if (EncodedUnreserved(path, i) != 0) return true;
+      // Nothing before `i` changes, so what would be written is path[0, i).
+      if (DecodedAfter(path, i, path.substr(0, i)) != 0) return true;
     } else if (i + 1 < path.size() && path[i + 1] == '/') {
       return true;
     }
@@ -40,12 +59,13 @@ bool PathNeedsNormalizing(std::string_view path, bool merge_slashes) {
 }
 
 void NormalizePath(std::string_view path, bool merge_slashes, std::string& out) {
+  const std::size_t start = out.size();
   out.reserve(out.size() + path.size());
   bool after_slash = false;
   for (std::size_t i = 0; i < path.size();) {
     const char c = path[i];
     if (c == '%') {
-      if (const char decoded = EncodedUnreserved(path, i)) {
+      if (const char decoded = DecodedAfter(path, i, std::string_view(out).substr(start))) {
         out += decoded;
         after_slash = false;
         i += 3;

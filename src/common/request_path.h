@@ -10,8 +10,10 @@
 // - percent-encoded unreserved characters (ALPHA, DIGIT, '-', '.', '_', '~')
 //   are decoded, which RFC 3986 section 6.2.2.2 makes equivalent;
 // - with `merge_slashes`, runs of '/' become one, as nginx does.
-// Other escapes ("%2F", "%20") are left as they are. The gateway forwards
-// the normalised path, so the upstream sees what was routed.
+// Other escapes ("%2F", "%20") are left as they are, and so is an escape of a
+// hex digit that would complete a '%' before it into a new escape ("%%34%31"
+// does not become "%41"). The gateway forwards the normalised path, so the
+// upstream sees what was routed; normalising it again changes nothing.
 namespace idemgate {
 
 // True when NormalizePath would change `path`.

@@ -30,6 +30,31 @@ TEST(RequestPath, LeavesOtherEscapesAndBrokenOnesAsTheyAre) {
   }
 }
 
+// A decoded hex digit must not complete a '%' written before it into a new
+// escape: "/api/v1/%%37%30ayments" would be routed as "/api/v1/%70ayments"
+// (a catch-all) and reach the upstream as "/api/v1/payments", and "/a%2%46b"
+// would become "/a%2Fb". Such escapes stay encoded, so the normal form is
+// stable and means to the upstream what the path as sent meant.
+TEST(RequestPath, DecodedDigitNeverCompletesAnEscape) {
+  for (const char* kept : {"/a%2%46b", "/%4%31", "/%%34", "/%%%34"}) {
+    EXPECT_FALSE(PathNeedsNormalizing(kept, true)) << kept;
+    EXPECT_FALSE(PathNeedsNormalizing(kept, false)) << kept;
+    EXPECT_EQ(Normal(kept), kept);
+  }
+  // Only the escape right after the '%' is kept; later ones are decoded.
+  EXPECT_TRUE(PathNeedsNormalizing("/api/v1/%%37%30ayments", true));
+  EXPECT_EQ(Normal("/api/v1/%%37%30ayments"), "/api/v1/%%370ayments");
+  EXPECT_EQ(Normal("/api/v1/%%370ayments"), "/api/v1/%%370ayments");
+  EXPECT_EQ(Normal("/a/%%32%45%%32%45"), "/a/%%32E%%32E");
+  EXPECT_EQ(Normal("/%%34%31"), "/%%341");
+  // A letter that is not a hex digit cannot complete an escape.
+  EXPECT_EQ(Normal("/%%78%41"), "/%xA");
+  // What was written before the call does not count.
+  std::string out = "%";
+  NormalizePath("%34", true, out);
+  EXPECT_EQ(out, "%4");
+}
+
 TEST(RequestPath, MergesRunsOfSlashesOnlyWhenAsked) {
   EXPECT_EQ(Normal("//api///v1//payments//"), "/api/v1/payments/");
   EXPECT_TRUE(PathNeedsNormalizing("//api", true));
