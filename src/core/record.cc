@@ -51,6 +51,7 @@ class Reader {
     return true;
   }
   bool done() const { return in_.empty(); }
+  std::size_t remaining() const { return in_.size(); }
 
  private:
   // A little-endian unsigned integer of sizeof(T) bytes.
@@ -156,7 +157,9 @@ StatusOr<Record> DecodeRecord(std::string_view bytes) {
   r.expires_ms = static_cast<UnixMillis>(expires);
   r.response.status = static_cast<int>(status);
   r.response.body_omitted = omitted != 0;
-  if (nheaders > bytes.size()) return InvalidArgumentError("record: bad header count");
+  // Each header takes at least its two 4-byte lengths: a corrupt count is
+  // refused before it sizes the vector (64 bytes of Header per count).
+  if (nheaders > in.remaining() / 8) return InvalidArgumentError("record: bad header count");
   r.response.headers.resize(nheaders);
   for (Header& h : r.response.headers) {
     if (!in.Bytes(&h.name) || !in.Bytes(&h.value)) return InvalidArgumentError("record: truncated header");

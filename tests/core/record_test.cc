@@ -93,10 +93,34 @@ TEST(RecordTest, CorruptInputFails) {
   EXPECT_FALSE(DecodeRecord(bytes + "x").ok());
   // A header count far beyond the input must not allocate or read past it.
   std::string huge_count = bytes;
-  const std::size_t count_at = 2 + (4 + 32) + (4 + 32) + (4 + 27) + 24 + 4 + 1;
+  std::size_t after_count = 4 + Full().response.body.size();
+  for (const Header& h : Full().response.headers) after_count += 8 + h.name.size() + h.value.size();
+  const std::size_t count_at = bytes.size() - after_count - 4;
+  ASSERT_EQ(huge_count[count_at], static_cast<char>(Full().response.headers.size()));
   for (int i = 0; i < 4; ++i) huge_count[count_at + i] = '\xff';
   EXPECT_FALSE(DecodeRecord(huge_count).ok());
   EXPECT_FALSE(DecodeRecord("").ok());
+}
+
+TEST(RecordTest, HeaderCountIsCheckedAgainstTheBytesLeftBeforeAnythingIsAllocated) {
+  // Each header needs at least 8 more bytes (two lengths). A count that the
+  // rest of the record cannot hold is refused as such, instead of sizing a
+  // vector of that many headers (64 bytes each) and failing on the first
+  // short read: a corrupt record must not cost 64 times its size.
+  const Record r = Full();
+  const std::string bytes = EncodeRecord(r);
+  // What follows the count: the headers, then the body with its length.
+  std::size_t left = 4 + r.response.body.size();
+  for (const Header& h : r.response.headers) left += 8 + h.name.size() + h.value.size();
+  const std::size_t count_at = bytes.size() - left - 4;
+  ASSERT_EQ(bytes[count_at], static_cast<char>(r.response.headers.size()));
+  for (const std::uint32_t count : {static_cast<std::uint32_t>(left / 8 + 1), static_cast<std::uint32_t>(bytes.size())}) {
+    std::string bad = bytes;
+    for (int i = 0; i < 4; ++i) bad[count_at + i] = static_cast<char>((count >> (8 * i)) & 0xff);
+    const auto decoded = DecodeRecord(bad);
+    ASSERT_FALSE(decoded.ok()) << count;
+    EXPECT_EQ(decoded.status().message(), "record: bad header count") << count;
+  }
 }
 
 TEST(RecordTest, ExpiryPredicates) {
