@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -76,6 +78,38 @@ struct Field {
   YAML::Node node;
   std::string path;
   int line = 0;
+};
+
+// Where each document of a YAML stream starts, and where its root node is.
+class DocumentMarks final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  std::vector<YAML::Mark> roots;  // null until the document's first node
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+    roots.push_back(YAML::Mark::null_mark());
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (!roots.empty() && roots.back().is_null()) roots.back() = mark;
+  }
 };
 
 class Loader {
@@ -526,12 +560,34 @@ class Loader {
 StatusOr<Config> LoadString(std::string_view yaml, std::string source_name) {
   Loader loader(source_name);
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-    if (documents.size() > 1) {
-      return InvalidArgumentError(Located(source_name, std::max(LineOf(documents[1]), 1), "",
-                                          "only one YAML document is allowed"));
+    const std::string text(yaml);
+    // Not YAML::LoadAll: yaml-cpp 0.7 loops there for ever, allocating, when
+    // a document starts with a token no node can start with (a lone ",":
+    // jbeder/yaml-cpp#1040, fixed in 0.8). Each call then makes an empty
+    // document without consuming the token, so a document that starts where
+    // the one before it did means the parser is stuck: a syntax error. Three
+    // documents are enough to tell ("--- ," is an empty one, then the stuck
+    // ones).
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentMarks marks;
+    while (marks.starts.size() < 3 && parser.HandleNextDocument(marks)) {
+      const std::size_t n = marks.starts.size();
+      if (n < 2 || marks.starts[n - 1].pos != marks.starts[n - 2].pos) continue;
+      const YAML::Mark& stuck = marks.starts[n - 1];
+      const char unexpected = static_cast<std::size_t>(stuck.pos) < text.size() ? text[stuck.pos] : '?';
+      return InvalidArgumentError(Located(source_name, stuck.line + 1, "",
+                                          std::string("YAML syntax error: unexpected \"") + unexpected +
+                                              "\" (column " + std::to_string(stuck.column + 1) + ")"));
     }
-    Config config = loader.Load(documents.empty() ? YAML::Node() : documents.front());
+    if (marks.starts.size() > 1) {
+      const YAML::Mark& second = marks.starts[1];
+      const YAML::Mark& root = marks.roots[1];
+      return InvalidArgumentError(Located(source_name, root.is_null() ? std::max(second.line + 1, 1) : root.line + 1,
+                                          "", "only one YAML document is allowed"));
+    }
+    // The first (only) document, parsed again into nodes.
+    Config config = loader.Load(marks.starts.empty() ? YAML::Node() : YAML::Load(text));
     Status valid = ValidateWithLines(config, loader.lines());
     if (!valid.ok()) return valid;
     return config;

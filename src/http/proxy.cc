@@ -519,7 +519,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         const bool nothing_yet = conn->buffer.size() == 0;
         Pump pump;
         for (;;) {
-          ParseHeader(up, conn->buffer, pump);
+          ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
           if (!pump.need_more) break;
           error_code read_ec;
           std::size_t n = 0;

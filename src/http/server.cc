@@ -317,7 +317,7 @@ Task<void> ClientConnection::Run() {
     parser->body_limit(boost::none);  // checked per route; see Exchange::SetBodyLimit
     Pump pump;
     for (;;) {
-      ParseHeader(*parser, buffer, pump);
+      ParseHeader(*parser, buffer, limits.max_header_bytes, pump);
       if (!pump.need_more) break;
       error_code ec;
       std::size_t n = 0;

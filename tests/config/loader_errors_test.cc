@@ -400,6 +400,11 @@ std::vector<BadConfig> BadConfigs() {
        5, "", "YAML syntax error: "},
       {"YamlTab", m + "listen: a\n\tb: c\n", 8, "", "YAML syntax error: "},
       {"TwoDocuments", m + "---\nlisten: 127.0.0.1:1\n", 8, "", "only one YAML document"},
+      // Found by fuzz/config_fuzz.cc: yaml-cpp 0.7's LoadAll loops for ever,
+      // allocating, on a document that starts with a comma.
+      {"LoneCommaIsASyntaxErrorNotAHang", ",\n", 1, "", "YAML syntax error: unexpected \",\" (column 1)"},
+      {"DocumentStartingWithACommaIsASyntaxError", "--- ,a\n", 1, "", "YAML syntax error: unexpected \",\" (column 5)"},
+      {"CommaDocumentAfterTheConfig", m + "---\n  ,\n", 8, "", "only one YAML document"},
       {"RootIsAList", "- a\n- b\n", 1, "", "expected a mapping, got a list"},
   };
 }

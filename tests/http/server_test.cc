@@ -134,6 +134,65 @@ TEST_F(ServerTest, OversizedHeaderBlockIs431AndCloses) {
   EXPECT_NE(res->body.find("urn:idemgate:problem:headers-too-large"), std::string::npos);
 }
 
+// Found by fuzz/http_request_fuzz.cc: Beast applies its header limit to the
+// request line and to the header fields separately, so a request whose
+// line and fields were each under the limit got through when it arrived in
+// one read (and was refused when it trickled in).
+TEST_F(ServerTest, RequestLineCountsTowardsTheHeaderLimit) {
+  http::Limits limits;
+  limits.max_header_bytes = 2048;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  // 1.5 KiB of request line and 1.5 KiB of fields, in one write of 3 KiB.
+  ASSERT_TRUE(conn->Write("GET /" + std::string(1500, 'p') + " HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                          std::string(1500, 'a') + "\r\n\r\n")
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+  EXPECT_EQ(res->status, 431);
+}
+
+// Found by fuzz/http_request_fuzz.cc: a chunk-size line longer than the
+// header limit was refused only when it arrived over several reads; whole
+// in one read, it was parsed.
+TEST_F(ServerTest, ChunkLinePastTheHeaderLimitIsRefusedEvenInOneRead) {
+  http::Limits limits;
+  limits.max_header_bytes = 2048;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;ext=" +
+                          std::string(3000, 'e') + "\r\nx\r\n0\r\n\r\n")
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+  // TestHandler answers 413 for any body it could not read.
+  EXPECT_EQ(res->status, 413) << res->body;
+}
+
+// Found by fuzz/http_request_fuzz.cc under the ASan preset: Beast before
+// 1.86 asserts (a Debug build aborts) when an empty chunked body's last
+// chunk arrives as "0\r\n" and then one byte at a time.
+TEST_F(ServerTest, LastChunkTricklingInIsRead) {
+  Start();
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n").ok());
+  for (const char* byte : {"\r", "\n"}) {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(conn->Write(byte).ok());
+  }
+  conn->ShutdownWrite();
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "0");
+}
+
 TEST_F(ServerTest, MalformedRequestsAre400AndClose) {
   Start();
   for (const std::string bytes : {"NOT HTTP AT ALL\r\n\r\n", "GET / HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n",

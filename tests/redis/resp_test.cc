@@ -169,6 +169,31 @@ TEST(RespParserTest, EnforcesLimits) {
   }
 }
 
+// Found by fuzz/resp_fuzz.cc: a line of exactly max_line bytes was refused
+// when its CR arrived in one read and its LF in the next.
+TEST(RespParserTest, LineOfMaxLengthIsAcceptedWhenItsCrlfArrivesSplit) {
+  RespParser::Limits limits;
+  limits.max_line = 16;
+  const std::string line = "+" + std::string(15, 'x');
+  for (const bool split : {false, true}) {
+    RespParser p(limits);
+    Reply r;
+    if (split) {
+      p.Feed(line + "\r");
+      EXPECT_EQ(p.Next(&r), Result::kNeedMore);
+      p.Feed("\n");
+    } else {
+      p.Feed(line + "\r\n");
+    }
+    ASSERT_EQ(p.Next(&r), Result::kReply) << "split " << split << ": " << p.error();
+    EXPECT_EQ(r, Reply::StatusReply(std::string(15, 'x')));
+  }
+  RespParser p(limits);
+  Reply r;
+  p.Feed(line + "x\r");
+  EXPECT_EQ(p.Next(&r), Result::kError);
+}
+
 TEST(RespParserTest, EncodedRepliesRoundTrip) {
   const Reply value = Reply::Array({Reply::String(std::string("\0\1\2", 3)), Reply::Nil(), Reply::Integer(-1),
                                     Reply::StatusReply("QUEUED"), Reply::Error("MOVED 1 h:1"),

@@ -195,7 +195,10 @@ RespParser::Result RespParser::Next(Reply* out) {
     const char* begin = buf_.data() + pos_;
     const void* cr = std::memchr(begin, '\r', avail);
     if (cr == nullptr || static_cast<const char*>(cr) + 1 >= begin + avail) {
-      if (avail > limits_.max_line) return Fail("line too long");
+      // A CR at the very end may start the line's CRLF: it is not part of
+      // the line, or a line of exactly max_line bytes would be refused when
+      // its CR and LF arrive apart but accepted when they arrive together.
+      if (avail - (cr == nullptr ? 0 : 1) > limits_.max_line) return Fail("line too long");
       return Result::kNeedMore;
     }
     const auto line_len = static_cast<std::size_t>(static_cast<const char*>(cr) - begin);
