@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fuzz_target.h"
+#include "http_wire.h"
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
 #include "http/internal/io.h"
@@ -44,37 +45,7 @@ struct Limits {
   std::uint64_t max_body_bytes;
 };
 
-// The client's side of the connection: what one receive returns.
-class Wire {
- public:
-  Wire(std::string_view input, const std::uint8_t* sizes, std::size_t n_sizes)
-      : input_(input), sizes_(sizes), n_sizes_(n_sizes) {}
-
-  // Places the next piece (at most `max` bytes) in buffer.prepare(); eof once
-  // everything was sent. The caller commits, as after async_read_some.
-  std::size_t Receive(beast::flat_buffer& buffer, std::size_t max, error_code& ec) {
-    ec = {};
-    if (at_ == input_.size()) {
-      ec = asio::error::eof;
-      return 0;
-    }
-    std::size_t piece = input_.size() - at_;
-    if (n_sizes_ > 0) piece = std::max<std::size_t>(1, sizes_[next_++ % n_sizes_]);
-    piece = std::min({piece, max, input_.size() - at_});
-    const auto room = buffer.prepare(piece);
-    std::memcpy(room.data(), input_.data() + at_, piece);
-    at_ += piece;
-    return piece;
-  }
-  std::size_t unsent() const { return input_.size() - at_; }
-
- private:
-  std::string_view input_;
-  const std::uint8_t* sizes_;
-  std::size_t n_sizes_;
-  std::size_t at_ = 0;
-  std::size_t next_ = 0;
-};
+using idemgate::fuzz::Wire;
 
 std::string Describe(const error_code& ec) { return std::string(ec.category().name()) + ":" + ec.message(); }
 
