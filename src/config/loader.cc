@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "common/units.h"
@@ -51,6 +52,12 @@ std::string Describe(const YAML::Node& node) {
       return "nothing";
   }
 }
+
+// Lets a mapping's key index be searched with a string_view.
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+};
 
 std::string Child(std::string_view parent, std::string_view key) {
   if (parent.empty()) return std::string(key);
@@ -186,11 +193,12 @@ class Loader {
         if (!any_key && std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
           loader.Fail(key_line, path, UnknownKey(name, allowed));
         }
-        for (const Field& seen : entries_) {
-          if (seen.path == path) {
-            loader.Fail(key_line, path,
-                        "duplicate key (first at line " + std::to_string(seen.line) + ")");
-          }
+        // A hash index, not a scan of the keys so far: a mapping may be
+        // keyed by names (upstreams, API keys) and hold many entries.
+        if (const auto [seen, added] = index_.try_emplace(name, entries_.size()); !added) {
+          loader.Fail(key_line, path,
+                      "duplicate key (first at line " +
+                          std::to_string(entries_[seen->second].line) + ")");
         }
         loader.lines_.Set(path, key_line);
         entries_.push_back(Field{it->second, path, key_line});
@@ -199,10 +207,9 @@ class Loader {
     }
 
     std::optional<Field> Get(std::string_view name) const {
-      for (std::size_t i = 0; i < names_.size(); ++i) {
-        if (names_[i] == name) return entries_[i];
-      }
-      return std::nullopt;
+      const auto it = index_.find(name);
+      if (it == index_.end()) return std::nullopt;
+      return entries_[it->second];
     }
 
     const Field& self() const { return self_; }
@@ -232,6 +239,7 @@ class Loader {
     Field self_;
     std::vector<std::string> names_;
     std::vector<Field> entries_;
+    std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> index_;
   };
 
   [[noreturn]] void Fail(int line, std::string_view path, std::string_view message) {

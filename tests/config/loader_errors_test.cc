@@ -427,6 +427,25 @@ TEST_P(LoaderErrorTest, NamesFileLineAndKey) {
       << "want: " << bad.detail << "\ngot: " << message;
 }
 
+// A mapping keyed by names (here 5,000 upstreams) is indexed as it is read:
+// a duplicate at its end names the line of the first use, and the entries
+// before it are all there when there is none.
+TEST(LoaderLargeMapTest, DuplicateAmongManyNamesIsFoundWithItsFirstLine) {
+  std::string yaml = "upstreams:\n";
+  for (int i = 0; i < 5000; ++i) {
+    yaml += "  u" + std::to_string(i) + ": { url: http://127.0.0.1:" + std::to_string(1000 + i) + " }\n";
+  }
+  const std::string routes = "routes:\n  - id: r\n    match: { path_prefix: / }\n    upstream: u4999\n";
+  StatusOr<Config> ok = LoadString(yaml + routes, "big.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->upstreams.size(), 5000u);
+  EXPECT_EQ(ok->upstreams.at("u1234").port, 2234);
+
+  StatusOr<Config> dup = LoadString(yaml + "  u17: { url: http://127.0.0.1:1 }\n" + routes, "big.yaml");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().message(), "big.yaml:5002: upstreams.u17: duplicate key (first at line 19)");
+}
+
 INSTANTIATE_TEST_SUITE_P(BadConfigs, LoaderErrorTest, ::testing::ValuesIn(BadConfigs()),
                          [](const ::testing::TestParamInfo<BadConfig>& info) {
                            return info.param.name;

@@ -194,6 +194,36 @@ TEST(RespParserTest, LineOfMaxLengthIsAcceptedWhenItsCrlfArrivesSplit) {
   EXPECT_EQ(p.Next(&r), Result::kError);
 }
 
+TEST(RespParserTest, ALineArrivingByteByByteIsSearchedOnce) {
+  // A long status line, then a second reply, fed one byte at a time with a
+  // Next() after each: every byte is searched for the line's end about once,
+  // not once per read (which was quadratic: ~n²/2 bytes for an n-byte line).
+  const std::string line = "+" + std::string(60000, 'a');
+  const std::string wire = line + "\r\n:7\r\n";
+  RespParser p;
+  std::vector<Reply> replies;
+  for (const char c : wire) {
+    p.Feed(&c, 1);
+    Reply r;
+    while (p.Next(&r) == Result::kReply) replies.push_back(std::move(r));
+  }
+  ASSERT_EQ(replies.size(), 2u) << p.error();
+  EXPECT_EQ(replies[0], Reply::StatusReply(std::string(60000, 'a')));
+  EXPECT_EQ(replies[1], Reply::Integer(7));
+  EXPECT_LE(p.bytes_searched(), 2 * wire.size());
+  EXPECT_EQ(p.buffered(), 0u);
+
+  // A CR that arrives last is searched again once its LF is there; a CR in
+  // the middle of a line still ends it (and fails on the missing LF).
+  RespParser q;
+  Reply r;
+  q.Feed("+ab\r");
+  EXPECT_EQ(q.Next(&r), Result::kNeedMore);
+  q.Feed("x");
+  EXPECT_EQ(q.Next(&r), Result::kError);
+  EXPECT_EQ(q.error(), "resp: CR not followed by LF");
+}
+
 TEST(RespParserTest, EncodedRepliesRoundTrip) {
   const Reply value = Reply::Array({Reply::String(std::string("\0\1\2", 3)), Reply::Nil(), Reply::Integer(-1),
                                     Reply::StatusReply("QUEUED"), Reply::Error("MOVED 1 h:1"),

@@ -1,5 +1,6 @@
 #include "store/redis/resp.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -160,6 +161,7 @@ RespParser::Result RespParser::Fail(std::string message) {
   stack_.clear();
   buf_.clear();
   pos_ = 0;
+  line_searched_ = 0;
   return Result::kError;
 }
 
@@ -193,14 +195,21 @@ RespParser::Result RespParser::Next(Reply* out) {
     }
 
     const char* begin = buf_.data() + pos_;
-    const void* cr = std::memchr(begin, '\r', avail);
+    // Resume the search where the last one stopped: rescanning an incomplete
+    // line from its start on every read would be quadratic in its length.
+    const std::size_t from = std::min(line_searched_, avail);
+    bytes_searched_ += avail - from;
+    const void* cr = std::memchr(begin + from, '\r', avail - from);
     if (cr == nullptr || static_cast<const char*>(cr) + 1 >= begin + avail) {
       // A CR at the very end may start the line's CRLF: it is not part of
       // the line, or a line of exactly max_line bytes would be refused when
       // its CR and LF arrive apart but accepted when they arrive together.
+      // The next search starts at that CR.
+      line_searched_ = cr == nullptr ? avail : avail - 1;
       if (avail - (cr == nullptr ? 0 : 1) > limits_.max_line) return Fail("line too long");
       return Result::kNeedMore;
     }
+    line_searched_ = 0;
     const auto line_len = static_cast<std::size_t>(static_cast<const char*>(cr) - begin);
     if (begin[line_len + 1] != '\n') return Fail("CR not followed by LF");
     if (line_len == 0) return Fail("empty line");

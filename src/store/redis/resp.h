@@ -81,6 +81,10 @@ class RespParser {
   const std::string& error() const { return error_; }
   // Bytes fed but not yet consumed by a complete reply (for tests).
   std::size_t buffered() const { return buf_.size() - pos_; }
+  // Bytes searched for a line's end so far (for tests): an incomplete line
+  // is searched only from where the last search stopped, so this stays
+  // linear in the bytes fed however they are cut up.
+  std::uint64_t bytes_searched() const { return bytes_searched_; }
 
  private:
   struct Frame {
@@ -99,6 +103,9 @@ class RespParser {
   std::size_t pos_ = 0;
   std::vector<Frame> stack_;
   std::int64_t pending_bulk_ = -1;  // >= 0: waiting for this many bytes + CRLF
+  // Bytes after pos_ already known to hold no CR that ends a line.
+  std::size_t line_searched_ = 0;
+  std::uint64_t bytes_searched_ = 0;
   std::string error_;
 };
 
