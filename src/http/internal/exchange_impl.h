@@ -21,13 +21,33 @@
 
 namespace idemgate::http::internal {
 
-// Beast's request parser, except that the trailer fields of a chunked body
-// are dropped, as RFC 9110 section 6.5.1 allows, instead of appended to the
-// message's header fields. Beast adds them once the body has been read, which
-// for a buffered body is before the upstream request is written: a trailer
-// would then join the header section after the identity, key and Host checks
-// had looked at it, and could add a second Host or an identity header.
+// Beast's request parser, with two changes:
+// - The trailer fields of a chunked body are dropped, as RFC 9110 section
+//   6.5.1 allows, instead of appended to the message's header fields. Beast
+//   adds them once the body has been read, which for a buffered body is
+//   before the upstream request is written: a trailer would then join the
+//   header section after the identity, key and Host checks had looked at it,
+//   and could add a second Host or an identity header.
+// - A chunked body's limit is counted here (LimitBody), once per chunk.
+//   Beast (1.81) takes a chunk's size off its own limit before it has read
+//   the chunk-size line's extensions, and again each time it reads that line
+//   anew, which it does while a quoted extension value is still open when
+//   the bytes run out. A malformed line then failed as too large or as too
+//   long depending on how the bytes arrived.
 class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
+ public:
+  // Limits a chunked body to `limit` bytes, counting the sizes of the chunks
+  // whose lines were read whole; called once the head is parsed. (Callers
+  // compare a Content-Length with the limit themselves before reading.)
+  void LimitBody(std::uint64_t limit) {
+    if (chunked()) {
+      body_limit(boost::none);
+      chunk_room_ = limit;
+    } else {
+      body_limit(limit);
+    }
+  }
+
  private:
   void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
                      error_code& ec) override {
@@ -35,6 +55,17 @@ class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
     if (is_header_done()) return;  // a trailer field
     get().insert(name, name_string, value);
   }
+
+  void on_chunk_header_impl(std::uint64_t size, beast::string_view /*extensions*/, error_code& ec) override {
+    if (size > chunk_room_) {
+      ec = bhttp::error::body_limit;
+      return;
+    }
+    chunk_room_ -= size;
+    ec = {};
+  }
+
+  std::uint64_t chunk_room_ = static_cast<std::uint64_t>(-1);
 };
 using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
 
