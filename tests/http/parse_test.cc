@@ -19,7 +19,8 @@ struct Outcome {
   bool done = false;  // the whole message was read
 };
 
-Outcome Parse(std::string_view wire, std::size_t piece, std::uint64_t body_limit, std::size_t max_header) {
+Outcome Parse(std::string_view wire, std::size_t piece, std::uint64_t body_limit,
+              std::size_t max_header) {
   RequestParser parser;
   parser.header_limit(static_cast<std::uint32_t>(max_header));
   parser.body_limit(boost::none);
@@ -72,7 +73,8 @@ Outcome Parse(std::string_view wire, std::size_t piece, std::uint64_t body_limit
   return out;
 }
 
-constexpr std::string_view kHead = "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+constexpr std::string_view kHead =
+    "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
 
 // Found by fuzz/http_request_fuzz.cc: Beast re-reads a chunk-size line whose
 // quoted extension value is still open when the bytes run out, and took the
@@ -92,7 +94,8 @@ TEST(RequestParserTest, OpenQuotedChunkExtensionFailsTheSameHoweverTheBytesArriv
 TEST(RequestParserTest, ChunkedBodyLimitCountsEachChunkOnce) {
   // Two chunks of 8 bytes, the first with a quoted extension: 16 bytes fit a
   // limit of 16 and not of 15, whole or byte by byte.
-  const std::string wire = std::string(kHead) + "8;name=\"a b\"\r\n01234567\r\n8\r\n89abcdef\r\n0\r\n\r\n";
+  const std::string wire =
+      std::string(kHead) + "8;name=\"a b\"\r\n01234567\r\n8\r\n89abcdef\r\n0\r\n\r\n";
   for (const std::size_t piece : {wire.size(), std::size_t{1}, std::size_t{5}}) {
     SCOPED_TRACE(piece);
     const Outcome fits = Parse(wire, piece, 16, 1024);
