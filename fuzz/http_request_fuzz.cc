@@ -234,7 +234,7 @@ class Connection {
       Log("body too large (Content-Length)");
       return false;
     }
-    parser_->LimitBody(limits_.max_body_bytes);
+    parser_->LimitBody(limits_.max_body_bytes, limits_.max_header_bytes);
     std::string body;
     bool ok = true;
     if (content_length) {

@@ -388,7 +388,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         Fail(result, ForwardOutcome::kClientGone);
         break;
       }
-      parser_.LimitBody(body_limit_);
+      parser_.LimitBody(body_limit_, limits_.max_header_bytes);
       const PieceResult piece = co_await ReadBodyPiece(block.data(), block.size(), true);
       if (piece.status != BodyStatus::kOk) {
         body_failure(piece.status);

@@ -472,7 +472,7 @@ Task<BodyStatus> ExchangeImpl::ReadBody() {
     c_.must_close = true;
     co_return BodyStatus::kClientGone;
   }
-  parser_.LimitBody(body_limit_);
+  parser_.LimitBody(body_limit_, limits_.max_header_bytes);
   if (c_.head.content_length) {
     // Known size: one read straight into the string.
     body_.resize(static_cast<std::size_t>(*c_.head.content_length));

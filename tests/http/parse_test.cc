@@ -48,7 +48,7 @@ Outcome Parse(std::string_view wire, std::size_t piece, std::uint64_t body_limit
   EXPECT_FALSE(head.ec) << head.ec.message();
   if (head.ec) return out;
 
-  parser.LimitBody(body_limit);
+  parser.LimitBody(body_limit, max_header);
   while (!parser.is_done()) {
     char block[7];
     auto& body = parser.get().body();
@@ -106,6 +106,25 @@ TEST(RequestParserTest, ChunkedBodyLimitCountsEachChunkOnce) {
     const Outcome over = Parse(wire, piece, 15, 1024);
     EXPECT_EQ(over.ec, bhttp::error::body_limit) << over.ec.message();
     EXPECT_EQ(over.body, "01234567");
+  }
+}
+
+TEST(RequestParserTest, ChunkExtensionsOfABodyAreBoundedTogether) {
+  // 100 one-byte chunks, each line with a 40-byte extension: every line is
+  // far below the header limit of 1024, their extensions together are not.
+  std::string chunks;
+  for (int i = 0; i < 100; ++i) chunks += "1;" + std::string(38, 'e') + "=v\r\nx\r\n";
+  const std::string wire = std::string(kHead) + chunks + "0\r\n\r\n";
+  for (const std::size_t piece : {wire.size(), std::size_t{1}}) {
+    SCOPED_TRACE(piece);
+    const Outcome out = Parse(wire, piece, 1u << 20, 1024);
+    EXPECT_EQ(out.ec, bhttp::error::bad_chunk_extension) << out.ec.message();
+    // 24 lines of 41 extension bytes fit in 1024; the 25th does not.
+    EXPECT_EQ(out.body, std::string(24, 'x'));
+    // The same chunks within a header limit of 8 KiB are read whole.
+    const Outcome fits = Parse(wire, piece, 1u << 20, 8192);
+    EXPECT_TRUE(fits.done) << fits.ec.message();
+    EXPECT_EQ(fits.body, std::string(100, 'x'));
   }
 }
 

@@ -37,12 +37,17 @@ namespace idemgate::http::internal {
 class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
  public:
   // Limits a chunked body to `limit` bytes, counting the sizes of the chunks
-  // whose lines were read whole; called once the head is parsed. (Callers
+  // whose lines were read whole, and the chunk extensions of all its chunk
+  // lines together to `max_extension_bytes` (each line alone is bounded by
+  // the header limit, see Feed; without a total, a body of tiny chunks with
+  // long extensions could keep a connection busy for far more bytes than
+  // the body limit allows). Called once the head is parsed. (Callers
   // compare a Content-Length with the limit themselves before reading.)
-  void LimitBody(std::uint64_t limit) {
+  void LimitBody(std::uint64_t limit, std::uint64_t max_extension_bytes) {
     if (chunked()) {
       body_limit(boost::none);
       chunk_room_ = limit;
+      extension_room_ = max_extension_bytes;
     } else {
       body_limit(limit);
     }
@@ -56,16 +61,22 @@ class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
     get().insert(name, name_string, value);
   }
 
-  void on_chunk_header_impl(std::uint64_t size, beast::string_view /*extensions*/, error_code& ec) override {
+  void on_chunk_header_impl(std::uint64_t size, beast::string_view extensions, error_code& ec) override {
     if (size > chunk_room_) {
       ec = bhttp::error::body_limit;
       return;
     }
+    if (extensions.size() > extension_room_) {
+      ec = bhttp::error::bad_chunk_extension;
+      return;
+    }
     chunk_room_ -= size;
+    extension_room_ -= extensions.size();
     ec = {};
   }
 
   std::uint64_t chunk_room_ = static_cast<std::uint64_t>(-1);
+  std::uint64_t extension_room_ = static_cast<std::uint64_t>(-1);
 };
 using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
 
