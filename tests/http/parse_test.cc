@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "http/internal/exchange_impl.h"
 
@@ -126,6 +127,30 @@ TEST(RequestParserTest, ChunkExtensionsOfABodyAreBoundedTogether) {
     EXPECT_TRUE(fits.done) << fits.ec.message();
     EXPECT_EQ(fits.body, std::string(100, 'x'));
   }
+}
+
+TEST(ResponseParserTest, TrailerFieldsAreDropped) {
+  const std::string wire =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
+      "3\r\nabc\r\n0\r\nX-A: 2\r\nX-Trailer: t\r\n\r\n";
+  ResponseParser parser;
+  parser.body_limit(boost::none);
+  beast::flat_buffer buffer;
+  std::memcpy(buffer.prepare(wire.size()).data(), wire.data(), wire.size());
+  buffer.commit(wire.size());
+  Pump head;
+  ParseHeader(parser, buffer, 1024, head);
+  ASSERT_TRUE(parser.is_header_done()) << head.ec.message();
+  char block[16];
+  parser.get().body().data = block;
+  parser.get().body().size = sizeof block;
+  Pump pump;
+  ParseBody(parser, buffer, sizeof block, true, 1024, pump);
+  ASSERT_TRUE(parser.is_done()) << pump.ec.message();
+  EXPECT_EQ(std::string_view(block, pump.bytes), "abc");
+  std::vector<std::string> fields;
+  for (const auto& f : parser.get()) fields.push_back(std::string(f.name_string()) + ": " + std::string(f.value()));
+  EXPECT_EQ(fields, (std::vector<std::string>{"Transfer-Encoding: chunked", "X-A: 1"}));
 }
 
 }  // namespace

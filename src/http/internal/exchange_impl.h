@@ -78,7 +78,20 @@ class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
   std::uint64_t chunk_room_ = static_cast<std::uint64_t>(-1);
   std::uint64_t extension_room_ = static_cast<std::uint64_t>(-1);
 };
-using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
+// Beast's response parser, except that trailer fields are dropped as in
+// RequestParser. The response's head is written (and, for a stored
+// response, captured) before its body is read, so a trailer would not reach
+// the client or the store either way; dropping it keeps anything that reads
+// the field list later from seeing it as a header.
+class ResponseParser final : public bhttp::response_parser<bhttp::buffer_body> {
+ private:
+  void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
+                     error_code& ec) override {
+    ec = {};
+    if (is_header_done()) return;  // a trailer field
+    get().insert(name, name_string, value);
+  }
+};
 
 inline constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // Upstream response header block limit.
