@@ -16,24 +16,20 @@
 #include <unordered_map>
 
 #include "core/scope.h"
+#include "fuzz_input.h"
+#include "fuzz_reference.h"
 #include "fuzz_target.h"
 #include "identity/api_keys.h"
 
 namespace {
 
 namespace identity = idemgate::identity;
+using idemgate::fuzz::Hex;
+using idemgate::fuzz::IsCallerComponent;
+using idemgate::fuzz::Reader;
 using Keys = std::unordered_map<std::string, idemgate::core::Caller>;
 
 constexpr std::string_view kSource = "keys.yaml";
-
-bool IsComponent(std::string_view s) {
-  if (s.empty() || s.size() > 256) return false;
-  for (const char c : s) {
-    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
-      return false;
-  }
-  return true;
-}
 
 bool IsLowerHex64(std::string_view s) {
   if (s.size() != 64) return false;
@@ -46,7 +42,6 @@ bool IsLowerHex64(std::string_view s) {
 // A YAML double-quoted scalar of arbitrary bytes, and the string it reads back as: printable
 // ASCII as itself, other bytes as \xNN, which YAML reads as U+00NN (so two UTF-8 bytes from 0x80).
 std::string Quoted(std::string_view s, std::string* decoded) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out = "\"";
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -55,8 +50,7 @@ std::string Quoted(std::string_view s, std::string* decoded) {
       decoded->push_back(c);
       continue;
     }
-    out.append("\\x").push_back(kHex[u >> 4]);
-    out.push_back(kHex[u & 0xf]);
+    out.append("\\x").append(Hex(std::string_view(&c, 1), true));
     if (u < 0x80) {
       decoded->push_back(c);
     } else {
@@ -88,8 +82,8 @@ void CheckText(std::string_view text) {
   }
   for (const auto& [sha, caller] : *keys) {
     FUZZ_CHECK(IsLowerHex64(sha));
-    FUZZ_CHECK(IsComponent(caller.tenant) && IsComponent(caller.project) &&
-               IsComponent(caller.subject));
+    FUZZ_CHECK(IsCallerComponent(caller.tenant) && IsCallerComponent(caller.project) &&
+               IsCallerComponent(caller.subject));
   }
   const auto again = identity::ParseApiKeys(Write(*keys), std::string(kSource));
   FUZZ_CHECK(again.ok() && again->size() == keys->size());
@@ -100,26 +94,6 @@ void CheckText(std::string_view text) {
                found->second.subject == caller.subject);
   }
 }
-
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-  std::uint8_t Byte() {
-    if (data_.empty()) return 0;
-    const auto b = static_cast<std::uint8_t>(data_.front());
-    data_.remove_prefix(1);
-    return b;
-  }
-  std::string_view Bytes(std::size_t n) {
-    const std::string_view out = data_.substr(0, n);
-    data_.remove_prefix(out.size());
-    return out;
-  }
-  bool Empty() const { return data_.empty(); }
-
- private:
-  std::string_view data_;
-};
 
 // A component from the input, and its spelling: plain when it is letters and digits only
 // (and not a word YAML reads as null), else double-quoted.
@@ -172,8 +146,8 @@ void CheckWritten(std::string_view data) {
               entry[4] + " }\n";
     }
 
-    const bool valid = !unknown && !bad_hash && IsComponent(caller.tenant) &&
-                       IsComponent(caller.project) && IsComponent(caller.subject) &&
+    const bool valid = !unknown && !bad_hash && IsCallerComponent(caller.tenant) &&
+                       IsCallerComponent(caller.project) && IsCallerComponent(caller.subject) &&
                        !expected.contains(lower);
     if (!valid && first_bad < 0) first_bad = i;
     if (valid) expected.emplace(lower, caller);
@@ -200,12 +174,5 @@ void CheckWritten(std::string_view data) {
 }  // namespace
 
 IDEMGATE_FUZZ_TARGET(api_keys) {
-  if (size == 0) return 0;
-  const std::string_view rest = idemgate::fuzz::AsView(data + 1, size - 1);
-  if (data[0] & 1) {
-    CheckWritten(rest);
-  } else {
-    CheckText(rest);
-  }
-  return 0;
+  return idemgate::fuzz::ByLowBit(data, size, CheckWritten, CheckText);
 }

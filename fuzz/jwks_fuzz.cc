@@ -13,112 +13,54 @@
 //    and algorithm, and the test EC key, when among them, verifies a token
 //    it signed under its own kid.
 
-#include <openssl/bio.h>
-#include <openssl/bn.h>
-#include <openssl/ec.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../tests/fakes/test_keys.h"
+#include "fuzz_input.h"
+#include "fuzz_reference.h"
 #include "fuzz_target.h"
 #include "identity/jwt.h"
 
 namespace {
 
 namespace identity = idemgate::identity;
+using idemgate::fuzz::Base64Url;
+using idemgate::fuzz::Es256Sign;
+using idemgate::fuzz::JsonString;
+using idemgate::fuzz::PrivateKey;
+using idemgate::fuzz::Reader;
+using idemgate::testing::kEcX;
+using idemgate::testing::kEcY;
+using idemgate::testing::kRsaAN;
+using idemgate::testing::PkeyPtr;
 using identity::JwtAlgorithm;
 using identity::JwtKey;
 using identity::JwtVerifier;
 
 constexpr std::int64_t kNow = 1700000000;
 
-// The test keys of tests/identity/jwt_test.cc: the EC key's private half (to sign) and the
-// JWK parameters of it and of the RSA key, as the openssl command line printed them.
-constexpr char kEcPrivate[] = R"pem(-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgcU2GsTuZ9pMIm9/v
-jlZ4yBw7vD3YTqKQJ/WRX7Qt1juhRANCAASOe1qGLxWxrkolVpf7eQXU61t7XMjE
-te8YqUWV+qkAcNoDyfuwb9eVoahNTkLn4d/LwmFWV1d/UF5B7P99cHol
------END PRIVATE KEY-----
-)pem";
-constexpr std::string_view kEcX = "jntahi8Vsa5KJVaX-3kF1Otbe1zIxLXvGKlFlfqpAHA";
-constexpr std::string_view kEcY = "2gPJ-7Bv15WhqE1OQufh38vCYVZXV39QXkHs_31weiU";
+// The test keys are those of tests/identity/jwt_test.cc (tests/fakes/test_keys.h): the EC key's
+// private half (kEcPrivate) signs; the JWK parameters of it (kEcX, kEcY) and of the RSA key
+// (kRsaAN) are as the openssl command line printed them.
+
 // The same x with its last coordinate changed: not on the curve.
 constexpr std::string_view kEcYOff = "2gPJ-7Bv15WhqE1OQufh38vCYVZXV39QXkHs_31weiY";
-constexpr std::string_view kRsaN =
-    "skmY0XBZ11iq9bQg1VPf2YWDb0wHKS2bjM5cy8foHbaVt1XakTZnfqR9mPInk4_nAj-"
-    "iZDnSb2HWFEDoUbfHBxe5vS8EXYxcoMTvrw7ifWjMq_0V"
-    "ee36IzwI49yvLe6IE47IBb32wgDdoLq_"
-    "KXRNZQaAFeJiskPomrTja2FIKsOUaYPVSVIjgrePxUYGe4R2mkcvyxTVY6SEu5s1EBIUCsQxTo9AFuHA"
-    "Yafd85mzZQ20lJ2_9678iYl3-4LeGZbsn_vcJD5VwEz33QXIZLMhEcXnlm-NuUR2OVm37esB_XFFAApjU3Nwm4L_"
-    "EkOVQLVjLJIvbqj19NpvGgg2"
-    "eg5qXw";
-// The first 1024 bits of that modulus, made odd: an RSA key too short for RS256.
+// The first 1024 bits of kRsaAN, made odd: an RSA key too short for RS256.
 constexpr std::string_view kRsaShortN =
     "skmY0XBZ11iq9bQg1VPf2YWDb0wHKS2bjM5cy8foHbaVt1XakTZnfqR9mPInk4_nAj-"
     "iZDnSb2HWFEDoUbfHBxe5vS8EXYxcoMTvrw7ifWjMq_0V"
     "ee36IzwI49yvLe6IE47IBb32wgDdoLq_KXRNZQaAFeJiskPomrTja2FIKsM";
 
-template <auto Free>
-struct Deleter {
-  template <typename T>
-  void operator()(T* p) const {
-    Free(p);
-  }
-};
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free>>;
-using EcdsaSigPtr = std::unique_ptr<ECDSA_SIG, Deleter<ECDSA_SIG_free>>;
-using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, Deleter<EVP_MD_CTX_free>>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
-
-std::string Base64Url(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (const char c : bytes) {
-    bits = (bits << 8 | static_cast<unsigned char>(c)) & 0xffffu;
-    count += 8;
-    while (count >= 6) {
-      count -= 6;
-      out.push_back(kAlphabet[(bits >> count) & 0x3f]);
-    }
-  }
-  if (count > 0) out.push_back(kAlphabet[(bits << (6 - count)) & 0x3f]);
-  return out;
-}
-
 // An ES256 token (JOSE r || s signature) of the test EC key, naming `kid` when not empty.
 std::string Es256Token(std::string_view kid_json) {
-  static const PkeyPtr key = [] {
-    BioPtr bio(BIO_new_mem_buf(kEcPrivate, -1));
-    PkeyPtr k(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-    FUZZ_CHECK(k != nullptr);
-    return k;
-  }();
+  static const PkeyPtr key = PrivateKey(idemgate::testing::kEcPrivate);
   std::string header = R"({"alg":"ES256")";
   if (!kid_json.empty()) header.append(R"(,"kid":)").append(kid_json);
   const std::string input = Base64Url(header + "}") + "." + Base64Url(R"({"exp":2000000000})");
-  MdCtxPtr ctx(EVP_MD_CTX_new());
-  std::size_t size = 0;
-  const auto* data = reinterpret_cast<const unsigned char*>(input.data());
-  FUZZ_CHECK(EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key.get()) == 1);
-  FUZZ_CHECK(EVP_DigestSign(ctx.get(), nullptr, &size, data, input.size()) == 1);
-  std::string der(size, '\0');
-  FUZZ_CHECK(EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(der.data()), &size, data,
-                            input.size()) == 1);
-  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
-  EcdsaSigPtr sig(d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(size)));
-  FUZZ_CHECK(sig != nullptr);
-  unsigned char raw[64];
-  FUZZ_CHECK(BN_bn2binpad(ECDSA_SIG_get0_r(sig.get()), raw, 32) == 32);
-  FUZZ_CHECK(BN_bn2binpad(ECDSA_SIG_get0_s(sig.get()), raw + 32, 32) == 32);
-  return input + "." + Base64Url(std::string_view(reinterpret_cast<const char*>(raw), sizeof(raw)));
+  return input + "." + Base64Url(Es256Sign(key.get(), input));
 }
 
 // The token above without a kid: signed once, as ECDSA signing draws randomness.
@@ -159,46 +101,13 @@ void CheckText(std::string_view text) {
 // ---------------------------------------------------------------------------
 // Documents written here
 
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-  std::uint8_t Byte() {
-    if (data_.empty()) return 0;
-    const auto b = static_cast<std::uint8_t>(data_.front());
-    data_.remove_prefix(1);
-    return b;
-  }
-  bool Empty() const { return data_.empty(); }
-
- private:
-  std::string_view data_;
-};
-
 // A kid of up to 8 input bytes as a JSON string literal (every byte \u00XX-escaped below
 // 0x20 and for '"' and '\', else itself for ASCII, and U+0080..U+00FF in UTF-8), and the
 // string it decodes to.
 std::string Kid(Reader& in, std::string* decoded) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  const std::size_t n = in.Byte() % 9;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto u = in.Byte();
-    if (u >= 0x80) {
-      const char utf8[2] = {static_cast<char>(0xc0 | (u >> 6)),
-                            static_cast<char>(0x80 | (u & 0x3f))};
-      out.append(utf8, 2);
-      decoded->append(utf8, 2);
-      continue;
-    }
-    if (u < 0x20 || u == '"' || u == '\\') {
-      out.append("\\u00").push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 0xf]);
-    } else {
-      out.push_back(static_cast<char>(u));
-    }
-    decoded->push_back(static_cast<char>(u));
-  }
-  return out + "\"";
+  std::string bytes;
+  for (std::size_t n = in.Byte() % 9; n > 0; --n) bytes.push_back(static_cast<char>(in.Byte()));
+  return JsonString(bytes, decoded, /*raw_del=*/true);
 }
 
 struct Expected {
@@ -239,7 +148,7 @@ void CheckWritten(std::string_view data) {
         break;
       case 2:  // the test RSA key
         add("kty", "\"RSA\"");
-        add("n", "\"" + std::string(kRsaN) + "\"");
+        add("n", "\"" + std::string(kRsaAN) + "\"");
         add("e", "\"AQAB\"");
         if (extra & 4) add("alg", "\"RS256\"");
         e.algorithm = JwtAlgorithm::kRs256;
@@ -255,7 +164,7 @@ void CheckWritten(std::string_view data) {
       case 4:  // an alg that does not fit the type
         add("kty", "\"RSA\"");
         add("alg", (extra & 4) ? "\"ES256\"" : "\"RS512\"");
-        add("n", "\"" + std::string(kRsaN) + "\"");
+        add("n", "\"" + std::string(kRsaAN) + "\"");
         add("e", "\"AQAB\"");
         e.usable = false;
         break;
@@ -335,13 +244,4 @@ void CheckWritten(std::string_view data) {
 
 }  // namespace
 
-IDEMGATE_FUZZ_TARGET(jwks) {
-  if (size == 0) return 0;
-  const std::string_view rest = idemgate::fuzz::AsView(data + 1, size - 1);
-  if (data[0] & 1) {
-    CheckWritten(rest);
-  } else {
-    CheckText(rest);
-  }
-  return 0;
-}
+IDEMGATE_FUZZ_TARGET(jwks) { return idemgate::fuzz::ByLowBit(data, size, CheckWritten, CheckText); }

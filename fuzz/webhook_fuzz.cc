@@ -8,15 +8,15 @@
 //    providers that sign the body alone, kOk only when the header holds the
 //    HMAC this target computes itself with OpenSSL.
 //  - as the choices for a request signed correctly here (HMACs, hex, base64
-//    and form encoding written in this file, not taken from src/): id,
-//    body, secret, timestamp offset, header name case, decoy signatures,
-//    default port. Checked: it translates to exactly the expected key (or
-//    is refused exactly when its timestamp is outside the tolerance, or its
-//    id is repeated); and a changed body, id, timestamp or URL, another
-//    secret, a missing or repeated signature header all make it invalid.
+//    and form encoding written in this file and fuzz_reference.h, not taken
+//    from src/): id, body, secret, timestamp offset, header name case, decoy
+//    signatures, default port. Checked: it translates to exactly the
+//    expected key (or is refused exactly when its timestamp is outside the
+//    tolerance, or its id is repeated); and a changed body, id, timestamp or
+//    URL, another secret, a missing or repeated signature header all make it
+//    invalid.
 
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -27,12 +27,20 @@
 #include <vector>
 
 #include "core/key.h"
+#include "fuzz_input.h"
+#include "fuzz_reference.h"
 #include "fuzz_target.h"
 #include "webhooks/providers.h"
 
 namespace {
 
 namespace webhooks = idemgate::webhooks;
+using idemgate::fuzz::Base64;
+using idemgate::fuzz::Hex;
+using idemgate::fuzz::Hmac;
+using idemgate::fuzz::JsonString;
+using idemgate::fuzz::LenientBase64Decode;
+using idemgate::fuzz::Reader;
 using webhooks::GenericSpec;
 using webhooks::HeaderField;
 using webhooks::Provider;
@@ -47,73 +55,8 @@ constexpr std::string_view kStandardSecret =
     "whsec_ZnV6ei1zZWNyZXQtN2QxZTRmMGE5YjJj";  // base64 of kSecret
 
 // ---------------------------------------------------------------------------
-// Encodings and MACs, written here so that they check src/ rather than echo it.
-
-std::string Hex(std::string_view bytes, bool upper) {
-  const char* digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    out.push_back(digits[u >> 4]);
-    out.push_back(digits[u & 0xf]);
-  }
-  return out;
-}
-
-std::string Base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const std::uint32_t n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
-                            static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1]))
-                                << 8 |
-                            static_cast<unsigned char>(bytes[i + 2]);
-    for (int shift = 18; shift >= 0; shift -= 6) out.push_back(kAlphabet[(n >> shift) & 0x3f]);
-  }
-  if (const std::size_t left = bytes.size() - i; left > 0) {
-    std::uint32_t n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (left == 2) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    out.push_back(kAlphabet[(n >> 18) & 0x3f]);
-    out.push_back(kAlphabet[(n >> 12) & 0x3f]);
-    out.push_back(left == 2 ? kAlphabet[(n >> 6) & 0x3f] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
-
-// Standard base64 read back with '=' ignored and left-over bits dropped: every spelling of
-// the same bytes (src/ may refuse some of them; it must accept none that spells others).
-std::optional<std::string> LenientBase64Decode(std::string_view text) {
-  static constexpr std::string_view kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (const char c : text) {
-    if (c == '=') continue;
-    const std::size_t value = kAlphabet.find(c);
-    if (value == std::string_view::npos) return std::nullopt;
-    bits = (bits << 6 | static_cast<std::uint32_t>(value)) & 0xffffu;
-    count += 6;
-    if (count >= 8) {
-      count -= 8;
-      out.push_back(static_cast<char>((bits >> count) & 0xffu));
-    }
-  }
-  return out;
-}
-
-std::string Mac(const EVP_MD* md, std::string_view key, std::string_view data) {
-  static constexpr unsigned char kNothing = 0;
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  const auto* k = key.empty() ? &kNothing : reinterpret_cast<const unsigned char*>(key.data());
-  const auto* d = data.empty() ? &kNothing : reinterpret_cast<const unsigned char*>(data.data());
-  FUZZ_CHECK(HMAC(md, k, static_cast<int>(key.size()), d, data.size(), out, &size) != nullptr);
-  return std::string(reinterpret_cast<const char*>(out), size);
-}
+// Encodings and MACs, written here (and in fuzz_reference.h) so that they check src/ rather than
+// echo it.
 
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -134,24 +77,6 @@ std::string FormEscape(std::string_view s) {
     }
   }
   return out;
-}
-
-// A JSON string literal of arbitrary bytes: printable ASCII as itself, the rest \u00XX.
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
-      out.push_back(c);
-    } else if (u < 0x80) {
-      out.append("\\u00").append(Hex(std::string_view(&c, 1), false));
-    } else {
-      // As the two bytes of its UTF-8 encoding (U+0080..U+00FF), written raw.
-      out.push_back(static_cast<char>(0xc0 | (u >> 6)));
-      out.push_back(static_cast<char>(0x80 | (u & 0x3f)));
-    }
-  }
-  return out + "\"";
 }
 
 // `name` with the letters chosen by `bits` upper-cased: providers match header names in any case.
@@ -302,7 +227,7 @@ void Hostile(const Choice& choice, std::string_view text) {
   if (choice.provider == Provider::kGitHub) {
     const auto header = OnlyHeader(request.headers, "X-Hub-Signature-256");
     FUZZ_CHECK(header &&
-               IEquals(*header, "sha256=" + Hex(Mac(EVP_sha256(), kSecret, request.body), false)));
+               IEquals(*header, "sha256=" + Hex(Hmac(EVP_sha256(), kSecret, request.body), false)));
     if (t.outcome == Outcome::kOk) {
       FUZZ_CHECK(t.key ==
                  "github-" +
@@ -313,7 +238,7 @@ void Hostile(const Choice& choice, std::string_view text) {
     const GenericSpec& spec = *choice.spec;
     const auto header = OnlyHeader(request.headers, spec.header);
     FUZZ_CHECK(header && header->starts_with(spec.prefix));
-    const std::string mac = Mac(MdOf(spec.algorithm), kSecret, request.body);
+    const std::string mac = Hmac(MdOf(spec.algorithm), kSecret, request.body);
     const std::string_view sent = header->substr(spec.prefix.size());
     FUZZ_CHECK(spec.encoding == GenericSpec::Encoding::kHex ? IEquals(sent, Hex(mac, false))
                                                             : LenientBase64Decode(sent) == mac);
@@ -325,42 +250,17 @@ void Hostile(const Choice& choice, std::string_view text) {
 // ---------------------------------------------------------------------------
 // Correctly signed requests
 
-// Reads the choices for a signed request from the input; zeros once it runs out.
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-  std::uint8_t Byte() {
-    if (data_.empty()) return 0;
-    const auto b = static_cast<std::uint8_t>(data_.front());
-    data_.remove_prefix(1);
-    return b;
+// 1..`max` visible ASCII characters other than `avoid`, from the input's bytes.
+std::string Id(Reader& in, std::size_t max, char avoid) {
+  const std::size_t n = 1 + in.Byte() % max;
+  std::string out;
+  for (const char c : in.Bytes(n)) {
+    char v = static_cast<char>(0x21 + static_cast<unsigned char>(c) % 94);
+    out.push_back(v == avoid ? '_' : v);
   }
-  std::uint32_t U32() {
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v = v << 8 | Byte();
-    return v;
-  }
-  std::string_view Bytes(std::size_t n) {
-    const std::string_view out = data_.substr(0, n);
-    data_.remove_prefix(out.size());
-    return out;
-  }
-  // 1..`max` visible ASCII characters other than `avoid`, from the input's bytes.
-  std::string Id(std::size_t max, char avoid) {
-    const std::size_t n = 1 + Byte() % max;
-    std::string out;
-    for (const char c : Bytes(n)) {
-      char v = static_cast<char>(0x21 + static_cast<unsigned char>(c) % 94);
-      out.push_back(v == avoid ? '_' : v);
-    }
-    if (out.empty()) out = "0";
-    return out;
-  }
-  std::string_view Rest() { return std::exchange(data_, {}); }
-
- private:
-  std::string_view data_;
-};
+  if (out.empty()) out = "0";
+  return out;
+}
 
 // A signed request, the strings its views point into, and how to tamper with it.
 struct Signed {
@@ -394,7 +294,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
     s.headers.emplace_back(MixCase(name, case_bits), std::move(value));
   };
   // Within the tolerance for 7 in 8 inputs, anywhere up to 2 × 300 s away otherwise.
-  const std::int64_t raw_offset = static_cast<std::int16_t>(in.Byte() << 8 | in.Byte());
+  const std::int64_t raw_offset = static_cast<std::int16_t>(in.Word());
   const std::int64_t offset = (flags & 0x70) != 0 ? raw_offset % 301 : raw_offset % 601;
   const bool fresh = offset >= -300 && offset <= 300;
   const std::string t = std::to_string(kNow + offset);
@@ -402,14 +302,14 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
 
   switch (choice.provider) {
     case Provider::kStripe: {
-      const std::string id = in.Id(40, 0);
+      const std::string id = Id(in, 40, 0);
       s.body = "{\"object\":\"event\",\"id\":" + JsonString(id) +
                ",\"data\":" + JsonString(in.Rest()) + "}";
-      const std::string mac = Hex(Mac(EVP_sha256(), s.secret, t + "." + s.body), flags & 1);
+      const std::string mac = Hex(Hmac(EVP_sha256(), s.secret, t + "." + s.body), flags & 1);
       // Decoys around the real v1: an older scheme's and another secret's.
       std::string value = (flags & 2) ? "v0=" + mac + ", t=" + t : "t=" + t;
       if (flags & 4)
-        value += ",v1=" + Hex(Mac(EVP_sha256(), s.secret + "old", t + "." + s.body), false);
+        value += ",v1=" + Hex(Hmac(EVP_sha256(), s.secret + "old", t + "." + s.body), false);
       value += (flags & 8) ? " ,\tv1=" + mac : ",v1=" + mac;
       s.signature_header = "Stripe-Signature";
       header(s.signature_header, value);
@@ -418,10 +318,10 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
       return true;
     }
     case Provider::kGitHub: {
-      const std::string id = in.Id(40, 0);
+      const std::string id = Id(in, 40, 0);
       s.body = std::string(in.Rest());
       s.signature_header = "X-Hub-Signature-256";
-      header(s.signature_header, "sha256=" + Hex(Mac(EVP_sha256(), s.secret, s.body), flags & 1));
+      header(s.signature_header, "sha256=" + Hex(Hmac(EVP_sha256(), s.secret, s.body), flags & 1));
       header("X-GitHub-Delivery", (flags & 2) ? " " + id + "\t" : id);
       if (flags & 4) header("X-GitHub-Delivery", id);  // repeated: no id
       s.expected = (flags & 4) ? Outcome::kNoId : Outcome::kOk;
@@ -430,8 +330,8 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
     }
     case Provider::kTwilio:
     case Provider::kTwilioEventStreams: {
-      const std::string id = in.Id(34, 0);
-      const std::string path = FormEscape(in.Id(12, 0));
+      const std::string id = Id(in, 34, 0);
+      const std::string path = FormEscape(Id(in, 12, 0));
       // Signed with the default port written or not, sent the other way when flags & 2.
       const bool port = flags & 1;
       std::string signed_url = "https://example.com";
@@ -478,7 +378,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         s.body_signed = false;
       }
       s.signature_header = "X-Twilio-Signature";
-      header(s.signature_header, Base64(Mac(EVP_sha1(), s.secret, signed_url + suffix)));
+      header(s.signature_header, Base64(Hmac(EVP_sha1(), s.secret, signed_url + suffix)));
       if (choice.provider == Provider::kTwilioEventStreams) {
         header("I-Twilio-Idempotency-Token", id);
         s.key = "twilio-" + id;
@@ -489,17 +389,17 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
       return true;
     }
     case Provider::kStandardWebhooks: {
-      const std::string id = in.Id(40, '.');
+      const std::string id = Id(in, 40, '.');
       s.body = std::string(in.Rest());
       // The secret is base64 of its bytes, "whsec_" before it or not; an empty one is not a secret.
       const std::string key_bytes = s.secret.empty() ? std::string("k") : s.secret;
       s.secret = ((flags & 1) ? "" : "whsec_") + Base64(key_bytes);
-      const std::string mac = Base64(Mac(EVP_sha256(), key_bytes, id + "." + t + "." + s.body));
+      const std::string mac = Base64(Hmac(EVP_sha256(), key_bytes, id + "." + t + "." + s.body));
       const std::string prefix = (flags & 2) ? "svix-" : "webhook-";
       std::string signatures = "v1," + mac;
       if (flags & 4)
         signatures =
-            "v1a," + mac + " v1," + Base64(Mac(EVP_sha256(), "other", id)) + " " + signatures;
+            "v1a," + mac + " v1," + Base64(Hmac(EVP_sha256(), "other", id)) + " " + signatures;
       if (flags & 8) signatures += " v2,AAAA";
       header(prefix + "id", id);
       header(prefix + "timestamp", t);
@@ -513,7 +413,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
     case Provider::kGeneric: {
       if (choice.spec == nullptr) return false;
       const GenericSpec& spec = *choice.spec;
-      const std::string id = in.Id(40, 0);
+      const std::string id = Id(in, 40, 0);
       if (!spec.id_header.empty()) {
         s.body = std::string(in.Rest());
         header(spec.id_header, id);
@@ -533,13 +433,13 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
                      ? "{\"id\":" + id_json + ",\"other\":" + rest + "}"
                      : "{\"data\":{\"x\":" + rest + ",\"id\":" + id_json + "}}";
       } else {
-        const std::string seq = in.Id(8, 0);
+        const std::string seq = Id(in, 8, 0);
         s.body = "event=" + FormEscape(id) + "&seq=" + FormEscape(seq) +
                  "&data=" + FormEscape(in.Rest());
         header("Content-Type", "application/x-www-form-urlencoded");
         s.key = id + "-" + seq;
       }
-      const std::string mac = Mac(MdOf(spec.algorithm), s.secret, s.body);
+      const std::string mac = Hmac(MdOf(spec.algorithm), s.secret, s.body);
       s.signature_header = spec.header;
       header(spec.header,
              spec.prefix + (spec.encoding == GenericSpec::Encoding::kHex ? Hex(mac, flags & 1)
