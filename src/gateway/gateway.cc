@@ -335,6 +335,22 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   MergeHeaderChanges(ctx, decision.forward);
   decision.forward.request_id = generated_request_id;
   decision.forward.observer = decision.observer.get();
+  // The slots are freed once the response is complete, before its last
+  // bytes go out (or after Forward, when it fails): the client's next
+  // request must not find its own finished one still counted.
+  struct HeldSlots {
+    AdmissionSlot* slot;
+    TenantSlot* tenant_slot;
+    static void Free(void* self) {
+      auto* held = static_cast<HeldSlots*>(self);
+      held->slot->Reset();
+      held->tenant_slot->Reset();
+    }
+  } held{&slot, &tenant_slot};
+  if (route->admission || route->tenant_admission) {
+    decision.forward.on_complete = &HeldSlots::Free;
+    decision.forward.on_complete_arg = &held;
+  }
   const http::ForwardResult result = co_await ex.Forward(*pools[route->upstream_index], decision.forward);
   slot.Reset();
   tenant_slot.Reset();

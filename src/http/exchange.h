@@ -112,6 +112,14 @@ struct ForwardRequest {
   ForwardObserver* observer = nullptr;
   // Capture at most this many body bytes; beyond it body_omitted is set.
   std::uint64_t capture_max_body_bytes = 1024 * 1024;
+  // When set, called once with `on_complete_arg` as soon as the upstream's
+  // response has been read whole (after the observer's OnResponse) and
+  // before its last bytes are written to the client; not called when the
+  // response does not complete. The caller frees there what it holds for
+  // the request (its admission slot), so that a client sending its next
+  // request the moment it has this response finds it freed.
+  void (*on_complete)(void* arg) = nullptr;
+  void* on_complete_arg = nullptr;
 };
 
 // Why reading the request body stopped.

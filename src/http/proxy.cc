@@ -626,6 +626,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         result.captured = true;
         co_await observer->OnResponse(s.captured);
       }
+      if (done && fr.on_complete != nullptr) fr.on_complete(fr.on_complete_arg);
       if (!client_gone) {
         IoVec iov;
         PieceFrame frame;

@@ -2,6 +2,7 @@
 // front of a tiny Beast upstream, both on port 0.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <charconv>
 #include <cstdio>
@@ -53,6 +54,39 @@ std::string ReadUntil(RawConnection& conn, const std::function<bool(const std::s
 std::size_t BodyBytesAfterHead(const std::string& raw) {
   const std::size_t end = raw.find("\r\n\r\n");
   return end == std::string::npos ? 0 : raw.size() - end - 4;
+}
+
+// ForwardRequest::on_complete runs once the upstream's response is whole and
+// before its last bytes reach the client (the gateway frees a request's
+// admission slot there), and not for a response that breaks off.
+TEST(InProcessProxyTest, OnCompleteRunsBeforeTheClientHasTheWholeResponse) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  static std::atomic<int> calls{0};
+  calls = 0;
+  options.base.on_complete = [](void* arg) { static_cast<std::atomic<int>*>(arg)->fetch_add(1); };
+  options.base.on_complete_arg = &calls;
+  Harness h(options);
+  for (int i = 1; i <= 3; ++i) {
+    auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo/x", .body = "b"});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(calls.load(), i);
+  }
+  // Streamed in two pieces, the second only once the gate opens: not before.
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /gated?n=10&first=5 HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string head = ReadUntil(conn, [](const std::string& got) { return BodyBytesAfterHead(got) >= 5; });
+  ASSERT_EQ(BodyBytesAfterHead(head), 5u) << head;
+  EXPECT_EQ(calls.load(), 3);
+  upstream.OpenGate();
+  const std::string rest = ReadUntil(conn, [&](const std::string& got) { return BodyBytesAfterHead(head + got) >= 10; });
+  ASSERT_EQ(BodyBytesAfterHead(head + rest), 10u);
+  EXPECT_EQ(calls.load(), 4);
+  // A response cut short by the upstream.
+  (void)SendRequest(h.endpoint(), HttpRequest{.target = "/die"});
+  EXPECT_EQ(calls.load(), 4);
 }
 
 TEST(InProcessProxyTest, ForwardsWithHopByHopRemovedAndForwardingHeadersSet) {
