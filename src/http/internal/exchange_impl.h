@@ -21,20 +21,35 @@
 
 namespace idemgate::http::internal {
 
-// Beast's request parser, with two changes:
-// - The trailer fields of a chunked body are dropped, as RFC 9110 section
-//   6.5.1 allows, instead of appended to the message's header fields. Beast
-//   adds them once the body has been read, which for a buffered body is
-//   before the upstream request is written: a trailer would then join the
-//   header section after the identity, key and Host checks had looked at it,
-//   and could add a second Host or an identity header.
-// - A chunked body's limit is counted here (LimitBody), once per chunk.
-//   Beast (1.81) takes a chunk's size off its own limit before it has read
-//   the chunk-size line's extensions, and again each time it reads that line
-//   anew, which it does while a quoted extension value is still open when
-//   the bytes run out. A malformed line then failed as too large or as too
-//   long depending on how the bytes arrived.
-class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
+// Beast's parser, except that the trailer fields of a chunked body are
+// dropped, as RFC 9110 section 6.5.1 allows, instead of appended to the
+// message's header fields once the body has been read.
+// - A request's: for a buffered body, that is before the upstream request is
+//   written: a trailer would then join the header section after the
+//   identity, key and Host checks had looked at it, and could add a second
+//   Host or an identity header.
+// - An upstream response's: its head is written (and, for a stored response,
+//   captured) before its body is read, so a trailer would not reach the
+//   client or the store either way; dropping it keeps anything that reads
+//   the field list later from seeing it as a header.
+template <bool isRequest>
+class ParserWithoutTrailers : public bhttp::parser<isRequest, bhttp::buffer_body> {
+ private:
+  void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
+                     error_code& ec) override {
+    ec = {};
+    if (this->is_header_done()) return;  // a trailer field
+    this->get().insert(name, name_string, value);
+  }
+};
+
+// The request parser also counts a chunked body's limit itself (LimitBody),
+// once per chunk. Beast (1.81) takes a chunk's size off its own limit before
+// it has read the chunk-size line's extensions, and again each time it reads
+// that line anew, which it does while a quoted extension value is still open
+// when the bytes run out. A malformed line then failed as too large or as too
+// long depending on how the bytes arrived.
+class RequestParser final : public ParserWithoutTrailers<true> {
  public:
   // Limits a chunked body to `limit` bytes, counting the sizes of the chunks
   // whose lines were read whole, and the chunk extensions of all its chunk
@@ -54,13 +69,6 @@ class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
   }
 
  private:
-  void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
-                     error_code& ec) override {
-    ec = {};
-    if (is_header_done()) return;  // a trailer field
-    get().insert(name, name_string, value);
-  }
-
   void on_chunk_header_impl(std::uint64_t size, beast::string_view extensions, error_code& ec) override {
     if (size > chunk_room_) {
       ec = bhttp::error::body_limit;
@@ -78,20 +86,8 @@ class RequestParser final : public bhttp::request_parser<bhttp::buffer_body> {
   std::uint64_t chunk_room_ = static_cast<std::uint64_t>(-1);
   std::uint64_t extension_room_ = static_cast<std::uint64_t>(-1);
 };
-// Beast's response parser, except that trailer fields are dropped as in
-// RequestParser. The response's head is written (and, for a stored
-// response, captured) before its body is read, so a trailer would not reach
-// the client or the store either way; dropping it keeps anything that reads
-// the field list later from seeing it as a header.
-class ResponseParser final : public bhttp::response_parser<bhttp::buffer_body> {
- private:
-  void on_field_impl(bhttp::field name, beast::string_view name_string, beast::string_view value,
-                     error_code& ec) override {
-    ec = {};
-    if (is_header_done()) return;  // a trailer field
-    get().insert(name, name_string, value);
-  }
-};
+
+class ResponseParser final : public ParserWithoutTrailers<false> {};
 
 inline constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // Upstream response header block limit.
