@@ -359,10 +359,16 @@ TEST_F(FakeUpstreamTest, SigtermExitsZero) {
   EXPECT_EQ(status->code, 0);
 }
 
-TEST(TestingHelpersTest, PickFreePortIsRefused) {
-  auto port = PickFreePort();
-  ASSERT_TRUE(port.ok());
-  EXPECT_FALSE(RawConnection::Connect(HostPort{"127.0.0.1", *port}).ok());
+TEST(TestingHelpersTest, RefusedPortIsRefusedAndNotHandedOut) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(RawConnection::Connect(HostPort{"127.0.0.1", refused->port()}).ok());
+  // While it lives, no socket bound to port 0 gets it.
+  for (int i = 0; i < 200; ++i) {
+    auto port = PickFreePort();
+    ASSERT_TRUE(port.ok());
+    EXPECT_NE(*port, refused->port());
+  }
 }
 
 TEST(TestingHelpersTest, ParseHostPort) {

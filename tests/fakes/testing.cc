@@ -381,6 +381,30 @@ StatusOr<std::uint16_t> PickFreePort() {
   return static_cast<std::uint16_t>(ntohs(addr.sin_port));
 }
 
+StatusOr<RefusedPort> RefusedPort::Make() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(ErrnoText("socket"));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Status s = InternalError(ErrnoText("bind"));
+    ::close(fd);
+    return s;
+  }
+  return RefusedPort(fd, static_cast<std::uint16_t>(ntohs(addr.sin_port)));
+}
+
+RefusedPort::~RefusedPort() { Close(); }
+
+void RefusedPort::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 StatusOr<std::uint64_t> ProcStatusKiB(pid_t pid, std::string_view field) {
   auto text = ReadFile("/proc/" + std::to_string(pid) + "/status");
   if (!text.ok()) return text.status();

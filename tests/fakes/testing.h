@@ -146,9 +146,32 @@ StatusOr<Server> StartServer(const std::string& exe, std::vector<std::string> ar
                              const std::string& ready_file, const ProcessOptions& options = {},
                              Millis timeout = 20s);
 
-// A port on 127.0.0.1 that was free a moment ago (bound to 0, then closed).
-// Nothing listens on it, which also makes it a "connection refused" port.
+// A port on 127.0.0.1 that was free a moment ago (bound to 0, then closed),
+// for a server about to be started on it. For a port that must refuse
+// connections, use RefusedPort: a closed port may be handed out again at
+// once, even to the next listener bound to port 0.
 StatusOr<std::uint16_t> PickFreePort();
+
+// A port on 127.0.0.1 that refuses connections for as long as this object
+// lives: a socket is bound to it but does not listen, so connects get
+// ECONNREFUSED and the port cannot be handed to another socket meanwhile.
+class RefusedPort {
+ public:
+  static StatusOr<RefusedPort> Make();
+  RefusedPort(RefusedPort&& other) noexcept : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+  RefusedPort& operator=(RefusedPort&&) = delete;
+  RefusedPort(const RefusedPort&) = delete;
+  ~RefusedPort();
+  std::uint16_t port() const { return port_; }
+  // Frees the port now, for a server about to be started on it (as
+  // PickFreePort).
+  void Close();
+
+ private:
+  RefusedPort(int fd, std::uint16_t port) : fd_(fd), port_(port) {}
+  int fd_;
+  std::uint16_t port_;
+};
 
 // Reads a "Name:   123 kB" line of /proc/PID/status; returns the number (kB).
 StatusOr<std::uint64_t> ProcStatusKiB(pid_t pid, std::string_view field);

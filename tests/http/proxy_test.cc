@@ -539,10 +539,10 @@ TEST(InProcessProxyTest, RequestLostAfterItWasSentIsSentAgainOnlyWhenIdempotent)
 }
 
 TEST(InProcessProxyTest, ConnectRefusedIs502) {
-  auto port = testing::PickFreePort();
-  ASSERT_TRUE(port.ok());
+  auto refused = testing::RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
   HandlerOptions options;
-  options.target = TargetFor(*port);
+  options.target = TargetFor(refused->port());
   options.capture = true;
   Harness h(options);
   auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/x", .body = "b"});

@@ -87,9 +87,9 @@ TEST_F(IdemctlTest, SendRetriesUnderOneKeyAndTheGatewayReplays) {
 
 TEST_F(IdemctlTest, AFailureIsParkedAndItsReplayRunsOnceUnderTheOriginalKey) {
   // The gateway is not there yet: every attempt is refused, the request is parked.
-  auto port = PickFreePort();
-  ASSERT_TRUE(port.ok());
-  const std::string url = "http://127.0.0.1:" + std::to_string(*port) + "/echo/pay";
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
   const CliRun failed = Idemctl({"send", "-k", "pay-42", "-d", "{}", "--attempts", "2", "--base-delay", "10ms", url});
   EXPECT_EQ(failed.code, 1);
   EXPECT_NE(failed.err.find("2 attempts"), std::string::npos) << failed.err;
@@ -109,7 +109,8 @@ TEST_F(IdemctlTest, AFailureIsParkedAndItsReplayRunsOnceUnderTheOriginalKey) {
   EXPECT_EQ(json::parse(shown.out).as_object().at("url").as_string(), url);
 
   // Now the gateway runs on that port: the replay goes through once.
-  StartGateway(Yaml("127.0.0.1:" + std::to_string(*port)));
+  refused->Close();
+  StartGateway(Yaml("127.0.0.1:" + std::to_string(refused->port())));
   const CliRun replayed = Idemctl({"dlq", "replay", id});
   ASSERT_EQ(replayed.code, 0) << replayed.err;
   EXPECT_NE(replayed.out.find("t-_:_:_:api:pay-42"), std::string::npos) << replayed.out;
