@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "fakes/testing.h"
 #include "tests/redis/io_thread.h"
 #include "tests/redis/redis_server.h"
 
@@ -146,8 +147,10 @@ TEST_F(RedisClientTest, KilledServerGivesUnavailableThenRecoversOnRestart) {
 }
 
 TEST_F(RedisClientTest, NoServerAtAllIsUnavailable) {
+  auto refused = ::idemgate::testing::RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
   ClientOptions o = OptionsFor(server_);
-  o.seeds = {Address{"127.0.0.1", static_cast<std::uint16_t>(testing::PickFreePort())}};
+  o.seeds = {Address{"127.0.0.1", refused->port()}};
   Client client(o);
   auto r = RunCmd(io_, client, {"PING"});
   ASSERT_FALSE(r.ok());
