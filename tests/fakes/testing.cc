@@ -363,24 +363,6 @@ StatusOr<Server> StartServer(const std::string& exe, std::vector<std::string> ar
   return Server{std::move(*process), std::move(*ready)};
 }
 
-StatusOr<std::uint16_t> PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return InternalError(ErrnoText("socket"));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Status s = InternalError(ErrnoText("bind"));
-    ::close(fd);
-    return s;
-  }
-  ::close(fd);
-  return static_cast<std::uint16_t>(ntohs(addr.sin_port));
-}
-
 StatusOr<RefusedPort> RefusedPort::Make() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return InternalError(ErrnoText("socket"));
@@ -399,6 +381,13 @@ StatusOr<RefusedPort> RefusedPort::Make() {
 }
 
 RefusedPort::~RefusedPort() { Close(); }
+
+StatusOr<std::uint16_t> PickFreePort() {
+  // Bound to port 0, then closed: free again, for a server to take.
+  StatusOr<RefusedPort> held = RefusedPort::Make();
+  if (!held.ok()) return held.status();
+  return held->port();
+}
 
 void RefusedPort::Close() {
   if (fd_ >= 0) ::close(fd_);
