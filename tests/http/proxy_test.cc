@@ -566,6 +566,72 @@ TEST(InProcessProxyTest, ConnectRefusedIs502) {
   EXPECT_TRUE(res->keep_alive);
 }
 
+// With every connection of the worker's pool busy, the next request waits
+// for one, and is woken as soon as one comes back: the connect timeout here
+// (60 s) is far beyond the client's (15 s), so a request left to sleep until
+// it ran out would fail the client.
+TEST(InProcessProxyTest, FullPoolHandsAReturnedConnectionToTheWaitingRequest) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.max_connections = 1;
+  options.target.connect_timeout = 60s;
+  Harness h(options);
+  RawConnection holder = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(holder.Write("GET /gated?n=10&first=5 HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string head = ReadUntil(holder, [](const std::string& got) { return BodyBytesAfterHead(got) >= 5; });
+  ASSERT_EQ(BodyBytesAfterHead(head), 5u) << head;
+
+  StatusOr<HttpResponse> waiting = Status(StatusCode::kInternal, "not sent");
+  std::thread client([&] {
+    waiting = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo/x", .body = "queued"}, 15s);
+  });
+  // The queued request has reached the gateway (its connection is open)
+  // while the only upstream connection is still held.
+  ASSERT_TRUE(PollUntil([&] { return h.server().open_connections() >= 2; }, 10s));
+  EXPECT_EQ(upstream.requests(), 1);
+  upstream.OpenGate();
+  client.join();
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  EXPECT_EQ(waiting->status, 200);
+  EXPECT_EQ(waiting->body, "queued");
+  EXPECT_EQ(upstream.requests(), 2);
+  EXPECT_EQ(upstream.connections(), 1);  // the returned connection, not a new one
+  const std::string rest = ReadUntil(holder, [&](const std::string& got) { return BodyBytesAfterHead(head + got) >= 10; });
+  EXPECT_EQ(BodyBytesAfterHead(head + rest), 10u);
+}
+
+// A request that finds the pool busy for longer than the connect timeout is
+// answered 502 without a connection beyond the limit.
+TEST(InProcessProxyTest, PoolBusyPastTheConnectTimeoutIs502) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.max_connections = 1;
+  options.target.connect_timeout = 300ms;
+  options.capture = true;
+  Harness h(options);
+  RawConnection holder = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(holder.Write("GET /gated?n=10&first=5 HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string head = ReadUntil(holder, [](const std::string& got) { return BodyBytesAfterHead(got) >= 5; });
+  ASSERT_EQ(BodyBytesAfterHead(head), 5u) << head;
+
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo/x", .body = "b"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 502, "upstream-unavailable");
+  EXPECT_NE(res->body.find("connections of this worker are busy"), std::string::npos) << res->body;
+  EXPECT_EQ(upstream.connections(), 1);
+  EXPECT_EQ(upstream.requests(), 1);
+  upstream.OpenGate();
+  const std::string rest = ReadUntil(holder, [&](const std::string& got) { return BodyBytesAfterHead(head + got) >= 10; });
+  EXPECT_EQ(BodyBytesAfterHead(head + rest), 10u);
+  ASSERT_TRUE(h.handler().WaitForResults(2));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 2u);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kConnectFailed);
+}
+
 TEST(InProcessProxyTest, SlowUpstreamIs504) {
   TestUpstream upstream;
   HandlerOptions options;
