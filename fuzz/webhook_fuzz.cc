@@ -437,7 +437,22 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         s.body = "event=" + FormEscape(id) + "&seq=" + FormEscape(seq) +
                  "&data=" + FormEscape(in.Rest());
         header("Content-Type", "application/x-www-form-urlencoded");
-        s.key = id + "-" + seq;
+        // Two fields: '~' and '-' inside a value are escaped, so the joint
+        // is the only bare '-' between them.
+        const auto escaped = [](const std::string& value) {
+          std::string out;
+          for (const char c : value) {
+            if (c == '~') {
+              out += "~7E";
+            } else if (c == '-') {
+              out += "~2D";
+            } else {
+              out += c;
+            }
+          }
+          return out;
+        };
+        s.key = escaped(id) + "-" + escaped(seq);
       }
       const std::string mac = Hmac(MdOf(spec.algorithm), s.secret, s.body);
       s.signature_header = spec.header;

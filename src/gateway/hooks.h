@@ -61,8 +61,10 @@ struct RequestContext {
   std::string tenant;
   std::string project;
   std::string subject;
-  // Set by the webhook hook (SPEC §7): the key lifted from the provider's id.
+  // Set by the webhook hook (SPEC §7): the key lifted from the provider's id,
+  // and the endpoint it came through (a view of the request path).
   std::optional<std::string> webhook_key;
+  std::string_view webhook_endpoint;
 
   // Upstream request header changes gathered by identity/webhook hooks
   // (e.g. verified identity headers); merged into the ForwardRequest.

@@ -293,7 +293,20 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   if (metrics != nullptr) metrics->KeyPresent(scope, rules.case_name);
 
   const core::Caller caller{ctx.tenant, ctx.project, ctx.subject};
-  std::string scoped = core::ScopedKey(rules.scope, caller, ctx.route->id, raw);
+  std::string scoped;
+  if (ctx.webhook_endpoint.empty()) {
+    scoped = core::ScopedKey(rules.scope, caller, ctx.route->id, raw);
+  } else {
+    // Each webhook endpoint keeps its own keys: an id is unique only per
+    // sender (a generic sender's counter), and one event sent to two
+    // endpoints (an endpoint being replaced, or two with their own API
+    // versions) is two deliveries, each to be run and answered, not a
+    // reused key (docs/configuration.md).
+    std::string route_and_endpoint = ctx.route->id;
+    route_and_endpoint += '/';
+    route_and_endpoint += ctx.webhook_endpoint;
+    scoped = core::ScopedKey(rules.scope, caller, route_and_endpoint, raw);
+  }
   ctx.log.idempotency_key_namespaced = scoped;
 
   IdempotencyDecision decision;

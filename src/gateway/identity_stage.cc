@@ -50,7 +50,45 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
   return *found;
 }
 
+// `a` and `b` are equal ignoring ASCII case and counting '-' and '_' as one.
+bool NameEqualsDashOrUnderscore(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i] == '_' ? '-' : a[i];
+    char y = b[i] == '_' ? '-' : b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+const config::TrustedHeaders& UpstreamIdentityHeaders(const config::Identity& identity) {
+  return identity.mode == config::IdentityMode::kTrustedHeaders ? identity.trusted_headers
+                                                                 : kUpstreamIdentityHeaders;
+}
+
+void DropIdentityLookalikes(RequestContext& ctx, const config::TrustedHeaders& names) {
+  for (const http::HeaderView& h : ctx.head->headers) {
+    if (h.name.find('_') == std::string_view::npos) continue;
+    for (const std::string* name : {&names.tenant, &names.project, &names.subject}) {
+      if (NameEqualsDashOrUnderscore(h.name, *name) && !core::HeaderNameEquals(h.name, *name)) {
+        ctx.remove_headers.emplace_back(h.name);
+        break;
+      }
+    }
+  }
+}
+
+void SetUpstreamIdentity(RequestContext& ctx, const config::TrustedHeaders& names) {
+  DropIdentityLookalikes(ctx, names);
+  for (const std::string* name : {&names.tenant, &names.project, &names.subject}) ctx.remove_headers.push_back(*name);
+  ctx.set_headers.push_back({names.tenant, ctx.tenant});
+  ctx.set_headers.push_back({names.project, ctx.project});
+  ctx.set_headers.push_back({names.subject, ctx.subject});
+}
 
 StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(const config::Identity& identity,
                                                                               const EnvLookup& env) {
@@ -120,9 +158,15 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   // A webhook's sender is identified by its endpoint and signature (webhook_stage.h).
   if (ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook) return std::nullopt;
 
-  auto refuse = [&ctx](const std::string& why) {
+  auto refuse = [&ctx, &identity](const std::string& why) {
     ctx.log.outcome = "unauthenticated";
-    return http::MakeProblem(http::ProblemCode::kUnauthenticated, why);
+    http::Response r = http::MakeProblem(http::ProblemCode::kUnauthenticated, why);
+    // RFC 9110 §11.6.1: a 401 carries a challenge. trusted_headers has none
+    // to offer: its caller authenticates with the layer in front.
+    if (identity.mode == config::IdentityMode::kJwt || identity.mode == config::IdentityMode::kApiKey) {
+      r.headers.push_back({"WWW-Authenticate", "Bearer realm=\"idemgate\""});
+    }
+    return r;
   };
   StatusOr<core::Caller> caller = core::Caller{};  // every mode below sets it
   std::vector<std::string_view> credential_headers;  // api_key: where the key came, kept from the upstream
@@ -186,12 +230,11 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   ctx.subject = std::move(caller->subject);
 
   if (identity.mode == config::IdentityMode::kJwt || identity.mode == config::IdentityMode::kApiKey) {
-    const config::TrustedHeaders& names = kUpstreamIdentityHeaders;
-    for (const std::string* name : {&names.tenant, &names.project, &names.subject}) ctx.remove_headers.push_back(*name);
-    ctx.set_headers.push_back({names.tenant, ctx.tenant});
-    ctx.set_headers.push_back({names.project, ctx.project});
-    ctx.set_headers.push_back({names.subject, ctx.subject});
+    SetUpstreamIdentity(ctx, kUpstreamIdentityHeaders);
     for (std::string_view name : credential_headers) ctx.remove_headers.push_back(std::string(name));
+  } else {
+    // trusted_headers: the layer in front set the real ones, which pass on.
+    DropIdentityLookalikes(ctx, identity.trusted_headers);
   }
   return std::nullopt;
 }

@@ -23,12 +23,29 @@
 //    credentials and, with identity.jwt.jwks_url, from a JwksRefresher;
 //  - `api_key`: the key in the configured header (or `Authorization: Bearer`)
 //    looked up by its SHA-256 in a keys file.
-// A request without a usable identity gets 401 unauthenticated. With jwt and
-// api_key, the identity headers a client sent are removed and the verified
-// caller is set on the upstream request (X-Tenant-Id, X-Project-Id,
+// A request without a usable identity gets 401 unauthenticated (with a
+// `WWW-Authenticate: Bearer` challenge in the jwt and api_key modes). With
+// jwt and api_key, the identity headers a client sent are removed and the
+// verified caller is set on the upstream request (X-Tenant-Id, X-Project-Id,
 // X-Subject); api_key also keeps the key itself from the upstream. Webhook
-// routes are identified by their endpoint instead (webhook_stage.h).
+// routes are identified by their endpoint instead (webhook_stage.h), and set
+// the endpoint's caller the same way in every mode. In every mode but none,
+// header names that differ from an identity header only in '-' against '_'
+// (`X_Tenant_Id`) are removed: CGI-style upstreams read both spellings as
+// the same variable.
 namespace idemgate::gateway {
+
+// The names the verified caller is sent upstream under: the configured
+// trusted headers in that mode, else X-Tenant-Id, X-Project-Id, X-Subject.
+const config::TrustedHeaders& UpstreamIdentityHeaders(const config::Identity& identity);
+
+// Removes from the upstream request every header a client sent under one of
+// `names` spelled with '_' for '-' (or mixed), keeping the names themselves.
+void DropIdentityLookalikes(RequestContext& ctx, const config::TrustedHeaders& names);
+
+// Replaces the identity headers the client sent (and their look-alikes) with
+// ctx's caller under `names`.
+void SetUpstreamIdentity(RequestContext& ctx, const config::TrustedHeaders& names);
 
 // What jwt and api_key verify with, read from the files and variables the
 // config names. Immutable; one per config snapshot.

@@ -16,6 +16,17 @@ bool ContinuesAt(std::string_view rest, std::string_view after) {
   return rest.size() == after.size() || rest[after.size()] == '/';
 }
 
+// `request` is `exact`, or `exact` and one trailing slash: the two spellings
+// of one resource to most frameworks (Express without strict routing,
+// Django's APPEND_SLASH, Spring before 6), so an exact route's checks are
+// not left behind by a slash that a catch-all route would take.
+bool EqualsExactPath(std::string_view request, std::string_view exact) {
+  if (request.size() == exact.size() + 1 && request.back() == '/' && !exact.ends_with('/')) {
+    request.remove_suffix(1);
+  }
+  return request == exact;
+}
+
 }  // namespace
 
 std::string_view RouteEntry::WebhookId(std::string_view request_path) const {
@@ -29,9 +40,9 @@ bool RouteEntry::MatchesPath(std::string_view request_path) const {
     const std::string_view id = WebhookId(request_path);
     if (id.empty()) return false;
     const std::string_view rest = request_path.substr(path.size() + id.size());
-    return kind == Kind::kExact ? rest == after_webhook_id : ContinuesAt(rest, after_webhook_id);
+    return kind == Kind::kExact ? EqualsExactPath(rest, after_webhook_id) : ContinuesAt(rest, after_webhook_id);
   }
-  if (kind == Kind::kExact) return request_path == path;
+  if (kind == Kind::kExact) return EqualsExactPath(request_path, path);
   if (path.empty()) return true;  // "/"
   if (request_path.size() < path.size() || request_path.compare(0, path.size(), path) != 0) return false;
   return request_path.size() == path.size() || request_path[path.size()] == '/';

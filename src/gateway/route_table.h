@@ -18,7 +18,10 @@
 // The route table (SPEC §2 step 2): the first route whose match fits wins.
 //
 // Matching (docs/architecture.md):
-//  - `match.path`: the request path equals it exactly.
+//  - `match.path`: the request path equals it exactly, or with one
+//    trailing '/' added ("/pay" matches "/pay/"), which most frameworks
+//    serve as the same resource: a catch-all route behind it must not get
+//    that spelling past the exact route's checks.
 //  - `match.path_prefix`: the request path equals the prefix or continues it
 //    at a segment boundary: "/api/v1/payments" matches "/api/v1/payments"
 //    and "/api/v1/payments/42", never "/api/v1/paymentsX". A trailing '/'
@@ -26,8 +29,9 @@
 //    every path.
 //  - A webhook route's path holds one whole segment `{webhook_id}` (SPEC §7):
 //    it matches any one non-empty segment there, which names the webhook
-//    endpoint ("/hooks/{webhook_id}" matches "/hooks/acme", not "/hooks/"
-//    nor "/hooks/a/b" for `path`; `path_prefix` allows "/hooks/a/b").
+//    endpoint ("/hooks/{webhook_id}" matches "/hooks/acme" and "/hooks/acme/",
+//    not "/hooks/" nor "/hooks/a/b" for `path`; `path_prefix` allows
+//    "/hooks/a/b").
 //  - `match.methods`: when set, the method must be one of them (exact,
 //    case-sensitive, as HTTP methods are); a path that fits with another
 //    method goes on to the next route.

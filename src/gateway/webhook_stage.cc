@@ -2,6 +2,7 @@
 
 #include "admin/gateway_metrics.h"
 #include "core/key.h"
+#include "gateway/identity_stage.h"
 #include "gateway/route_table.h"
 #include "http/problem.h"
 
@@ -141,17 +142,12 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
       return http::MakeProblem(http::ProblemCode::kTranslationFailed, provider_name + ": " + t.detail);
   }
   ctx.webhook_key = std::move(t.key);
+  ctx.webhook_endpoint = id;
 
   // The identity an authenticating layer would have set: the endpoint's,
-  // never what the sender wrote.
-  const config::Identity& identity = ctx.config->identity;
-  if (identity.mode == config::IdentityMode::kTrustedHeaders) {
-    const config::TrustedHeaders& th = identity.trusted_headers;
-    for (const std::string* name : {&th.tenant, &th.project, &th.subject}) ctx.remove_headers.push_back(*name);
-    ctx.set_headers.push_back({th.tenant, ctx.tenant});
-    ctx.set_headers.push_back({th.project, ctx.project});
-    ctx.set_headers.push_back({th.subject, ctx.subject});
-  }
+  // never what the sender wrote (the signature does not cover headers), in
+  // every identity mode.
+  SetUpstreamIdentity(ctx, UpstreamIdentityHeaders(ctx.config->identity));
   return std::nullopt;
 }
 

@@ -34,13 +34,29 @@ Translation GenericId(const GenericSpec& spec, const WebhookRequest& request) {
 
   const auto form = FormBody(request);
   if (!form) return NoId("body is not a form");
+  // Several fields are joined with '-'; in each value '~' is written "~7E"
+  // and '-' "~2D" then, so that no two lists of values make the same key
+  // ("a-b" + "c" against "a" + "b-c"). One field is taken as it is.
+  const bool joined = spec.id_form_fields.size() > 1;
   std::string key;
   for (const std::string& name : spec.id_form_fields) {
     const Lookup field = FindField(*form, name);
     if (field.count > 1) return NoId("id field " + name + " appears more than once");
     if (field.value.empty()) return NoId("missing id field " + name);
     if (!key.empty()) key.push_back('-');
-    key.append(field.value);
+    if (!joined) {
+      key.append(field.value);
+      continue;
+    }
+    for (const char c : field.value) {
+      if (c == '~') {
+        key.append("~7E");
+      } else if (c == '-') {
+        key.append("~2D");
+      } else {
+        key.push_back(c);
+      }
+    }
   }
   return Ok(std::move(key));
 }

@@ -60,14 +60,29 @@ TEST(RouteTableTest, TrailingSlashOnPrefixIsIgnoredAndRootMatchesAll) {
   EXPECT_EQ(MatchId(*table, "GET", "/anything/else"), "all");
 }
 
-TEST(RouteTableTest, ExactPathMatchesOnlyItself) {
+// An exact path also matches with one trailing slash, the same resource to
+// most frameworks: a catch-all behind it must not take "/pay/" past the
+// exact route's checks.
+TEST(RouteTableTest, ExactPathMatchesItselfAndOneTrailingSlash) {
   AdmissionRegistry admission;
   const auto config = MakeConfig({MakeRoute("exact", "", "/health"), MakeRoute("rest", "/x")});
   auto table = RouteTable::Build(config, admission);
   ASSERT_TRUE(table.ok());
   EXPECT_EQ(MatchId(*table, "GET", "/health"), "exact");
-  EXPECT_EQ(MatchId(*table, "GET", "/health/"), "<none>");
+  EXPECT_EQ(MatchId(*table, "GET", "/health/"), "exact");
+  EXPECT_EQ(MatchId(*table, "GET", "/health//"), "<none>");
+  EXPECT_EQ(MatchId(*table, "GET", "/health/x"), "<none>");
   EXPECT_EQ(MatchId(*table, "GET", "/healthz"), "<none>");
+  const auto with_catch_all = MakeConfig({MakeRoute("pay", "", "/pay"), MakeRoute("all", "/")});
+  auto second = RouteTable::Build(with_catch_all, admission);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(MatchId(*second, "POST", "/pay/"), "pay");
+  EXPECT_EQ(MatchId(*second, "POST", "/pay/1"), "all");
+  const auto root = MakeConfig({MakeRoute("root", "", "/")});
+  auto third = RouteTable::Build(root, admission);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(MatchId(*third, "GET", "/"), "root");
+  EXPECT_EQ(MatchId(*third, "GET", "/x"), "<none>");
 }
 
 TEST(RouteTableTest, FirstMatchWinsAndMethodsFilter) {
@@ -100,11 +115,13 @@ TEST(RouteTableTest, WebhookIdSegmentMatchesOneNonEmptySegment) {
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/acme"), "stripe");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/"), "<none>");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe"), "<none>");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/acme/"), "stripe");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/stripe/acme/x"), "<none>");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/github/acme"), "github");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/github/acme/events/1"), "github");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/github//events"), "<none>");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilio"), "twilio");
+  EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilio/"), "twilio");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilio/x"), "<none>");
   EXPECT_EQ(MatchId(*table, "POST", "/hooks/acme/twilioX"), "<none>");
 

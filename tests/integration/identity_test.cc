@@ -147,10 +147,15 @@ TEST_F(IdentityTest, JwtCallersAreScopedApartAndTheirIdentityIsSetUpstream) {
   StartJwt();
   HttpRequest alice = Authorized(Hs256Token(kSecret, Claims("acme", "alice")), "k1");
   alice.headers.push_back({"X-Tenant-Id", "globex"});  // a client cannot name its own tenant
+  // Nor in a spelling that CGI-style upstreams read as the same variable.
+  alice.headers.push_back({"X_Tenant_Id", "globex"});
+  alice.headers.push_back({"x_subject", "user:root"});
   const HttpResponse first = Send(alice);
   ASSERT_EQ(first.status, 200) << first.body;
   ExpectUpstreamIdentity(first, "acme", "shop", "user:alice");
   auto echo = ParseObject(first.body);
+  EXPECT_TRUE(Values(EchoedHeaders(echo), "X_Tenant_Id").empty());
+  EXPECT_TRUE(Values(EchoedHeaders(echo), "x_subject").empty());
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
             (std::vector<std::string>{"\"t-acme:shop:user:alice:api:k1\""}));
 
@@ -171,7 +176,10 @@ TEST_F(IdentityTest, JwtCallersAreScopedApartAndTheirIdentityIsSetUpstream) {
 
 TEST_F(IdentityTest, JwtRefusals) {
   StartJwt();
-  ExpectProblem(Send(KeyedPost("/echo/pay", "k2")), 401, "unauthenticated");
+  const HttpResponse anonymous = Send(KeyedPost("/echo/pay", "k2"));
+  ExpectProblem(anonymous, 401, "unauthenticated");
+  // RFC 9110 §11.6.1: a 401 carries a challenge.
+  EXPECT_EQ(anonymous.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\"");
   ExpectProblem(Send(Authorized(Hs256Token("wrong-secret", Claims("acme", "alice")), "k2")), 401, "unauthenticated");
   ExpectProblem(Send(Authorized(Hs256Token(kSecret, Claims("acme", "alice", Now() - 60)), "k2")), 401,
                 "unauthenticated");
@@ -234,7 +242,9 @@ TEST_F(IdentityTest, ApiKeysIdentifyTheCallerAndStayAwayFromTheUpstream) {
   HttpRequest two = acme;
   two.headers.push_back({"Authorization", "Bearer k_live_globex"});
   ExpectProblem(Send(two), 401, "unauthenticated");
-  ExpectProblem(Send(KeyedPost("/echo/pay", "k3")), 401, "unauthenticated");
+  const HttpResponse keyless = Send(KeyedPost("/echo/pay", "k3"));
+  ExpectProblem(keyless, 401, "unauthenticated");
+  EXPECT_EQ(keyless.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\"");
   EXPECT_EQ(Executions(), 2u);
 }
 

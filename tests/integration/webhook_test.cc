@@ -90,6 +90,7 @@ class WebhookTest : public GatewaySuite {
       << "webhooks:\n"
       << "  endpoints:\n"
       << "    - { id: acme, tenant: acme, project: shop, provider: stripe, secret_env: STRIPE_SECRET }\n"
+      << "    - { id: acme-next, tenant: acme, project: shop, provider: stripe, secret_env: STRIPE_SECRET }\n"
       << "    - { id: globex, tenant: globex, project: web, provider: stripe, secret_file: " << secret_file_
       << " }\n"
       << "    - { id: acme-gh, tenant: acme, project: ci, provider: github, secret_env: GITHUB_SECRET }\n"
@@ -153,7 +154,7 @@ TEST_F(WebhookTest, StripeEventRunsOnceAndItsRetryIsReplayedUnderTheEndpointsSco
   auto echo = ParseObject(first.body);
   // The key is the event's id, scoped by the endpoint's tenant and project.
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
-            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks:stripe-evt_1Nq\""}));
+            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks/acme:stripe-evt_1Nq\""}));
 
   // Stripe retries the same event with a fresh signature and timestamp.
   const HttpResponse retry = Send(StripeEvent("acme", kStripeSecret, body, NowSeconds() - 5));
@@ -200,7 +201,8 @@ TEST_F(WebhookTest, OtherSpellingsOfAWebhookPathAreStillVerified) {
   Start();
   const std::string body = R"({"id":"evt_spelled"})";
   for (const std::string target : {"/echo/%73tripe/acme", "//echo/stripe/acme", "/echo//stripe//acme",
-                                   "/echo/stripe/%61cme", "/%65cho/stripe/acme"}) {
+                                   "/echo/stripe/%61cme", "/%65cho/stripe/acme", "/echo/stripe/acme/",
+                                   "/echo/stripe/acme//"}) {
     SCOPED_TRACE(target);
     HttpRequest forged = StripeEvent("acme", "whsec_wrong", body);
     forged.target = target;
@@ -216,7 +218,7 @@ TEST_F(WebhookTest, OtherSpellingsOfAWebhookPathAreStillVerified) {
   auto echo = ParseObject(first.body);
   EXPECT_EQ(std::string(echo.at("target").as_string()), "/echo/stripe/acme");
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
-            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks:stripe-evt_spelled\""}));
+            (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks/acme:stripe-evt_spelled\""}));
   EXPECT_EQ(Send(StripeEvent("acme", kStripeSecret, body)).Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Executions(), 1u);
 }
@@ -259,7 +261,7 @@ TEST_F(WebhookTest, GithubDeliveryIsTheKey) {
   auto echo = ParseObject(first.body);
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
             (std::vector<std::string>{
-                "\"t-acme:ci:service:webhook-ingest:github-hooks:github-72d3162e-cc78-11e3-81ab-4c9367dc0958\""}));
+                "\"t-acme:ci:service:webhook-ingest:github-hooks/acme-gh:github-72d3162e-cc78-11e3-81ab-4c9367dc0958\""}));
   const HttpResponse again = Send(req);
   EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Executions(), 1u);
@@ -284,7 +286,7 @@ TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
   ASSERT_EQ(first.status, 200) << first.body;
   auto echo = ParseObject(first.body);
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
-            (std::vector<std::string>{"\"t-acme:sms:service:webhook-ingest:twilio-hooks:twilio-SM123-delivered\""}));
+            (std::vector<std::string>{"\"t-acme:sms:service:webhook-ingest:twilio-hooks/acme-sms:twilio-SM123-delivered\""}));
   EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Executions(), 1u);
 
@@ -316,7 +318,7 @@ TEST_F(WebhookTest, GenericSenderWithAJsonPointerId) {
   ASSERT_EQ(first.status, 200) << first.body;
   auto echo = ParseObject(first.body);
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
-            (std::vector<std::string>{"\"t-acme:misc:service:webhook-ingest:generic-hooks:e-77\""}));
+            (std::vector<std::string>{"\"t-acme:misc:service:webhook-ingest:generic-hooks/acme-generic:e-77\""}));
   EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Executions(), 1u);
 }
@@ -332,6 +334,48 @@ TEST_F(WebhookTest, WithTrustedHeadersTheEndpointIsTheIdentityAndSenderHeadersAr
   ExpectUpstreamIdentity(res, "acme", "shop", "service:webhook-ingest");
   // Other routes still require the identity headers.
   ExpectProblem(Send(KeyedPost("/echo/pay", "k1")), 401, "unauthenticated");
+}
+
+// With no identity mode, as with any: the upstream learns the endpoint's
+// caller, never what the sender wrote in those headers (the signature does
+// not cover them), in any spelling.
+TEST_F(WebhookTest, TheEndpointIsTheIdentityInEveryModeAndSenderHeadersAreReplaced) {
+  Start();
+  HttpRequest req = StripeEvent("acme", kStripeSecret, R"({"id":"evt_forged_identity"})");
+  req.headers.push_back({"X-Tenant-Id", "globex"});
+  req.headers.push_back({"X-Subject", "user:root"});
+  req.headers.push_back({"X_Tenant_Id", "globex"});
+  req.headers.push_back({"x-project_id", "web"});
+  const HttpResponse res = Send(req);
+  ASSERT_EQ(res.status, 200) << res.body;
+  ExpectUpstreamIdentity(res, "acme", "shop", "service:webhook-ingest");
+  auto echo = ParseObject(res.body);
+  const auto headers = EchoedHeaders(echo);
+  EXPECT_TRUE(Values(headers, "X_Tenant_Id").empty());
+  EXPECT_TRUE(Values(headers, "x-project_id").empty());
+}
+
+// One event sent to two endpoints of one tenant (an endpoint being replaced
+// by another, both registered with the sender) is a delivery to each: each
+// runs once and each retry is replayed, rather than the second being a key
+// reused with another payload (its path names the other endpoint).
+TEST_F(WebhookTest, EachEndpointKeepsItsOwnKeys) {
+  Start();
+  const std::string body = R"({"id":"evt_both"})";
+  for (const std::string endpoint : {"acme", "acme-next"}) {
+    SCOPED_TRACE(endpoint);
+    const HttpResponse first = Send(StripeEvent(endpoint, kStripeSecret, body));
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+    auto echo = ParseObject(first.body);
+    EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+              (std::vector<std::string>{"\"t-acme:shop:service:webhook-ingest:stripe-hooks/" + endpoint +
+                                        ":stripe-evt_both\""}));
+    const HttpResponse retry = Send(StripeEvent(endpoint, kStripeSecret, body));
+    EXPECT_EQ(retry.status, 200) << retry.body;
+    EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  }
+  EXPECT_EQ(Executions(), 2u);
 }
 
 TEST_F(WebhookTest, ASecretRotatedInItsFileTakesEffectOnReload) {
@@ -377,7 +421,7 @@ TEST_F(WebhookTest, StandardWebhooksMessageRunsOnceUnderItsId) {
   ASSERT_EQ(first.status, 200) << first.body;
   auto echo = ParseObject(first.body);
   EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
-            (std::vector<std::string>{"\"t-acme:notify:service:webhook-ingest:sw-hooks:webhook-msg_2Lh9\""}));
+            (std::vector<std::string>{"\"t-acme:notify:service:webhook-ingest:sw-hooks/acme-sw:webhook-msg_2Lh9\""}));
   // The sender's retry carries the same id with a new timestamp and signature.
   std::this_thread::sleep_for(1100ms);
   const HttpResponse retry = Send(StandardWebhook("msg_2Lh9", body));

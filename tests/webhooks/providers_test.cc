@@ -852,6 +852,31 @@ TEST(GenericTest, IdFromFormFields) {
   ExpectKey(Generic(FormSpec({"event"}), headers, kGenericForm), "ev_2");
 }
 
+// Joined fields cannot run into each other: "x-y" + "z" and "x" + "y-z" are
+// two events, so '-' (and the escape's own '~') inside a value is escaped
+// when more than one field makes the key.
+TEST(GenericTest, JoinedFormFieldsKeepTheirBoundaries) {
+  struct Case {
+    std::string_view body, signature, key;
+  };
+  // printf '%s' BODY | openssl dgst -sha256 -hmac gsecret
+  for (const Case& c : {Case{"a=x-y&b=z", "b85b3b39750e134e0e2dd396ea4ee86c43f7f81b6c54de93bdc4285fa50f54cc",
+                             "x~2Dy-z"},
+                        Case{"a=x&b=y-z", "a64d12ac194619f9ca611c4048af25a68a8643c16ef2bdbbec433b3d7d4ba489",
+                             "x-y~2Dz"},
+                        Case{"a=p~q&b=r", "a0679b3e147e79bc78277f1c3c2e7307df97b5d68621c7db01d8e698c8921ec2",
+                             "p~7Eq-r"}}) {
+    SCOPED_TRACE(c.body);
+    const std::vector<HeaderField> headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                                              {"X-Signature", c.signature}};
+    ExpectKey(Generic(FormSpec({"a", "b"}), headers, c.body), c.key);
+  }
+  // One field is the key as it is.
+  const std::vector<HeaderField> one = {{"Content-Type", "application/x-www-form-urlencoded"},
+                                        {"X-Signature", "b85b3b39750e134e0e2dd396ea4ee86c43f7f81b6c54de93bdc4285fa50f54cc"}};
+  ExpectKey(Generic(FormSpec({"a"}), one, "a=x-y&b=z"), "x-y");
+}
+
 TEST(GenericTest, MissingOrEmptyFormFieldIsNoId) {
   const std::vector<HeaderField> headers = {{"Content-Type", "application/x-www-form-urlencoded"},
                                             {"X-Signature", kGenericFormSig}};
