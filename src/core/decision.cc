@@ -81,7 +81,6 @@ std::string_view ReleaseReasonName(ReleaseReason reason) {
     case ReleaseReason::kClientGone: return "client_gone";
     case ReleaseReason::kShutdown: return "shutdown";
     case ReleaseReason::kAdmission: return "admission";
-    case ReleaseReason::kStoreFull: return "store_full";
     case ReleaseReason::kResponseError: return "response_error";
   }
   return "unknown";

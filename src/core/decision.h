@@ -66,7 +66,6 @@ enum class ReleaseReason {
   kClientGone,        // client left and the upstream could not finish ("client_gone")
   kShutdown,          // the gateway stops ("shutdown")
   kAdmission,         // refused by max_in_flight, 429 ("admission")
-  kStoreFull,         // the store refused the completion ("store_full")
   kResponseError,     // the response could not be captured ("response_error")
 };
 

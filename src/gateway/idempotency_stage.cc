@@ -120,11 +120,12 @@ class Settlement final : public http::ForwardObserver {
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
       co_return;
     }
+    // The upstream ran the request: releasing the key would let a retry run
+    // it again. The reservation stays until its lease ends, so retries are
+    // told 409 request-in-flight meanwhile, the same as after a crash.
     if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kComplete);
-    LogError("response not stored: the store failed",
-             {{"key", reservation_.key}, {"error", stored.message()}});
-    co_await Release(stored.code() == StatusCode::kResourceExhausted ? ReleaseReason::kStoreFull
-                                                                       : ReleaseReason::kResponseError);
+    LogError("response not stored: the store failed; the key stays reserved until its lease ends",
+             {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}, {"error", stored.message()}});
   }
 
   Task<void> OnNoResponse(const http::ForwardResult& result) override { co_await OnFinished(result); }
@@ -360,6 +361,11 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       fr.strip_response_headers = rules.strip_response_headers;
       fr.add_response_headers.push_back({std::string(core::kOperationIdHeader), reservation.operation_id});
       fr.capture_max_body_bytes = rules.max_response_bytes;
+      // The exchange ends inside the lease (with a tenth of it, at most a
+      // second, left to store the outcome), so the key cannot be taken over
+      // while this request still runs.
+      fr.finish_by = std::chrono::steady_clock::now() + rules.lease -
+                     std::min<Duration>(rules.lease / 10, std::chrono::seconds(1));
       decision.observer =
           std::make_unique<Settlement>(engine_, metrics, rules, scope, std::move(reservation));
       co_return decision;

@@ -120,6 +120,13 @@ struct ForwardRequest {
   // request the moment it has this response finds it freed.
   void (*on_complete)(void* arg) = nullptr;
   void* on_complete_arg = nullptr;
+  // The upstream exchange ends by then at the latest: the wait for the
+  // response's status line and for each piece of its body is cut there,
+  // as by the upstream timeout. The idempotency step sets it inside the
+  // key's lease, so that a response relayed slowly to a slow client cannot
+  // outlive the reservation and let a retry take the key over while the
+  // original is still running. Default: only the upstream timeout bounds it.
+  std::chrono::steady_clock::time_point finish_by = std::chrono::steady_clock::time_point::max();
 };
 
 // Why reading the request body stopped.

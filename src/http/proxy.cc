@@ -435,7 +435,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       // closed by the upstream while idle: the request is sent again, once,
       // on a fresh connection, if it is still whole in memory.
       const bool replayable = conn->reused && attempt == 0 && body_complete;
-      conn->deadline.ExpireAfter(target.timeout);
+      conn->deadline.ExpireAt(std::min(SteadyClock::now() + target.timeout, fr.finish_by));
 
       {
         IoVec iov;
@@ -601,6 +601,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         for (;;) {
           ParseBody(up, conn->buffer, block.size(), false, kUpstreamHeaderLimit, pump);
           if (!pump.need_more) break;
+          // Once the head is in, the timeout bounds the upstream's silence
+          // while it sends the body, counted from each wait for it: time
+          // spent writing to a slow client is not the upstream's.
+          conn->deadline.ExpireAt(std::min(SteadyClock::now() + target.timeout, fr.finish_by));
           error_code read_ec;
           std::size_t got = 0;
           if (conn->tls) {
@@ -661,6 +665,16 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
 
     if (upstream_failed) {
       p.Release(std::move(conn), false);
+      if (observer != nullptr && !result.captured) {
+        // The upstream answered with a status before its body broke off:
+        // it ran the request. The observer gets the status and headers,
+        // with the body marked omitted, and decides by the status (a final
+        // one is stored, so a retry is a replay and not a second run).
+        result.captured = true;
+        s.captured.response.body.clear();
+        s.captured.response.body_omitted = true;
+        co_await observer->OnResponse(s.captured);
+      }
       if (!result.response_started) {
         // Nothing reached the client yet: a clean error instead of a torso.
         if (upstream_timed_out) {

@@ -215,7 +215,7 @@ TEST(ClassifyTransportTest, ReasonNamesAreDistinct) {
   const ReleaseReason all[] = {
       ReleaseReason::kServerError,     ReleaseReason::kRetryableStatus, ReleaseReason::kUpstreamConnect,
       ReleaseReason::kUpstreamTimeout, ReleaseReason::kClientGone,      ReleaseReason::kShutdown,
-      ReleaseReason::kAdmission,       ReleaseReason::kStoreFull,       ReleaseReason::kResponseError};
+      ReleaseReason::kAdmission,       ReleaseReason::kResponseError};
   std::vector<std::string_view> seen;
   for (ReleaseReason r : all) {
     const std::string_view name = ReleaseReasonName(r);

@@ -669,9 +669,66 @@ TEST(InProcessProxyTest, UpstreamDyingMidResponseCutsTheClientConnection) {
   ASSERT_TRUE(h.handler().WaitForResults(1));
   const auto observers = h.handler().observers();
   ASSERT_EQ(observers.size(), 1u);
-  EXPECT_EQ(observers[0].on_response_calls, 0);
+  // The upstream sent its status line: it ran the request. The observer is
+  // told the status and headers, the body marked omitted, so that a final
+  // status is stored rather than the key released for a second run.
+  EXPECT_EQ(observers[0].on_response_calls, 1);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_EQ(observers[0].captured->response.status, 200);
+  EXPECT_TRUE(observers[0].captured->response.body_omitted);
+  EXPECT_TRUE(observers[0].captured->response.body.empty());
   ASSERT_TRUE(observers[0].finished.has_value());
   EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kUpstreamFailed);
+}
+
+// A client that reads a large response slowly holds the upstream back (the
+// proxy reads it only as fast as the client takes it): that time is not the
+// upstream's, so the upstream timeout (300 ms here) does not cut a response
+// whose client paused for a second.
+TEST(InProcessProxyTest, ASlowClientDoesNotSpendTheUpstreamTimeout) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 300ms;
+  options.capture = true;
+  Harness h(options);
+  constexpr std::size_t kBytes = 48 * 1024 * 1024;  // far beyond the socket buffers in between
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /large?n=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(1s);
+  const std::string raw = ReadUntil(conn, [](const std::string& got) { return got.ends_with("\r\n0\r\n\r\n"); }, 60s);
+  EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto results = h.handler().results();
+  EXPECT_EQ(results[0].outcome, http::ForwardOutcome::kCompleted);
+  EXPECT_EQ(results[0].response_body_bytes, kBytes);
+}
+
+// ForwardRequest::finish_by (a keyed request's lease) bounds the exchange
+// however the time is spent: the slow client's response is cut there, and
+// the observer still learns the status (the request ran).
+TEST(InProcessProxyTest, FinishByCutsAnExchangeThatWouldOutliveIt) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  options.base.finish_by = std::chrono::steady_clock::now() + 700ms;
+  Harness h(options);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /large?n=" + std::to_string(48 * 1024 * 1024) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(1500ms);
+  const std::string raw = ReadUntil(conn, [](const std::string&) { return false; }, 30s);
+  EXPECT_TRUE(conn.closed());
+  EXPECT_FALSE(raw.ends_with("\r\n0\r\n\r\n"));
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  EXPECT_EQ(observers[0].on_response_calls, 1);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_EQ(observers[0].captured->response.status, 200);
+  EXPECT_TRUE(observers[0].captured->response.body_omitted);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kTimedOut);
 }
 
 // The upstream's last bytes and its FIN usually arrive together: the

@@ -404,6 +404,38 @@ TEST_F(IdempotencyTest, ResponseAboveTheCapStreamsThroughAndReplaysWithoutBody) 
   EXPECT_EQ(Send(KeyedPost("/large?bytes=1024", "k-small")).body, small.body);
 }
 
+// An upstream that sent its status line and then broke off ran the request:
+// its final status is stored (the body omitted), so the retry is a replay,
+// never a second run.
+TEST_F(IdempotencyTest, AResponseBrokenOffAfterItsStatusIsStoredNotRunAgain) {
+  Start({});
+  auto first = SendRequest(gateway_->endpoint(), KeyedPost("/die-mid-response", "k-broken"));
+  if (first.ok()) {
+    EXPECT_TRUE(first->status == 200 || first->status == 502) << first->status;
+  }
+  const HttpResponse retry = Send(KeyedPost("/die-mid-response", "k-broken"));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.Header("Idempotency-Replay"), "omitted");
+  EXPECT_TRUE(retry.body.empty());
+  EXPECT_EQ(Executions(), 1u);
+}
+
+// A store that takes the reservation but not the response (full here): the
+// upstream ran, so the key is not released for a second run; it stays
+// reserved until its lease ends and a retry meanwhile is told 409.
+TEST_F(IdempotencyTest, ACompletionTheStoreRefusesKeepsTheKeyReserved) {
+  Start({.store = "{ kind: memory, max_bytes: 3KiB }"});
+  const HttpResponse first = Send(KeyedPost("/large?bytes=4000", "k-no-room"));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.size(), 4000u);
+  const HttpResponse retry = Send(KeyedPost("/large?bytes=4000", "k-no-room"));
+  ExpectProblem(retry, 409, "request-in-flight");
+  EXPECT_EQ(Executions(), 1u);
+  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_store_errors_total{tenant="_",project="_",route="api",op="complete"})"),
+            1.0);
+}
+
 TEST_F(IdempotencyTest, RetentionExpiryMakesTheKeyNew) {
   Start({.idempotency = "{ policy: required, retention: 1s }"});
   EXPECT_EQ(Send(KeyedPost("/echo", "k-ret")).status, 200);
