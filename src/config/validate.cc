@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/ascii.h"
+#include "common/units.h"
 #include "common/request_path.h"
 #include "config/address.h"
 #include "config/line_index.h"
@@ -15,6 +16,13 @@ namespace idemgate::config {
 namespace {
 
 constexpr std::uint32_t kMaxWorkers = 1024;
+// The longest duration any key takes (100 years). Durations are added to the
+// current time (milliseconds since the epoch in stored records, nanoseconds
+// on the steady clock for timeouts); one near the largest number of
+// milliseconds a duration can hold (106751991160d) passes the parser but
+// overflows there, so a record would expire at once or a timeout fire at
+// once.
+constexpr Duration kMaxDuration = std::chrono::hours(24 * 36500);
 constexpr std::size_t kMaxKeyLength = 4096;
 
 // RFC 9110 tchar: the characters of a method or a header field name.
@@ -191,6 +199,11 @@ class Validator {
 
   void CheckPositive(Duration d, const std::string& path) {
     Check(d > Duration::zero(), path, "must be greater than 0");
+    CheckNotHuge(d, path);
+  }
+
+  void CheckNotHuge(Duration d, const std::string& path) {
+    Check(d <= kMaxDuration, path, "must be at most 36500d (100 years), got " + FormatDuration(d));
   }
 
   void CheckAddress(std::string_view address, const std::string& path, bool port_zero_ok) {
@@ -233,6 +246,7 @@ class Validator {
     Check(config_.workers <= kMaxWorkers, "workers",
           "must be at most " + std::to_string(kMaxWorkers) + " (0: one per core)");
     Check(config_.shutdown_grace >= Duration::zero(), "shutdown_grace", "must not be negative");
+    CheckNotHuge(config_.shutdown_grace, "shutdown_grace");
     const Limits& l = config_.limits;
     Check(l.max_header_bytes > 0, "limits.max_header_bytes", "must be greater than 0");
     Check(l.max_request_bytes > 0, "limits.max_request_bytes", "must be greater than 0");
@@ -327,6 +341,7 @@ class Validator {
     Check(j.jwks_ca_file.empty() || StartsWithIgnoreCaseAscii(j.jwks_url, "https://"), path + ".jwks_ca_file",
           "only used with an https jwks_url");
     Check(j.jwks_refresh >= std::chrono::seconds(10), path + ".jwks_refresh", "must be at least 10s");
+    CheckNotHuge(j.jwks_refresh, path + ".jwks_refresh");
     CheckPositive(j.jwks_timeout, path + ".jwks_timeout");
     Check(j.leeway >= Duration::zero() && j.leeway <= std::chrono::minutes(10), path + ".leeway",
           "must be in 0s..10m");
@@ -376,6 +391,7 @@ class Validator {
           "must list at least one method (use policy: passthrough to leave a route alone)");
     CheckMethods(idem.methods, path + ".methods");
     Check(idem.retention >= Duration::zero(), path + ".retention", "must not be negative");
+    CheckNotHuge(idem.retention, path + ".retention");
     if (idem.lease) CheckPositive(*idem.lease, path + ".lease");
     CheckPositive(idem.wait_timeout, path + ".wait_timeout");
     Check(idem.max_response_bytes > 0, path + ".max_response_bytes", "must be greater than 0");
@@ -473,6 +489,24 @@ class Validator {
         Check(match_path.find('{') == std::string::npos && match_path.find('}') == std::string::npos, match_key,
               "only policy: webhook routes may hold " + std::string(kWebhookIdPlaceholder) +
                   " (other paths match as written, without '{' or '}')");
+      }
+      if (r.recovery && !r.match.methods.empty()) {
+        Check(std::find(r.match.methods.begin(), r.match.methods.end(), "GET") != r.match.methods.end(),
+              path + ".recovery",
+              "route " + Quote(r.id) + " serves recovery (GET .../by-idempotency-key/{key}) but its " +
+                  "match.methods do not let GET in (add GET, or leave methods empty for every method)");
+      }
+      // There is no lease renewal: a reservation whose lease ends before
+      // the upstream must answer can be taken over by a retry while the
+      // original still runs, and the write runs twice.
+      if (idem.lease && config_.upstreams.contains(r.upstream)) {
+        const Upstream& u = config_.upstreams.at(r.upstream);
+        Check(*idem.lease >= u.timeout, path + ".idempotency.lease",
+              "lease " + FormatDuration(*idem.lease) + " of route " + Quote(r.id) +
+                  " is shorter than the timeout of its upstream " + Quote(r.upstream) + " (" +
+                  FormatDuration(u.timeout) + "): a retry could take over a request still running " +
+                  "and run it twice; set at least " + FormatDuration(u.timeout) +
+                  ", or leave lease unset (the upstream's timeout + 5s)");
       }
       if (r.recovery && idem.dedup == DedupMode::kUpstream) {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",

@@ -120,12 +120,15 @@ struct ForwardRequest {
   // request the moment it has this response finds it freed.
   void (*on_complete)(void* arg) = nullptr;
   void* on_complete_arg = nullptr;
-  // The upstream exchange ends by then at the latest: the wait for the
-  // response's status line and for each piece of its body is cut there,
+  // Once the response's status line is in, the relay of its body ends by
+  // then at the latest: the wait for each piece of the body is cut there,
   // as by the upstream timeout. The idempotency step sets it inside the
   // key's lease, so that a response relayed slowly to a slow client cannot
   // outlive the reservation and let a retry take the key over while the
-  // original is still running. Default: only the upstream timeout bounds it.
+  // original is still running (cut after its status line, the outcome is
+  // stored). The wait for the status line is bounded by the upstream
+  // timeout alone: cutting it would not stop the upstream. Default: only the
+  // upstream timeout bounds the body.
   std::chrono::steady_clock::time_point finish_by = std::chrono::steady_clock::time_point::max();
 };
 
@@ -134,7 +137,7 @@ enum class BodyStatus {
   kOk,          // the whole body is in body()
   kTooLarge,    // it passed the body limit (nothing sent yet: answer 413)
   kMalformed,   // bad chunked coding (answer 400)
-  kClientGone,  // the client closed, reset or stalled past the idle timeout
+  kClientGone,  // the client closed or reset, or stalled past the idle timeout (then ReadBody has answered 408 itself)
 };
 
 class Exchange {

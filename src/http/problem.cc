@@ -31,6 +31,8 @@ ProblemInfo Info(ProblemCode code) {
     case ProblemCode::kNotFound: return {"not-found", 404, "Not found"};
     case ProblemCode::kBadRequest: return {"bad-request", 400, "Malformed request"};
     case ProblemCode::kHeadersTooLarge: return {"headers-too-large", 431, "Request header fields too large"};
+    case ProblemCode::kUriTooLong: return {"uri-too-long", 414, "Request target too long"};
+    case ProblemCode::kRequestTimeout: return {"request-timeout", 408, "Request body timed out"};
     case ProblemCode::kShuttingDown: return {"shutting-down", 503, "Gateway shutting down"};
     case ProblemCode::kInternal: return {"internal-error", 500, "Internal error"};
   }

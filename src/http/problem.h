@@ -34,6 +34,8 @@ enum class ProblemCode {
   // Extensions for transport errors the SPEC list does not name.
   kBadRequest,           // 400 bad-request: malformed HTTP
   kHeadersTooLarge,      // 431 headers-too-large
+  kUriTooLong,           // 414 uri-too-long: the request target alone passes the header limit
+  kRequestTimeout,       // 408 request-timeout: the request body stalled past idle_timeout
   kShuttingDown,         // 503 shutting-down
   kInternal,             // 500 internal-error
 };

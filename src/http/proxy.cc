@@ -354,6 +354,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     } else if (status == BodyStatus::kMalformed) {
       detail_ = "malformed request body";
       fail(ForwardOutcome::kBadRequest, ProblemCode::kBadRequest);
+    } else if (body_timed_out_) {
+      // The client stalled past idle_timeout (ReadBodyPiece): 408, close.
+      detail_ = BodyTimeoutDetail();
+      fail(ForwardOutcome::kClientGone, ProblemCode::kRequestTimeout);
     } else {
       // The client ended or broke its side before the body was whole. One
       // that only half-closed still reads: it gets the same answer as when
@@ -435,7 +439,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       // closed by the upstream while idle: the request is sent again, once,
       // on a fresh connection, if it is still whole in memory.
       const bool replayable = conn->reused && attempt == 0 && body_complete;
-      conn->deadline.ExpireAt(std::min(SteadyClock::now() + target.timeout, fr.finish_by));
+      conn->deadline.ExpireAfter(target.timeout);
 
       {
         IoVec iov;

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/error.hpp>
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <exception>
@@ -64,6 +65,14 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   head.version = msg.version() == 10 ? 10 : 11;
   if (msg.version() != 10 && msg.version() != 11) {
     *why = "unsupported HTTP version";
+    return false;
+  }
+  // Methods are case-sensitive (RFC 9110 section 9.1), and so is route and
+  // idempotency matching; an upstream that upper-cases them (Werkzeug,
+  // Django) would run "post" as a POST that skipped both. Refused, as nginx
+  // does.
+  if (std::any_of(head.method.begin(), head.method.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+    *why = "a method with lower-case letters (methods are case-sensitive: POST, not post)";
     return false;
   }
   head.headers.clear();
@@ -341,7 +350,10 @@ Task<void> ClientConnection::Run() {
       break;  // a client too slow to send its header gets no answer
     }
     if (pump.ec) {
-      if (pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) {
+      if ((pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) &&
+          RequestTargetPastHeaderLimit(buffer, pump, limits.max_header_bytes)) {
+        co_await RespondAndClose(ProblemCode::kUriTooLong, "the request target exceeds the header limit", 11);
+      } else if (pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) {
         co_await RespondAndClose(ProblemCode::kHeadersTooLarge, "the request header block exceeds the limit", 11);
       } else if (!IsClientGone(pump.ec)) {
         co_await RespondAndClose(ProblemCode::kBadRequest, "malformed HTTP request: " + pump.ec.message(), 11);
@@ -397,7 +409,15 @@ ExchangeImpl::ExchangeImpl(ClientConnection& connection, RequestParser& parser, 
 
 bool ExchangeImpl::SetBodyLimit(std::uint64_t limit) {
   body_limit_ = limit;
-  return !(c_.head.content_length && *c_.head.content_length > limit);
+  if (c_.head.content_length && *c_.head.content_length > limit) {
+    // Refused (413): the body is not read, and the connection closes after
+    // the answer (lingering, so the client still sending it gets the 413)
+    // instead of waiting for a body known to be too large.
+    c_.must_close = true;
+    c_.linger = true;
+    return false;
+  }
+  return true;
 }
 
 Task<bool> ExchangeImpl::SendContinueIfNeeded() {
@@ -440,12 +460,16 @@ Task<ExchangeImpl::PieceResult> ExchangeImpl::ReadBodyPiece(char* data, std::siz
       fired = true;
       break;
     }
+    // idle_timeout bounds the time without progress, not the whole read: a
+    // body trickling in slowly but steadily is not cut.
+    if (n > 0) c_.deadline.ExpireAfter(limits_.idle_timeout);
     if (!OnReceive(parser_, c_.buffer, ec, n, pump)) break;
   }
   c_.deadline.Disarm();
   result.bytes = pump.bytes;
   if (pump.ec || fired) {
     result.status = BodyStatusFor(pump.ec, fired);
+    body_timed_out_ = fired && !c_.w.watchdog.killing();
     body_state_ = BodyState::kFailed;
     c_.must_close = true;
     c_.linger = result.status != BodyStatus::kClientGone;
@@ -473,24 +497,35 @@ Task<BodyStatus> ExchangeImpl::ReadBody() {
     co_return BodyStatus::kClientGone;
   }
   parser_.LimitBody(body_limit_, limits_.max_header_bytes);
+  BodyStatus status = BodyStatus::kOk;
   if (c_.head.content_length) {
     // Known size: one read straight into the string.
     body_.resize(static_cast<std::size_t>(*c_.head.content_length));
     auto piece = co_await ReadBodyPiece(body_.data(), body_.size(), true);
-    if (piece.status != BodyStatus::kOk) co_return piece.status;
-    body_.resize(piece.bytes);
+    status = piece.status;
+    if (status == BodyStatus::kOk) body_.resize(piece.bytes);
   } else {
-    while (!parser_.is_done()) {
+    while (status == BodyStatus::kOk && !parser_.is_done()) {
       const std::size_t old = body_.size();
       const std::size_t room = internal::kBlockSize;
       body_.resize(old + room);
       auto piece = co_await ReadBodyPiece(body_.data() + old, room, false);
       body_.resize(old + piece.bytes);
-      if (piece.status != BodyStatus::kOk) co_return piece.status;
+      status = piece.status;
     }
+  }
+  if (status != BodyStatus::kOk) {
+    // A client that stalled gets 408 now, and the caller's own answer to
+    // kClientGone is not sent (Respond answers once).
+    if (body_timed_out_) co_await Respond(MakeProblem(ProblemCode::kRequestTimeout, BodyTimeoutDetail()), true);
+    co_return status;
   }
   body_state_ = BodyState::kBuffered;
   co_return BodyStatus::kOk;
+}
+
+std::string ExchangeImpl::BodyTimeoutDetail() const {
+  return "no byte of the request body arrived for " + std::to_string(limits_.idle_timeout.count()) + "ms";
 }
 
 Task<bool> ExchangeImpl::DiscardSmallBody() {
@@ -514,7 +549,9 @@ Task<void> ExchangeImpl::Respond(Response response, bool close) {
   responded_ = true;
   status_sent_ = response.status;
   if (body_state_ == BodyState::kUnread || body_state_ == BodyState::kFailed) {
-    if (!co_await DiscardSmallBody()) {
+    // A connection that closes after this answer is not worth reading an
+    // unread body for first: the lingering close drains it.
+    if (c_.must_close || !co_await DiscardSmallBody()) {
       close = true;
       c_.linger = c_.linger || body_state_ == BodyState::kUnread;
     }

@@ -242,6 +242,42 @@ std::vector<BadConfig> BadConfigs() {
       // Idempotency ranges and shapes.
       {"ZeroLease", WithIdempotency("      lease: 0\n"), 8, "routes[0].idempotency.lease",
        "must be greater than 0"},
+      // Durations the parser takes but that overflow once added to the
+      // current time (106751991160d is about the most milliseconds an int64
+      // holds): at most 100 years, for every duration key.
+      {"HugeRetention", WithIdempotency("      retention: 106751991160d\n"), 8, "routes[0].idempotency.retention",
+       "must be at most 36500d (100 years)"},
+      {"RetentionJustOverAHundredYears", m + "defaults:\n  idempotency:\n    retention: 36501d\n", 9,
+       "defaults.idempotency.retention", "must be at most 36500d (100 years), got 36501d"},
+      {"HugeLease", WithIdempotency("      lease: 106751991160d\n"), 8, "routes[0].idempotency.lease",
+       "must be at most 36500d"},
+      {"HugeWaitTimeout", WithIdempotency("      wait_timeout: 1000000h\n"), 8,
+       "routes[0].idempotency.wait_timeout", "must be at most 36500d"},
+      {"HugeUpstreamTimeout", "upstreams:\n  app:\n    url: http://a:1\n    timeout: 106751991160d\nroutes: []\n", 4,
+       "upstreams.app.timeout", "must be at most 36500d"},
+      {"HugeConnectTimeout", "upstreams:\n  app:\n    url: http://a:1\n    connect_timeout: 40000d\nroutes: []\n", 4,
+       "upstreams.app.connect_timeout", "must be at most 36500d"},
+      {"HugeIdleTimeout", m + "limits:\n  idle_timeout: 106751991160d\n", 8, "limits.idle_timeout",
+       "must be at most 36500d"},
+      {"HugeHeaderTimeout", m + "limits:\n  header_timeout: 106751991160d\n", 8, "limits.header_timeout",
+       "must be at most 36500d"},
+      {"HugeShutdownGrace", m + "shutdown_grace: 106751991160d\n", 7, "shutdown_grace", "must be at most 36500d"},
+      {"HugeRedisTimeout", m + "store:\n  kind: redis\n  redis:\n    addresses: [\"r:1\"]\n    timeout: 40000d\n", 11,
+       "store.redis.timeout", "must be at most 36500d"},
+      // There is no lease renewal: a lease that ends before the upstream
+      // must answer lets a retry run a slow write a second time.
+      {"LeaseShorterThanTheUpstreamTimeout", WithIdempotency("      lease: 10s\n"), 8, "routes[0].idempotency.lease",
+       "lease 10s of route \"r1\" is shorter than the timeout of its upstream \"app\" (30s)"},
+      {"DefaultLeaseShorterThanARoutesUpstreamTimeout",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\n  fast: { url: http://127.0.0.1:9002, timeout: 5s }\n"
+       "defaults:\n  idempotency: { lease: 10s }\nroutes:\n  - id: quick\n    match: { path_prefix: /q }\n"
+       "    upstream: fast\n  - id: slow\n    match: { path_prefix: / }\n    upstream: app\n",
+       10, "routes[1].idempotency.lease", "of route \"slow\" is shorter than the timeout of its upstream \"app\""},
+      // Recovery answers GET requests below the route's prefix.
+      {"RecoveryOnARouteThatTakesNoGet",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: pay\n"
+       "    match: { path_prefix: /pay, methods: [POST, PATCH] }\n    upstream: app\n    recovery: true\n",
+       7, "routes[0].recovery", "route \"pay\" serves recovery (GET .../by-idempotency-key/{key}) but its match.methods"},
       {"ZeroWaitTimeout", WithIdempotency("      wait_timeout: 0s\n"), 8,
        "routes[0].idempotency.wait_timeout", "must be greater than 0"},
       {"ZeroMaxResponseBytes", WithIdempotency("      max_response_bytes: 0\n"), 8,

@@ -173,7 +173,7 @@ TEST(LoaderTest, OmittedKeysKeepTheirDocumentedDefaults) {
 
 TEST(LoaderTest, RouteIdempotencyOverridesDefaultsKeyByKey) {
   Config c = MustLoad(R"(upstreams:
-  app: { url: http://127.0.0.1:9001 }
+  app: { url: http://127.0.0.1:9001, timeout: 10s }
 defaults:
   idempotency:
     policy: required

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "config/address.h"
 #include "config/resolve.h"
 
@@ -107,6 +109,73 @@ TEST(ValidateTest, ReportsOnlyTheFirstProblem) {
   Status s = Validate(c);
   EXPECT_EQ(s.message().rfind("listen: ", 0), 0u) << s.message();
   EXPECT_EQ(s.message().find("missing"), s.message().find("missing port")) << s.message();
+}
+
+// The largest duration the parser takes, 106751991160d, overflows once added
+// to the current time: records would expire at once. Every duration key is
+// bounded by 100 years.
+TEST(ValidateTest, DurationsAreAtMostAHundredYears) {
+  const Duration hundred_years = std::chrono::hours(24 * 36500);
+  const Duration huge = Duration(std::numeric_limits<Duration::rep>::max());
+  Config c = CodeConfig();
+  c.routes[0].idempotency.retention = hundred_years;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.routes[0].idempotency.retention = huge;
+  EXPECT_EQ(Validate(c).message().rfind("routes[0].idempotency.retention: must be at most 36500d (100 years)", 0), 0u)
+      << Validate(c).message();
+
+  Config lease = CodeConfig();
+  lease.routes[0].idempotency.lease = huge;
+  EXPECT_EQ(Validate(lease).message().rfind("routes[0].idempotency.lease: must be at most 36500d", 0), 0u)
+      << Validate(lease).message();
+  Config wait = CodeConfig();
+  wait.routes[0].idempotency.wait_timeout = huge;
+  EXPECT_EQ(Validate(wait).message().rfind("routes[0].idempotency.wait_timeout: must be at most 36500d", 0), 0u)
+      << Validate(wait).message();
+  Config timeout = CodeConfig();
+  timeout.upstreams.at("app").timeout = huge;
+  EXPECT_EQ(Validate(timeout).message().rfind("upstreams.app.timeout: must be at most 36500d", 0), 0u)
+      << Validate(timeout).message();
+  Config idle = CodeConfig();
+  idle.limits.idle_timeout = huge;
+  EXPECT_EQ(Validate(idle).message().rfind("limits.idle_timeout: must be at most 36500d", 0), 0u)
+      << Validate(idle).message();
+  Config grace = CodeConfig();
+  grace.shutdown_grace = huge;
+  EXPECT_EQ(Validate(grace).message().rfind("shutdown_grace: must be at most 36500d", 0), 0u)
+      << Validate(grace).message();
+}
+
+TEST(ValidateTest, RecoveryNeedsGetAmongTheRoutesMethods) {
+  Config c = CodeConfig();
+  c.routes[0].recovery = true;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();  // no methods: every method
+  c.routes[0].match.methods = {"POST", "GET"};
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.routes[0].match.methods = {"POST"};
+  const std::string message = Validate(c).message();
+  EXPECT_EQ(message.rfind("routes[0].recovery: route \"orders\" serves recovery", 0), 0u) << message;
+  EXPECT_NE(message.find("match.methods do not let GET in"), std::string::npos) << message;
+  c.routes[0].recovery = false;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+}
+
+// No lease renewal: a lease shorter than the upstream's timeout lets a retry
+// take over (and run again) a request that is still within its timeout.
+TEST(ValidateTest, LeaseMustLastAsLongAsTheUpstreamTimeout) {
+  Config c = CodeConfig();
+  c.upstreams.at("app").timeout = 30s;
+  c.routes[0].idempotency.lease = 29s;
+  const std::string message = Validate(c).message();
+  EXPECT_EQ(message.rfind("routes[0].idempotency.lease: lease 29s of route \"orders\" is shorter than the timeout "
+                          "of its upstream \"app\" (30s)",
+                          0),
+            0u)
+      << message;
+  c.routes[0].idempotency.lease = 30s;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.routes[0].idempotency.lease.reset();  // the default: timeout + 5s
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
 }
 
 TEST(ResolveTest, ScopeFollowsIdentityWhenUnset) {

@@ -17,8 +17,15 @@ constexpr ProblemCode kAll[] = {
     ProblemCode::kStoreUnavailable, ProblemCode::kUpstreamUnavailable, ProblemCode::kUpstreamTimeout,
     ProblemCode::kRequestTooLarge,  ProblemCode::kNoRoute,             ProblemCode::kNotFound,
     ProblemCode::kBadRequest,       ProblemCode::kHeadersTooLarge,     ProblemCode::kShuttingDown,
-    ProblemCode::kInternal,
+    ProblemCode::kUriTooLong,       ProblemCode::kRequestTimeout,      ProblemCode::kInternal,
 };
+
+TEST(ProblemTest, TransportCodesBeyondTheSpec) {
+  EXPECT_EQ(ProblemCodeName(ProblemCode::kUriTooLong), "uri-too-long");
+  EXPECT_EQ(ProblemDefaultStatus(ProblemCode::kUriTooLong), 414);
+  EXPECT_EQ(ProblemCodeName(ProblemCode::kRequestTimeout), "request-timeout");
+  EXPECT_EQ(ProblemDefaultStatus(ProblemCode::kRequestTimeout), 408);
+}
 
 TEST(ProblemTest, SpecCodesAndStatuses) {
   EXPECT_EQ(ProblemCodeName(ProblemCode::kMissingKey), "missing-key");

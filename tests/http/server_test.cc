@@ -15,8 +15,10 @@
 #include <thread>
 
 #include "fakes/testing.h"
+#include "harness.h"
 #include "http/problem.h"
 #include "http/server.h"
+#include "test_upstream.h"
 
 namespace idemgate::httptest {
 namespace {
@@ -30,7 +32,8 @@ using idemgate::testing::RawConnection;
 using idemgate::testing::SendRequest;
 
 // Answers "METHOD path?query"; /sleep waits 300 ms first; /body reads the
-// body and answers its size; /silent answers nothing.
+// body and answers its size; /limited refuses a declared body over 10 bytes
+// (413); /silent answers nothing.
 class TestHandler final : public http::Handler {
  public:
   http::Task<void> Handle(http::Exchange& ex) override {
@@ -41,6 +44,10 @@ class TestHandler final : public http::Handler {
       co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
     }
     if (head.path == "/silent") co_return;
+    if (head.path == "/limited" && !ex.SetBodyLimit(10)) {
+      co_await ex.Respond(http::MakeProblem(http::ProblemCode::kRequestTooLarge, "limited"));
+      co_return;
+    }
     if (head.path == "/body") {
       const http::BodyStatus status = co_await ex.ReadBody();
       if (status != http::BodyStatus::kOk) {
@@ -287,6 +294,192 @@ TEST_F(ServerTest, BodyIsBufferedUpToTheLimit) {
   res = SendRequest(endpoint_, chunked);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->status, 413);
+}
+
+// limits.idle_timeout bounds the time without a byte of the body, not the
+// whole body: a client sending one byte every 150 ms under a 400 ms idle
+// timeout (1.2 s in all) is read to the end.
+TEST_F(ServerTest, BodyTricklingInSteadilyIsNotCutByTheIdleTimeout) {
+  http::Limits limits;
+  limits.idle_timeout = 400ms;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n").ok());
+  for (const char* byte : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
+    std::this_thread::sleep_for(150ms);
+    ASSERT_TRUE(conn->Write(byte).ok());
+  }
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw;
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body, "8");
+}
+
+// A body that stops arriving for idle_timeout gets 408 request-timeout (the
+// handler's own answer to the failed read is not sent), and the connection
+// closes.
+TEST_F(ServerTest, BodyThatStallsPastTheIdleTimeoutIs408AndCloses) {
+  http::Limits limits;
+  limits.idle_timeout = 300ms;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nab").ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw;
+  EXPECT_EQ(res->status, 408) << res->body;
+  EXPECT_EQ(res->Header("Content-Type"), "application/problem+json");
+  EXPECT_EQ(res->Header("Connection"), "close");
+  EXPECT_NE(res->body.find("urn:idemgate:problem:request-timeout"), std::string::npos) << res->body;
+}
+
+// The streamed relay of the proxy reads the body with the same rule: its
+// first block (up to 64 KiB, read before the upstream is contacted) too.
+TEST(ServerProxyBodyTest, StreamedBodyTricklingInSteadilyIsForwarded) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  http::ServerOptions server_options = Harness::DefaultServerOptions();
+  server_options.limits.idle_timeout = 400ms;
+  Harness h(options, server_options);
+  auto conn = RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n").ok());
+  for (const char* byte : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
+    std::this_thread::sleep_for(150ms);
+    ASSERT_TRUE(conn->Write(byte).ok());
+  }
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw;
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->body, "abcdefgh");
+}
+
+// A streamed body that stalls, before the upstream was contacted or after
+// part of it went there, is answered 408 with Connection: close; an
+// observer is told before the answer is written (its key is released).
+TEST(ServerProxyBodyTest, StreamedBodyThatStallsIs408AndCloses) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  http::ServerOptions server_options = Harness::DefaultServerOptions();
+  server_options.limits.idle_timeout = 300ms;
+  Harness h(options, server_options);
+  const std::string in_first_block = "ab";
+  const std::string past_first_block(100 * 1024, 'x');
+  for (const std::string* sent : {&in_first_block, &past_first_block}) {
+    SCOPED_TRACE(sent->size());
+    auto conn = RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("POST /sink HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n" + *sent).ok());
+    const std::string raw = conn->ReadUntilClosed(10s);
+    EXPECT_TRUE(conn->closed());
+    auto res = testing::ParseResponse(raw);
+    ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+    EXPECT_EQ(res->status, 408) << res->body;
+    EXPECT_EQ(res->Header("Connection"), "close");
+    EXPECT_NE(res->body.find("urn:idemgate:problem:request-timeout"), std::string::npos) << res->body;
+  }
+  ASSERT_TRUE(h.handler().WaitForResults(2));
+  for (const RecordingObserver& o : h.handler().observers()) {
+    EXPECT_EQ(o.on_no_response_calls, 1);
+    EXPECT_FALSE(o.answered_before_no_response);
+    ASSERT_TRUE(o.finished.has_value());
+    EXPECT_EQ(o.finished->status, 408);
+    EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kClientGone);
+  }
+}
+
+// Methods are case-sensitive, and an upstream that upper-cases them would
+// run "post" as a POST that skipped the route's checks: refused, closed.
+TEST_F(ServerTest, MethodsWithLowerCaseLettersAre400AndClose) {
+  Start();
+  for (const std::string method : {"post", "Post", "gET", "m-search"}) {
+    SCOPED_TRACE(method);
+    auto conn = RawConnection::Connect(endpoint_);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write(method + " /x HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+    const std::string raw = conn->ReadUntilClosed(10s);
+    EXPECT_TRUE(conn->closed());
+    auto res = testing::ParseResponse(raw);
+    ASSERT_TRUE(res.ok()) << raw;
+    EXPECT_EQ(res->status, 400);
+    EXPECT_EQ(res->Header("Content-Type"), "application/problem+json");
+    EXPECT_EQ(res->body.find("POST /x"), std::string::npos) << res->body;
+  }
+  // Upper-case tokens that are not well-known methods still pass.
+  for (const std::string method : {"M-SEARCH", "PROPFIND", "PURGE_1"}) {
+    SCOPED_TRACE(method);
+    auto res = SendRequest(endpoint_, HttpRequest{.method = method, .target = "/x"});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->body, method + " /x");
+  }
+}
+
+// A declared body over the limit is refused at once and the connection
+// closes (the body is not read first).
+TEST_F(ServerTest, DeclaredBodyOverTheLimitIs413AndCloses) {
+  Start();
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /limited HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n" +
+                          std::string(20, 'z'))
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw;
+  EXPECT_EQ(res->status, 413);
+  EXPECT_EQ(res->Header("Connection"), "close");
+  // Within the limit the connection stays open.
+  HttpClient client(endpoint_);
+  for (int i = 0; i < 2; ++i) {
+    auto ok = client.Send(HttpRequest{.method = "POST", .target = "/limited", .body = "0123456789"});
+    ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+    EXPECT_EQ(ok->status, 200);
+    EXPECT_TRUE(ok->keep_alive);
+  }
+  EXPECT_EQ(client.connections_opened(), 1);
+}
+
+// A request target longer than the header limit is 414, not 431, however
+// its bytes arrive; a request line that fits with fields that do not is
+// still 431.
+TEST_F(ServerTest, RequestTargetPastTheHeaderLimitIs414) {
+  http::Limits limits;
+  limits.max_header_bytes = 2048;
+  Start(limits);
+  const std::string request = "GET /" + std::string(4096, 'p') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (std::size_t piece : {request.size(), std::size_t{1000}}) {
+    SCOPED_TRACE(piece);
+    auto conn = RawConnection::Connect(endpoint_);
+    ASSERT_TRUE(conn.ok());
+    for (std::size_t at = 0; at < request.size(); at += piece) {
+      if (!conn->Write(std::string_view(request).substr(at, piece)).ok()) break;
+      if (piece < request.size()) std::this_thread::sleep_for(20ms);
+    }
+    const std::string raw = conn->ReadUntilClosed(10s);
+    EXPECT_TRUE(conn->closed());
+    auto res = testing::ParseResponse(raw);
+    ASSERT_TRUE(res.ok()) << raw.substr(0, 300);
+    EXPECT_EQ(res->status, 414);
+    EXPECT_NE(res->body.find("urn:idemgate:problem:uri-too-long"), std::string::npos) << res->body;
+  }
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("GET /short HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4096, 'a') + "\r\n\r\n").ok());
+  auto res = testing::ParseResponse(conn->ReadUntilClosed(10s));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 431);
 }
 
 TEST_F(ServerTest, UnansweredRequestGets500) {

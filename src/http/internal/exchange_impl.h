@@ -168,8 +168,12 @@ class ExchangeImpl final : public Exchange {
   };
   // Reads request body bytes into [data, data + capacity): until it is full
   // or the body ends when `fill`, else whatever has arrived (at least one
-  // byte, or the end).
+  // byte, or the end). limits.idle_timeout bounds each wait for bytes, not
+  // the whole piece; when it passes, the status is kClientGone and
+  // body_timed_out_ is set (the caller answers 408 request-timeout).
   Task<PieceResult> ReadBodyPiece(char* data, std::size_t capacity, bool fill);
+  // The detail of the 408 sent when the body stalled.
+  std::string BodyTimeoutDetail() const;
   Task<bool> SendContinueIfNeeded();
   // Reads and drops a small unread body so the connection can be reused.
   Task<bool> DiscardSmallBody();
@@ -188,6 +192,7 @@ class ExchangeImpl final : public Exchange {
   bool responded_ = false;
   bool continue_sent_ = false;
   bool forwarded_ = false;
+  bool body_timed_out_ = false;  // a body read passed idle_timeout without a byte
   int status_sent_ = 0;
 };
 

@@ -164,6 +164,27 @@ void ParseHeader(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buf
   }
 }
 
+// After ParseHeader failed with header_limit: true when it is the request
+// target that does not fit (answered 414 rather than 431). That is so when
+// nothing of the header was parsed yet (Beast consumes the request line only
+// once it is whole), the bytes within the limit hold no line end, and they
+// start with a method token and a space: the target runs past the limit.
+inline bool RequestTargetPastHeaderLimit(const beast::flat_buffer& buffer, const Pump& pump,
+                                         std::size_t max_header) {
+  if (pump.header_bytes != 0) return false;
+  const auto data = buffer.data();
+  const std::string_view line(static_cast<const char*>(data.data()), std::min(data.size(), max_header));
+  if (line.find('\n') != std::string_view::npos) return false;
+  const std::size_t space = line.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == line.size() || line[space + 1] == ' ') {
+    return false;
+  }
+  return std::all_of(line.begin(), line.begin() + static_cast<std::ptrdiff_t>(space), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
 // Parses buffered body bytes into the parser's buffer_body (whose data and
 // size the caller set, `capacity` bytes). Done when the buffer is full, the
 // message ends, or (unless `fill`) some bytes arrived. A chunk-size line or
