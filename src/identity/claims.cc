@@ -51,22 +51,32 @@ StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const
     }
     *out = std::move(*value);
   }
-  std::string type = jwt.subject_type;
-  if (!jwt.claims.subject_type.empty()) {
+  // The type the subject value carries itself ("service:billing"); empty when it has none.
+  std::string_view own_type;
+  const std::size_t colon = caller.subject.find(':');
+  if (colon != std::string::npos && IsSubjectType(std::string_view(caller.subject).substr(0, colon))) {
+    own_type = std::string_view(caller.subject).substr(0, colon);
+  }
+  // The type claim, when configured and present in the token, gives the type; a token without it
+  // falls back to the subject's own type, then to the configured default.
+  if (!jwt.claims.subject_type.empty() && claims.contains(jwt.claims.subject_type)) {
     std::optional<std::string> claimed = ClaimString(claims, jwt.claims.subject_type);
     if (!claimed || !IsSubjectType(*claimed)) {
       return InvalidArgumentError("the token's " + jwt.claims.subject_type +
                                   " claim is not one of user, service, tenant_member, client");
     }
-    type = std::move(*claimed);
-  } else {
-    // A subject already typed ("service:billing") keeps its own type.
-    const std::size_t colon = caller.subject.find(':');
-    if (colon != std::string::npos && IsSubjectType(std::string_view(caller.subject).substr(0, colon))) {
+    if (!own_type.empty()) {
+      // Never "service:user:u1": a subject typed like the claim is kept, one typed otherwise is refused.
+      if (own_type != *claimed) {
+        return InvalidArgumentError("the token's " + jwt.claims.subject + " claim is typed " + std::string(own_type) +
+                                    " but its " + jwt.claims.subject_type + " claim says " + *claimed);
+      }
       return caller;
     }
+    caller.subject = *claimed + ":" + caller.subject;
+    return caller;
   }
-  caller.subject = type + ":" + caller.subject;
+  if (own_type.empty()) caller.subject = jwt.subject_type + ":" + caller.subject;
   return caller;
 }
 

@@ -14,11 +14,14 @@ namespace idemgate::identity {
 bool IsIdentityComponent(std::string_view s);
 
 // The caller named by `claims` under `jwt.claims`: tenant, project and a
-// typed subject "<type>:<id>" (the type from the `claims.subject_type`
-// claim, else the sub's own type when it already has one of user, service,
-// tenant_member, client, else `subject_type`). Each claim is a string or an
-// integer of 1..256 visible characters; InvalidArgument naming the claim
-// otherwise. Pure.
+// typed subject "<type>:<id>". The type is the value of the
+// `claims.subject_type` claim when that is configured and the token has it
+// (it must be one of user, service, tenant_member, client); otherwise the
+// sub's own type when it already starts with one of those and a colon;
+// otherwise `subject_type`. A sub that starts with a type is never prefixed
+// again: with a type claim it must start with the claim's type (kept as is),
+// another type is refused. Each claim is a string or an integer of 1..256
+// visible characters; InvalidArgument naming the claim otherwise. Pure.
 StatusOr<core::Caller> CallerFromClaims(const boost::json::object& claims, const config::JwtIdentity& jwt);
 
 }  // namespace idemgate::identity

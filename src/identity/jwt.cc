@@ -353,6 +353,15 @@ std::optional<bool> AudienceContains(const json::value& aud, std::string_view au
   return found;
 }
 
+// Whether a `typ` header value names a JWT: "JWT" (RFC 7519 §5.1) or "at+jwt" (an OAuth 2.0 access
+// token, RFC 9068 §2.1), compared without regard to case, each with or without the "application/"
+// prefix RFC 7515 §4.1.9 lets producers omit.
+bool AcceptedTyp(std::string_view typ) {
+  constexpr std::string_view kApplication = "application/";
+  if (StartsWithIgnoreCaseAscii(typ, kApplication)) typ.remove_prefix(kApplication.size());
+  return EqualsIgnoreCaseAscii(typ, "JWT") || EqualsIgnoreCaseAscii(typ, "at+jwt");
+}
+
 // Checks exp, nbf, iss and aud of a verified claims set against `rules` at `now`.
 Status CheckClaims(const json::object& claims, const JwtRules& rules, std::int64_t now) {
   // A negative leeway would only shorten lifetimes in a surprising way; it counts as none.
@@ -421,7 +430,7 @@ StatusOr<json::object> VerifyToken(std::string_view token, std::int64_t now, con
   }
   if (header->contains("typ")) {
     const json::string* typ = StringMember(*header, "typ");
-    if (typ == nullptr || !EqualsIgnoreCaseAscii(*typ, "JWT")) return InvalidArgumentError("typ is not JWT");
+    if (typ == nullptr || !AcceptedTyp(*typ)) return InvalidArgumentError("typ is not JWT or at+jwt");
   }
   if (header->contains("crit")) return InvalidArgumentError("crit is not supported");
   if (*algorithm == JwtAlgorithm::kEs256 && signature->size() != 2 * kP256CoordinateSize) {

@@ -63,8 +63,9 @@ class JwtVerifier {
   //  - the token is not three base64url parts (no padding);
   //  - the header is not a JSON object with a string `alg` among the
   //    rules' algorithms (so "none" is always refused), an optional string
-  //    `kid`, an optional `typ` equal to "JWT" (case-insensitive), and no
-  //    `crit`;
+  //    `kid`, an optional `typ` that is "JWT" or "at+jwt" (RFC 9068 access
+  //    tokens), case-insensitive, with or without an "application/" prefix,
+  //    and no `crit`;
   //  - no key of that algorithm matches: with a `kid`, the keys of the
   //    token's algorithm with that kid (or without a kid); without one,
   //    every key of the token's algorithm is tried;

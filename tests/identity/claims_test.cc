@@ -39,7 +39,52 @@ TEST(CallerFromClaimsTest, OtherClaimNamesAndATypeClaim) {
   EXPECT_EQ(c->subject, "tenant_member:u1");
   // The type claim must name a known type.
   EXPECT_FALSE(CallerFromClaims(Claims(R"({"org":"o1","app":"a1","uid":"u1","kind":"robot"})"), jwt).ok());
-  EXPECT_FALSE(CallerFromClaims(Claims(R"({"org":"o1","app":"a1","uid":"u1"})"), jwt).ok());
+  EXPECT_FALSE(CallerFromClaims(Claims(R"({"org":"o1","app":"a1","uid":"u1","kind":""})"), jwt).ok());
+  EXPECT_FALSE(CallerFromClaims(Claims(R"({"org":"o1","app":"a1","uid":"u1","kind":null})"), jwt).ok());
+  EXPECT_FALSE(CallerFromClaims(Claims(R"({"org":"o1","app":"a1","uid":"u1","kind":["user"]})"), jwt).ok());
+}
+
+// A token without the configured type claim is typed as without the setting: the sub's own type,
+// else identity.jwt.subject_type (configuration.md: "when no claim gives it").
+TEST(CallerFromClaimsTest, AbsentTypeClaimFallsBackToTheDefault) {
+  config::JwtIdentity jwt;
+  jwt.claims.subject_type = "kind";
+  auto c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"u1"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "user:u1");
+  jwt.subject_type = "service";
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"u1"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "service:u1");
+  // An already typed sub keeps its type, as it does without a type claim configured.
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"client:app-7"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "client:app-7");
+  // Present, the claim wins over the default.
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"u1","kind":"tenant_member"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "tenant_member:u1");
+}
+
+// A sub that already carries a type is never typed twice ("service:user:u1"): with a type claim
+// naming the same type it is kept, with a type claim naming another one the token is refused.
+TEST(CallerFromClaimsTest, TypedSubjectAndTypeClaimNeverDoublePrefix) {
+  config::JwtIdentity jwt;
+  jwt.claims.subject_type = "kind";
+  auto c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"service:billing","kind":"service"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "service:billing");
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"user:u1","kind":"service"})"), jwt);
+  ASSERT_FALSE(c.ok()) << c->subject;
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "the token's sub claim is typed user but its kind claim says service");
+  // A colon after something that is not a type is part of the id, and gets the claim's type.
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"auth0|x:y","kind":"service"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "service:auth0|x:y");
+  c = CallerFromClaims(Claims(R"({"tenant":"t","project":"p","sub":"users:u1","kind":"client"})"), jwt);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->subject, "client:users:u1");
 }
 
 TEST(CallerFromClaimsTest, RefusesMissingOrUnusableClaimsNamingThem) {

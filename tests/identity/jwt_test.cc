@@ -519,15 +519,38 @@ TEST(JwtVerifierTest, Es256SignatureMustBe64RawBytes) {
 
 TEST(JwtVerifierTest, TypMustBeJwtInAnyCase) {
   const JwtVerifier verifier = AllKeys();
-  for (std::string_view typ : {"JWT", "jwt", "Jwt"}) {
+  for (std::string_view typ : {"JWT", "jwt", "Jwt", "application/jwt", "APPLICATION/JWT"}) {
     ExpectAccepted(verifier,
                    Token(R"({"alg":"HS256","typ":")" + std::string(typ) + R"("})", Claims(kNow + 60), Hs256(kSecret)),
                    kNow);
   }
-  for (std::string_view typ : {R"("JOSE+JSON")", R"("JOSE")", R"("at+jwt")", R"("")", "1", "null", R"(["JWT"])"}) {
+  for (std::string_view typ : {R"("JOSE+JSON")", R"("JOSE")", R"("")", "1", "null", R"(["JWT"])", R"("application/")",
+                               R"("text/jwt")", R"("application/application/jwt")", R"("JWT ")", R"("secevent+jwt")",
+                               R"("dpop+jwt")", R"("application/jose")"}) {
     ExpectRefused(verifier,
                   Token(R"({"alg":"HS256","typ":)" + std::string(typ) + "}", Claims(kNow + 60), Hs256(kSecret)), kNow,
-                  "typ is not JWT");
+                  "typ is not JWT or at+jwt");
+  }
+}
+
+// RFC 9068 access tokens (Duende IdentityServer and other issuers of that profile) carry
+// "at+jwt" or, with the media type's prefix, "application/at+jwt"; case does not matter.
+TEST(JwtVerifierTest, TypAtJwtIsAccepted) {
+  const JwtVerifier verifier = AllKeys();
+  for (std::string_view typ : {"at+jwt", "AT+JWT", "At+Jwt", "application/at+jwt", "Application/AT+JWT"}) {
+    ExpectAccepted(verifier,
+                   Token(R"({"alg":"HS256","typ":")" + std::string(typ) + R"("})", Claims(kNow + 60), Hs256(kSecret)),
+                   kNow);
+    ExpectAccepted(verifier,
+                   Token(R"({"alg":"ES256","typ":")" + std::string(typ) + R"("})", Claims(kNow + 60),
+                         Es256(kEcPrivate)),
+                   kNow);
+  }
+  // Only exactly these: no other "+jwt" type, nothing around them.
+  for (std::string_view typ : {"at+jwt ", "at+jws", "at-jwt", "xat+jwt", "application/at+jwt/x", "application at+jwt"}) {
+    ExpectRefused(verifier,
+                  Token(R"({"alg":"HS256","typ":")" + std::string(typ) + R"("})", Claims(kNow + 60), Hs256(kSecret)),
+                  kNow, "typ is not JWT or at+jwt");
   }
 }
 
