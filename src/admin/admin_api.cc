@@ -28,6 +28,9 @@ constexpr std::string_view kJson = "application/json";
 constexpr std::string_view kProblemJson = "application/problem+json";
 constexpr std::string_view kText = "text/plain; charset=utf-8";
 constexpr std::string_view kRealm = "Bearer realm=\"idemgate-admin\"";
+// The Allow header of a 405: what the read-only resources take, and what /admin/keys/{key} takes.
+constexpr std::string_view kAllowRead = "GET, HEAD";
+constexpr std::string_view kAllowKeys = "GET, HEAD, DELETE";
 // Characters of the owner token shown by GET /admin/keys; enough to tell
 // owners apart in logs, too few to complete someone else's reservation.
 constexpr std::size_t kOwnerPrefix = 8;
@@ -317,20 +320,32 @@ AdminApi::Auth AdminApi::Authorize(const AdminRequest& request) const {
 core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
   const std::string_view target = request.target;
   const std::string_view path = target.substr(0, target.find('?'));
-  const bool get = request.method == "GET";
+  // HEAD is answered as GET; the HTTP layer sends the head only (load balancer probes use it).
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool keys = path.starts_with(kKeysPrefix) && path.size() > kKeysPrefix.size() && options_.store != nullptr;
+
+  // The methods the resource at `path` takes; empty when there is none.
+  std::string_view allow;
+  if (path == "/healthz" || path == "/readyz" || (path == "/metrics" && options_.metrics != nullptr) ||
+      (path == "/admin/stats" && options_.stats != nullptr)) {
+    allow = kAllowRead;
+  } else if (keys) {
+    allow = kAllowKeys;
+  }
+  if (allow.empty()) {
+    co_return NotFound("no admin resource at " + SanitizeUtf8(request.method) + " " + SanitizeUtf8(path));
+  }
 
   if (path == "/healthz" && get) co_return Respond(200, kText, "ok");
   if (path == "/readyz" && get) co_return co_await Ready();
-  if (path == "/metrics" && get && options_.metrics != nullptr) {
-    co_return Respond(200, kPrometheusContentType, options_.metrics->RenderPrometheus());
-  }
-  if (path == "/admin/stats" && get && options_.stats != nullptr) co_return Stats();
-  if (path.starts_with(kKeysPrefix) && path.size() > kKeysPrefix.size() &&
-      (get || request.method == "DELETE") && options_.store != nullptr) {
-    co_return co_await Key(request, path.substr(kKeysPrefix.size()));
-  }
-  co_return NotFound("no admin resource at " + SanitizeUtf8(request.method) + " " +
-                     SanitizeUtf8(path));
+  if (path == "/metrics" && get) co_return Respond(200, kPrometheusContentType, options_.metrics->RenderPrometheus());
+  if (path == "/admin/stats" && get) co_return Stats();
+  if (keys && (get || request.method == "DELETE")) co_return co_await Key(request, path.substr(kKeysPrefix.size()));
+  AdminResponse r = Problem(405, "method-not-allowed", "Method Not Allowed",
+                            SanitizeUtf8(path) + " does not take " + SanitizeUtf8(request.method) + "; it takes " +
+                                std::string(allow));
+  r.headers.push_back({"Allow", std::string(allow)});
+  co_return r;
 }
 
 core::Task<AdminResponse> AdminApi::Ready() const {

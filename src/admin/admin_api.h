@@ -41,7 +41,10 @@ struct AdminResponse {
 //   GET    /admin/stats             per-route statistics as JSON
 //   GET    /admin/keys/{stored key} the record as JSON (token required)
 //   DELETE /admin/keys/{stored key} purge it: {"purged": true|false} (token required)
-// The stored key in the path is percent-decoded. Anything else is a 404
+// HEAD is answered as GET (the same status and headers; the HTTP layer sends
+// no body). The stored key in the path is percent-decoded. Another method on
+// one of these paths is a 405 problem `method-not-allowed` with an `Allow`
+// header; any other path (or a resource whose component is null) is a 404
 // problem. Token-protected routes answer 403 when no token is configured,
 // 401 (with WWW-Authenticate) when `Authorization: Bearer <token>` is
 // missing or wrong. Store failures answer 503 store-unavailable. Every

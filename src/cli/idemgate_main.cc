@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +38,10 @@ namespace idemgate::cli {
 namespace {
 
 constexpr std::string_view kVersion = IDEMGATE_VERSION_STRING;
+
+// After the data path has drained on SIGTERM, how long admin requests still in
+// progress (a scrape, a readiness probe) get before the admin listener closes.
+constexpr Duration kAdminStopGrace = std::chrono::seconds(2);
 
 constexpr std::string_view kUsage =
     "idemgate: an HTTP idempotency gateway. Clients may retry a write with the\n"
@@ -266,6 +272,16 @@ int Run(const Args& args) {
     }
     slot->Set(std::move(*tls));
   }
+  // The admin listener runs on a server of its own (one I/O thread), so that it
+  // keeps answering while `server` drains after SIGTERM (/readyz then answers
+  // 503 shutting-down, /healthz and /metrics keep working, on new and on
+  // keep-alive connections); it stops once the data path has drained. Its
+  // thread is not announced to the store: admin calls use the store's own
+  // connections (the Redis store's owned client), not a worker's.
+  http::ServerOptions admin_server_options;
+  admin_server_options.workers = 1;
+  admin_server_options.limits = server_options.limits;
+  http::Server admin_server(admin_server_options);
   auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true,
                              config.tls.configured ? &listener_tls : nullptr);
   if (!bound.ok()) {
@@ -274,8 +290,8 @@ int Run(const Args& args) {
   }
   std::optional<http::BoundAddress> admin_bound;
   if (admin_listen) {
-    auto a = server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false,
-                           config.admin.tls.configured ? &admin_tls : nullptr);
+    auto a = admin_server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false,
+                                 config.admin.tls.configured ? &admin_tls : nullptr);
     if (!a.ok()) {
       Print(stderr, "idemgate: admin: " + a.status().message() + "\n");
       return 1;
@@ -284,6 +300,7 @@ int Run(const Args& args) {
   }
 
   server.Start();
+  if (admin_bound) admin_server.Start();
   LogInfo("listening", {{"listen", bound->ToString()},
                         {"admin", admin_bound ? std::optional<std::string_view>(admin_bound->ToString())
                                               : std::nullopt},
@@ -341,6 +358,7 @@ int Run(const Args& args) {
       if (new_tls) listener_tls.Set(std::move(new_tls));
       if (new_admin_tls) admin_tls.Set(std::move(new_admin_tls));
       server.SetLimits(gateway::LimitsFromConfig(*reloaded));
+      admin_server.SetLimits(gateway::LimitsFromConfig(*reloaded));
       ApplyLogSettings(*reloaded);
       grace = reloaded->shutdown_grace;
       if (reloaded->listen != config.listen || reloaded->workers != config.workers ||
@@ -356,8 +374,11 @@ int Run(const Args& args) {
     break;
   }
 
+  // The data path drains first while the admin listener keeps serving (/readyz
+  // says shutting-down); then the admin listener stops.
   api.SetDraining(true);
   const bool clean = server.Stop(grace);
+  admin_server.Stop(std::min(grace, kAdminStopGrace));
   gateway->ClosePools();
   LogInfo("stopped", {{"clean", clean}});
   return 0;

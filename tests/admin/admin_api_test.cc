@@ -9,6 +9,7 @@
 #include <boost/json/value.hpp>
 #include <exception>
 #include <optional>
+#include <tuple>
 
 #include "fake_store.h"
 
@@ -347,18 +348,76 @@ TEST_F(AdminApiTest, EverythingElseIs404) {
   for (const auto& [method, target] : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/"},
            {"GET", "/nope"},
-           {"POST", "/healthz"},
+           {"POST", "/nope"},
+           {"HEAD", "/nope"},
            {"GET", "/healthz/extra"},
-           {"DELETE", "/metrics"},
            {"GET", "/admin/keys/"},
            {"GET", "/admin/keys"},
-           {"PUT", "/admin/keys/" + kKey},
+           {"DELETE", "/admin/keys"},
            {"GET", "/admin/statsx"},
        }) {
     const AdminResponse r = Call(api, Req(method, target, Bearer(kToken)));
     EXPECT_EQ(r.status, 404) << method << " " << target;
     EXPECT_EQ(ProblemOf(r)["code"], "not-found") << method << " " << target;
+    EXPECT_FALSE(HeaderOf(r, "Allow").has_value()) << method << " " << target;
   }
+}
+
+// Load balancers probe with HEAD: every GET resource answers it as GET (the HTTP layer drops the body).
+TEST_F(AdminApiTest, HeadIsAnsweredLikeGet) {
+  AdminApi api = MakeApi();
+  store_.Put(kKey, CompletedRecord());
+  for (const std::string target : {"/healthz", "/readyz", "/metrics", "/admin/stats", "/healthz?probe=1"}) {
+    const AdminResponse get = Call(api, Req("GET", target));
+    const AdminResponse head = Call(api, Req("HEAD", target));
+    EXPECT_EQ(head.status, 200) << target;
+    EXPECT_EQ(head.status, get.status) << target;
+    EXPECT_EQ(head.content_type, get.content_type) << target;
+    EXPECT_EQ(HeaderOf(head, "Cache-Control"), "no-store") << target;
+  }
+  EXPECT_EQ(Call(api, Req("HEAD", "/healthz")).body, "ok");
+  // Readiness follows the store and the drain for HEAD too.
+  store_.Fail(UnavailableError("down"));
+  EXPECT_EQ(Call(api, Req("HEAD", "/readyz")).status, 503);
+  store_.Heal();
+  api.SetDraining(true);
+  const AdminResponse draining = Call(api, Req("HEAD", "/readyz"));
+  EXPECT_EQ(draining.status, 503);
+  EXPECT_EQ(ProblemOf(draining)["code"], "shutting-down");
+  EXPECT_EQ(Call(api, Req("HEAD", "/healthz")).status, 200);
+  // A key: the token is still needed.
+  EXPECT_EQ(Call(api, Req("HEAD", "/admin/keys/" + kKey)).status, 401);
+  EXPECT_EQ(Call(api, Req("HEAD", "/admin/keys/" + kKey, Bearer(kToken))).status, 200);
+  EXPECT_EQ(Call(api, Req("HEAD", "/admin/keys/t-nope", Bearer(kToken))).status, 404);
+  EXPECT_EQ(store_.size(), 1u);
+}
+
+// A known path with a method it does not take is 405 with Allow (RFC 9110 §15.5.6), not 404.
+TEST_F(AdminApiTest, OtherMethodsOnKnownPathsAre405WithAllow) {
+  const AdminApi api = MakeApi();
+  for (const auto& [method, target, allow] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/healthz", "GET, HEAD"},
+           {"PUT", "/readyz", "GET, HEAD"},
+           {"OPTIONS", "/readyz", "GET, HEAD"},
+           {"DELETE", "/metrics", "GET, HEAD"},
+           {"POST", "/admin/stats?x=1", "GET, HEAD"},
+           {"get", "/healthz", "GET, HEAD"},
+           {"PUT", "/admin/keys/" + kKey, "GET, HEAD, DELETE"},
+           {"POST", "/admin/keys/" + kKey, "GET, HEAD, DELETE"},
+       }) {
+    const AdminResponse r = Call(api, Req(method, target, Bearer(kToken)));
+    EXPECT_EQ(r.status, 405) << method << " " << target;
+    EXPECT_EQ(HeaderOf(r, "Allow"), allow) << method << " " << target;
+    EXPECT_EQ(HeaderOf(r, "Cache-Control"), "no-store") << method << " " << target;
+    json::object problem = ProblemOf(r);
+    EXPECT_EQ(problem["code"], "method-not-allowed") << method << " " << target;
+    EXPECT_EQ(problem["type"], "urn:idemgate:problem:method-not-allowed");
+    EXPECT_EQ(problem["status"], 405);
+  }
+  // The method is refused before the token is looked at, and nothing is touched.
+  store_.Put(kKey, CompletedRecord());
+  EXPECT_EQ(Call(api, Req("PUT", "/admin/keys/" + kKey)).status, 405);
+  EXPECT_EQ(store_.size(), 1u);
 }
 
 TEST_F(AdminApiTest, MissingComponentsAre404) {
@@ -366,7 +425,12 @@ TEST_F(AdminApiTest, MissingComponentsAre404) {
   EXPECT_EQ(Call(api, Req("GET", "/metrics")).status, 404);
   EXPECT_EQ(Call(api, Req("GET", "/admin/stats")).status, 404);
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 404);
+  // Not there at all: 404 whatever the method.
+  EXPECT_EQ(Call(api, Req("DELETE", "/metrics")).status, 404);
+  EXPECT_EQ(Call(api, Req("HEAD", "/admin/stats")).status, 404);
+  EXPECT_EQ(Call(api, Req("PUT", "/admin/keys/" + kKey, Bearer(kToken))).status, 404);
   EXPECT_EQ(Call(api, Req("GET", "/healthz")).status, 200);
+  EXPECT_EQ(Call(api, Req("HEAD", "/healthz")).status, 200);
 }
 
 TEST(PercentDecode, DecodesEscapesAndKeepsTheRest) {

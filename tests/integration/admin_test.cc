@@ -1,0 +1,130 @@
+// Integration tests of the admin listener (SPEC §9, docs/operations.md "Admin
+// API" and "Signals") with the real idemgate binary in front of
+// fake_upstream: HEAD probes, 405 for other methods, and the admin listener
+// serving through the drain that follows SIGTERM.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "integration/harness.h"
+
+namespace idemgate::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class AdminTest : public GatewaySuite {
+ protected:
+  void StartPassthrough() {
+    StartGateway(GatewayConfigHead(fake_endpoint_) +
+                 "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n"
+                 "    idempotency: { policy: passthrough }\n");
+  }
+};
+
+// Load balancers probe with HEAD: the same status and headers as GET, no body.
+TEST_F(AdminTest, HeadProbesAnswerLikeGetWithoutABody) {
+  StartPassthrough();
+  HttpClient admin(gateway_->admin(), 10s);
+  for (const std::string target : {"/healthz", "/readyz", "/metrics"}) {
+    auto get = admin.Send(HttpRequest{.method = "GET", .target = target});
+    auto head = admin.Send(HttpRequest{.method = "HEAD", .target = target});
+    ASSERT_TRUE(get.ok()) << get.status().ToString();
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    EXPECT_EQ(head->status, 200) << target;
+    EXPECT_EQ(head->body, "") << target;
+    EXPECT_EQ(head->Header("Content-Type"), get->Header("Content-Type")) << target;
+    EXPECT_EQ(head->Header("Cache-Control"), "no-store") << target;
+    EXPECT_TRUE(head->keep_alive) << target;
+  }
+  auto healthz = admin.Send(HttpRequest{.method = "HEAD", .target = "/healthz"});
+  ASSERT_TRUE(healthz.ok());
+  EXPECT_EQ(healthz->Header("Content-Length"), "2");  // of the GET body "ok"
+  // All of it on the one connection: a HEAD answer carries no body to misread.
+  EXPECT_EQ(admin.connections_opened(), 1);
+}
+
+TEST_F(AdminTest, OtherMethodsOnAdminPathsAre405WithAllow) {
+  StartPassthrough();
+  for (const auto& [method, target, allow] :
+       {std::tuple{"POST", "/healthz", "GET, HEAD"}, std::tuple{"PUT", "/readyz", "GET, HEAD"},
+        std::tuple{"DELETE", "/metrics", "GET, HEAD"}, std::tuple{"POST", "/admin/keys/t-a:b:c:d:e", "GET, HEAD, DELETE"}}) {
+    auto res = SendRequest(gateway_->admin(), HttpRequest{.method = method, .target = target}, 10s);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 405, "method-not-allowed");
+    EXPECT_EQ(res->Header("Allow"), allow) << method << " " << target;
+  }
+  auto unknown = SendRequest(gateway_->admin(), HttpRequest{.method = "POST", .target = "/nope"}, 10s);
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  ExpectProblem(*unknown, 404, "not-found");
+}
+
+// docs/operations.md: while draining after SIGTERM, /readyz answers 503 shutting-down and /healthz
+// stays 200 — on new connections and on keep-alive ones — until the in-flight requests are done;
+// then the admin listener goes too and the process exits 0.
+TEST_F(AdminTest, AdminListenerServesThroughTheDrainThenStops) {
+  StartPassthrough();
+  const HostPort admin_endpoint = gateway_->admin();
+  HttpClient kept(admin_endpoint, 10s);
+  auto before = kept.Send(HttpRequest{.target = "/readyz"});
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->status, 200) << before->body;
+  ASSERT_TRUE(kept.connected());
+
+  std::optional<StatusOr<HttpResponse>> slow;
+  // Joined on every way out of the test, an ASSERT's early return included.
+  std::jthread client([&] {
+    slow.emplace(SendRequest(gateway_->endpoint(), HttpRequest{.target = "/slow?ms=3000"}, 30s));
+  });
+  const bool reached = PollUntil([&] { return Executions() >= 1; }, 10s, 20ms);
+  ASSERT_TRUE(reached);
+  ASSERT_TRUE(gateway_->process().Signal(SIGTERM).ok());
+  // The gateway has taken the signal once the data listener refuses connections.
+  const bool draining = PollUntil(
+      [&] { return !SendRequest(gateway_->endpoint(), HttpRequest{.target = "/echo"}, 1s).ok(); }, 5s, 20ms);
+  EXPECT_TRUE(draining);
+
+  // The keep-alive connection opened before SIGTERM still serves.
+  auto ready = kept.Send(HttpRequest{.target = "/readyz"});
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  ExpectProblem(*ready, 503, "shutting-down");
+  auto health = kept.Send(HttpRequest{.target = "/healthz"});
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok");
+  EXPECT_EQ(kept.connections_opened(), 1);
+  // So do new connections, HEAD probes and the metrics.
+  auto fresh_ready = SendRequest(admin_endpoint, HttpRequest{.target = "/readyz"}, 5s);
+  ASSERT_TRUE(fresh_ready.ok()) << fresh_ready.status().ToString();
+  ExpectProblem(*fresh_ready, 503, "shutting-down");
+  auto head_ready = SendRequest(admin_endpoint, HttpRequest{.method = "HEAD", .target = "/readyz"}, 5s);
+  ASSERT_TRUE(head_ready.ok()) << head_ready.status().ToString();
+  EXPECT_EQ(head_ready->status, 503);
+  auto fresh_health = SendRequest(admin_endpoint, HttpRequest{.method = "HEAD", .target = "/healthz"}, 5s);
+  ASSERT_TRUE(fresh_health.ok()) << fresh_health.status().ToString();
+  EXPECT_EQ(fresh_health->status, 200);
+  auto metrics = SendRequest(admin_endpoint, HttpRequest{.target = "/metrics"}, 5s);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(MetricValue(metrics->body, "idemgate_requests_in_flight"), 1.0) << metrics->body;
+
+  // The in-flight request was finished, not cut.
+  client.join();
+  ASSERT_TRUE(slow.has_value());
+  ASSERT_TRUE(slow->ok()) << slow->status().ToString();
+  EXPECT_EQ((*slow)->status, 200);
+  auto exit = gateway_->process().WaitExit(30s);
+  ASSERT_TRUE(exit.has_value()) << "idemgate still running 30s after SIGTERM";
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  // Gone with the process: nothing answers on the admin address any more.
+  EXPECT_FALSE(SendRequest(admin_endpoint, HttpRequest{.target = "/healthz"}, 2s).ok());
+}
+
+}  // namespace
+}  // namespace idemgate::testing
