@@ -41,19 +41,21 @@ constexpr std::string_view kUsage =
     "  idemctl dlq replay ID               send it again under its original key\n"
     "  idemctl dlq discard ID              give up on a pending request\n"
     "  idemctl dlq release ID              make a replay cut short (replaying) pending again\n"
-    "  idemctl keys get STORED_KEY         a stored key's record (admin API)\n"
+    "  idemctl keys get STORED_KEY         a stored key's record (admin API, needs the token)\n"
     "  idemctl keys purge STORED_KEY       delete a stored key (admin API, needs the token)\n"
     "  idemctl stats                       per-route statistics (admin API)\n"
-    "  idemctl key new [--v7]              print a new key (UUIDv4, or v7)\n"
+    "  idemctl key new [--key-v7]          print a new key (UUIDv4, or v7)\n"
     "  idemctl key derive DOMAIN SUBJECT ENTITY OPERATION VERSION\n"
     "                                      print the stable key of one logical action\n"
     "  idemctl --version | --help\n"
+    "Options go before or after the command words.\n"
     "\n"
     "send options:\n"
     "  -X, --request METHOD   method (default POST with a body, else GET)\n"
     "  -H, --header 'N: V'    a request header (repeatable)\n"
     "  -d, --data TEXT        the body; -d @FILE reads it from FILE\n"
-    "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4)\n"
+    "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4); checked as the\n"
+    "                         gateway checks it: 1..255 of [A-Za-z0-9._~-], not \"t-...\"\n"
     "      --key-v7           make the key a UUIDv7\n"
     "      --derive D:S:E:O:V the key of a logical action (domain:subject:entity:operation:version)\n"
     "      --key-header NAME  the key's header (default Idempotency-Key)\n"
@@ -73,7 +75,7 @@ constexpr std::string_view kUsage =
     "      --admin URL        the gateway's admin API (default $IDEMCTL_ADMIN, else\n"
     "                         http://127.0.0.1:9090)\n"
     "      --token-env NAME   environment variable with the admin token (default\n"
-    "                         IDEMGATE_ADMIN_TOKEN)\n"
+    "                         IDEMGATE_ADMIN_TOKEN); keys get|purge need it set\n"
     "      --json             dlq list / show: JSON output\n"
     "\n"
     "TLS options (https:// URLs, for send, dlq replay, keys and stats):\n"
@@ -89,7 +91,9 @@ constexpr std::string_view kUsage =
     "(422 key-reused included). A request that still fails is parked in the DLQ.\n"
     "\n"
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
-    "operation failed, 2 usage error.\n";
+    "operation failed, 2 usage error: also a request that could never succeed (an empty\n"
+    "or refused key, a bad URL, method or header, a missing admin token), neither sent\n"
+    "nor parked.\n";
 
 void Print(FILE* f, std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), f);
@@ -133,9 +137,9 @@ struct Options {
   std::string method;
   std::vector<client::Header> headers;
   std::optional<std::string> body;
-  std::string key;
+  std::optional<std::string> key;     // -k, even when empty (a usage error, never a new key)
   bool key_v7 = false;
-  std::string derive;
+  std::optional<std::string> derive;  // --derive, even when empty
   std::string key_header = "Idempotency-Key";
   bool include = false;
   bool verbose = false;
@@ -183,6 +187,10 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
     std::string v;
     if (a == "-X" || a == "--request") {
       if (!value(&o.method)) return std::nullopt;
+      if (o.method.empty()) {
+        *error = a + " needs a method (it was empty)";
+        return std::nullopt;
+      }
     } else if (a == "-H" || a == "--header") {
       if (!value(&v)) return std::nullopt;
       const std::size_t colon = v.find(':');
@@ -207,13 +215,19 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
         o.body = std::move(v);
       }
     } else if (a == "-k" || a == "--key") {
-      if (!value(&o.key)) return std::nullopt;
+      if (!value(&v)) return std::nullopt;
+      o.key = std::move(v);
     } else if (a == "--key-v7") {
       o.key_v7 = true;
     } else if (a == "--derive") {
-      if (!value(&o.derive)) return std::nullopt;
+      if (!value(&v)) return std::nullopt;
+      o.derive = std::move(v);
     } else if (a == "--key-header") {
       if (!value(&o.key_header)) return std::nullopt;
+      if (o.key_header.empty()) {
+        *error = "--key-header needs a header name (it was empty)";
+        return std::nullopt;
+      }
     } else if (a == "-i" || a == "--include") {
       o.include = true;
     } else if (a == "-v" || a == "--verbose") {
@@ -358,28 +372,40 @@ int Report(const client::Outcome& outcome, const Options& o) {
   return 1;
 }
 
+// Everything is checked before anything is sent or parked: a request that
+// could never succeed (an empty or refused key, a bad URL or header) is a
+// usage error, not a DLQ entry.
 int Send(const Options& o) {
   if (o.positional.size() != 1) return Usage("send needs exactly one URL");
-  const int key_sources = (o.key.empty() ? 0 : 1) + (o.key_v7 ? 1 : 0) + (o.derive.empty() ? 0 : 1);
+  const int key_sources = (o.key ? 1 : 0) + (o.key_v7 ? 1 : 0) + (o.derive ? 1 : 0);
   if (key_sources > 1) return Usage("use only one of --key, --key-v7 and --derive");
+  if (o.key) {
+    // An empty -k (an unset variable, say) must not turn into a new key:
+    // run twice, that would execute the action twice.
+    if (o.key->empty()) return Usage("-k: the key is empty (leave -k out for a new key)");
+    if (Status s = client::ValidateKey(*o.key); !s.ok()) return Usage("-k: " + s.message());
+  }
   client::Request req;
   req.url = o.positional[0];
   req.method = !o.method.empty() ? o.method : (o.body ? "POST" : "GET");
   req.headers = o.headers;
   req.body = o.body.value_or("");
   req.key_header = o.key_header;
-  if (!o.key.empty()) {
-    req.key = o.key;
+  if (o.key) {
+    req.key = *o.key;
   } else if (o.key_v7) {
     req.key = client::NewKeyV7();
-  } else if (!o.derive.empty()) {
+  } else if (o.derive) {
     std::vector<std::string> parts;
-    std::stringstream ss(o.derive);
+    std::stringstream ss(*o.derive);
     std::string part;
     while (std::getline(ss, part, ':')) parts.push_back(part);
     if (parts.size() != 5) return Usage("--derive needs domain:subject:entity:operation:version");
     req.key = client::DerivedKey(parts[0], parts[1], parts[2], parts[3], parts[4]);
+  } else {
+    req.key = client::NewKeyV4();
   }
+  if (Status s = client::ValidateRequest(req); !s.ok()) return Usage(s.message());
   std::unique_ptr<client::DeadLetterQueue> dlq;
   if (!o.no_dlq) {
     const std::string path = DlqPath(o.dlq);
@@ -491,9 +517,14 @@ std::string EncodePathSegment(std::string_view s) {
   return out;
 }
 
+// The key calls need the admin token (the gateway refuses them without one,
+// whatever its configuration): an unset or empty --token-env variable is a
+// usage error, said as such rather than left to a 401. stats sends the token
+// only when there is one.
 int Admin(const std::string& what, const std::string& verb, const Options& o) {
   client::Request req;  // no key: the admin API is not idempotency-keyed
-  if (const char* token = std::getenv(o.token_env.c_str()); token != nullptr && *token != '\0') {
+  const char* token = std::getenv(o.token_env.c_str());
+  if (token != nullptr && *token != '\0') {
     req.headers.emplace_back("Authorization", std::string("Bearer ") + token);
   }
   if (what == "stats") {
@@ -505,7 +536,12 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
     if (verb != "get" && verb != "purge") return Usage("unknown keys command " + verb + " (get, purge)");
     req.method = verb == "get" ? "GET" : "DELETE";
     req.url = o.admin + "/admin/keys/" + EncodePathSegment(o.positional[0]);
+    if (token == nullptr || *token == '\0') {
+      return Usage("keys " + verb + " needs the admin token, but the environment variable " + o.token_env + " is " +
+                   (token == nullptr ? "unset" : "empty") + " (set it, or name another with --token-env)");
+    }
   }
+  if (Status s = client::ValidateRequest(req); !s.ok()) return Usage(s.message());
   auto res = client::SendOnce(req, o.policy.timeout, o.tls);
   if (!res.ok()) return Fail("admin API " + o.admin + ": " + res.status().message());
   PrintResponse(*res, o.include);
@@ -541,22 +577,24 @@ int Main(int argc, char** argv) {
     Print(stdout, "idemctl " + std::string(kVersion) + "\n");
     return 0;
   }
-  const std::string command = args[0];
-  std::string verb;
-  std::size_t skip = 1;
-  if ((command == "dlq" || command == "keys") && args.size() > 1) {
-    verb = args[1];
-    skip = 2;
-  }
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
       Print(stdout, kUsage);
       return 0;
     }
   }
+  // Options may come before the command words too (idemctl --token-env T keys get K).
   std::string error;
-  std::optional<Options> o = ParseOptions(std::vector<std::string>(args.begin() + static_cast<long>(skip), args.end()), &error);
+  std::optional<Options> o = ParseOptions(args, &error);
   if (!o) return Usage(error);
+  if (o->positional.empty()) return Usage("no command");
+  const std::string command = o->positional.front();
+  o->positional.erase(o->positional.begin());
+  std::string verb;
+  if ((command == "dlq" || command == "keys") && !o->positional.empty()) {
+    verb = o->positional.front();
+    o->positional.erase(o->positional.begin());
+  }
   if (command == "send") return Send(*o);
   if (command == "dlq") return verb.empty() ? Usage("dlq needs list, show, replay or discard") : Dlq(verb, *o);
   if (command == "keys") return verb.empty() ? Usage("keys needs get or purge") : Admin("keys", verb, *o);

@@ -100,11 +100,19 @@ Outcome Client::Run(const Request& request) {
   return out;
 }
 
-// Sends under one key and parks a final failure.
+// Sends under one key and parks a final failure; a request no attempt could
+// send is refused before the first one and not parked (a replay would fail
+// the same way).
 Outcome Client::Send(Request request) {
   Outcome out;
   try {
     if (request.key.empty()) request.key = NewKeyV4();
+    if (Status valid = ValidateRequest(request); !valid.ok()) {
+      out.key = request.key;
+      out.error = valid.message();
+      out.validation = std::move(valid);
+      return out;
+    }
     out = Run(request);
     if (!out.ok && options_.dlq != nullptr) {
       auto id = options_.dlq->Park(request, out.error, out.attempts, LastStatus(out));
@@ -133,6 +141,13 @@ StatusOr<Outcome> Client::Replay(std::int64_t id) {
       const std::string error = "dead letter " + std::to_string(id) + " has no key";
       Status s = options_.dlq->FinishReplay(id, false, entry->error, 0, entry->last_status);
       return FailedPreconditionError(s.ok() ? error : error + "; " + s.ToString());
+    }
+    if (Status valid = ValidateRequest(entry->request); !valid.ok()) {
+      // It could never be sent (it was parked before Send checked requests):
+      // put it back untouched, for `discard`.
+      const std::string error = "dead letter " + std::to_string(id) + " can never be sent: " + valid.message();
+      Status s = options_.dlq->FinishReplay(id, false, entry->error, 0, entry->last_status);
+      return Status(valid.code(), s.ok() ? error : error + "; " + s.ToString());
     }
     Outcome out = Run(entry->request);
     out.dead_letter_id = id;

@@ -38,6 +38,14 @@ std::string NewKeyV7(std::chrono::system_clock::time_point now = std::chrono::sy
 // the five parts, each length-prefixed (so no two part lists collide).
 std::string DerivedKey(std::string_view domain, std::string_view subject, std::string_view entity,
                        std::string_view operation, std::string_view version);
+// InvalidArgument when a gateway with the default key rules (SPEC §3, the
+// gateway's own check: core::ValidateRawKey with default KeyRules) would
+// refuse `key` as sent: empty, longer than 255 characters, a colon, a
+// character outside [A-Za-z0-9._~-], or the reserved prefix "t-". The
+// message names the key and the rule. Keys from NewKeyV4, NewKeyV7 and
+// DerivedKey always pass. A route configured with a wider `key.charset` or
+// `key.max_length` accepts more than this.
+Status ValidateKey(std::string_view key);
 
 // ---------------------------------------------------------------------------
 // Retry policy
@@ -121,6 +129,15 @@ struct TlsSettings {
 // or for unusable `tls` files (naming the file).
 StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls = {});
 
+// InvalidArgument, naming the bad part, when no attempt could ever send
+// `request`: a URL that is not http:// or https:// with a host (a space,
+// control character or non-ASCII byte in it included), a method or header
+// name that is not a token, a header value with CR, LF or NUL, a key without
+// a key header name or that an sf-string cannot carry (only printable
+// ASCII), a Content-Length that does not match the body, Transfer-Encoding.
+// SendOnce makes the same checks; this one does no I/O and reads no TLS file.
+Status ValidateRequest(const Request& request);
+
 // ---------------------------------------------------------------------------
 // Dead-letter queue
 
@@ -184,6 +201,10 @@ struct Outcome {
   int attempts = 0;
   std::string key;                    // the key every attempt carried
   std::optional<std::int64_t> dead_letter_id;  // set when the request was parked
+  // InvalidArgument (from ValidateRequest) when the request could never be
+  // sent: then nothing was sent (attempts 0) nor parked, and `error` is its
+  // message. Ok otherwise, failed attempts included.
+  Status validation;
 };
 
 struct ClientOptions {
@@ -205,12 +226,17 @@ class Client {
   // Sends with retries under one key (made when request.key is empty): a
   // kRetry verdict waits max(backoff, Retry-After capped at max_delay) and
   // tries again while attempts remain. A final failure (kFail, or kRetry
-  // with no attempt left) is parked in the DLQ when there is one.
+  // with no attempt left) is parked in the DLQ when there is one. A request
+  // that ValidateRequest refuses is neither sent nor parked
+  // (Outcome::validation). The key is sent as given: ValidateKey is the
+  // caller's to apply.
   Outcome Send(Request request);
 
   // Replays a parked entry under its original key (ClaimForReplay first):
   // the same retries; the entry becomes replayed on success, else pending
-  // again with the new error. Nothing is parked a second time.
+  // again with the new error. Nothing is parked a second time. An entry that
+  // ValidateRequest refuses (or without a key) is put back untouched and
+  // the call fails (InvalidArgument, FailedPrecondition) without sending.
   StatusOr<Outcome> Replay(std::int64_t id);
 
  private:

@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <random>
 
-// Idempotency keys: random UUIDs (v4, v7) and the derived UUID v8 of Case C.
+#include "client/quote.h"
+#include "core/key.h"
+
+// Idempotency keys: random UUIDs (v4, v7), the derived UUID v8 of Case C, and
+// the gateway's check of a given key.
 namespace idemgate::client {
 
 namespace {
@@ -56,7 +60,46 @@ void AppendFramed(std::string& out, std::string_view part) {
   out.append(part);
 }
 
+// The key in a message: quoted, and cut short when long.
+std::string KeyForMessage(std::string_view key) {
+  constexpr std::size_t kShown = 64;
+  return key.size() <= kShown ? QuoteInput(key) : QuoteInput(key.substr(0, kShown)) + "...";
+}
+
 }  // namespace
+
+// The gateway's own rules (core::ValidateRawKey), explained.
+Status ValidateKey(std::string_view key) {
+  const core::KeyRules rules;  // the defaults: what a gateway accepts unless a route widens them
+  const core::KeyError error = core::ValidateRawKey(key, rules);
+  const std::string named = "key " + KeyForMessage(key);
+  switch (error) {
+    case core::KeyError::kNone:
+      return Status::Ok();
+    case core::KeyError::kEmpty:
+      return InvalidArgumentError("the key is empty");
+    case core::KeyError::kTooLong:
+      return InvalidArgumentError(named + " is " + std::to_string(key.size()) +
+                                  " characters long; the gateway takes at most " +
+                                  std::to_string(rules.max_length));
+    case core::KeyError::kColon:
+      return InvalidArgumentError(named + " contains a colon, which the gateway refuses");
+    case core::KeyError::kBadCharset: {
+      // The first character the rules refuse on its own.
+      std::size_t at = 0;
+      while (at < key.size() && core::ValidateRawKey(key.substr(at, 1), rules) != core::KeyError::kBadCharset) ++at;
+      std::string why = named + " has a character outside [A-Za-z0-9._~-]";
+      if (at < key.size()) why += " (" + QuoteInput(key.substr(at, 1)) + " at offset " + std::to_string(at) + ")";
+      return InvalidArgumentError(why + ", which the gateway refuses");
+    }
+    case core::KeyError::kReservedPrefix:
+      return InvalidArgumentError(named + " starts with \"" + std::string(core::kReservedKeyPrefix) +
+                                  "\", which is reserved for the gateway's scoped keys");
+    default:
+      return InvalidArgumentError(named + " is refused by the gateway (" +
+                                  std::string(core::KeyErrorReason(error)) + ")");
+  }
+}
 
 // A UUID v4 from 122 random bits.
 std::string NewKeyV4() {

@@ -27,6 +27,7 @@
 #include <optional>
 #include <system_error>
 
+#include "client/quote.h"
 #include "common/ascii.h"
 #include "common/tls_peer.h"
 
@@ -55,6 +56,9 @@ bool IsToken(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar);
 }
 
+// What a method or header name must be, for the messages refusing one.
+constexpr std::string_view kTokenRule = "a token (letters, digits and !#$%&'*+-.^_`|~; no spaces)";
+
 // A field value that cannot break the message framing (no CR, LF or NUL).
 bool IsSafeFieldValue(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; }
 
@@ -67,7 +71,10 @@ bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
 StatusOr<std::string> SfString(std::string_view key) {
   std::string out = "\"";
   for (char c : key) {
-    if (c < 0x20 || c > 0x7e) return InvalidArgumentError("the key has a byte an sf-string cannot carry");
+    if (c < 0x20 || c > 0x7e) {
+      return InvalidArgumentError("the key " + QuoteInput(key) +
+                                  " has a byte an sf-string cannot carry (printable ASCII only)");
+    }
     if (c == '\\' || c == '"') out += '\\';
     out += c;
   }
@@ -84,17 +91,38 @@ struct Target {
   std::string target;       // origin-form: /path[?query]
 };
 
+Status BadUrl(std::string_view url, std::string_view why) {
+  return InvalidArgumentError("bad URL " + QuoteInput(url) + ": " + std::string(why));
+}
+
+// Why `url` cannot be a URI as written (RFC 3986 has no place for these
+// bytes unencoded), naming the first such byte and its offset; "" when it
+// has none.
+std::string UnencodedByte(std::string_view url) {
+  for (std::size_t i = 0; i < url.size(); ++i) {
+    const auto u = static_cast<unsigned char>(url[i]);
+    const std::string at = " at offset " + std::to_string(i);
+    if (u == ' ') return "it contains a space" + at + " (write it as %20)";
+    if (u < 0x20 || u == 0x7f) return "it contains a control character" + at;
+    if (u > 0x7f) return "it contains a non-ASCII byte" + at + " (percent-encode it)";
+    if (std::string_view("\"<>\\^`{|}").find(url[i]) != std::string_view::npos) {
+      return "it contains '" + std::string(1, url[i]) + "'" + at + " (percent-encode it)";
+    }
+  }
+  return "";
+}
+
 StatusOr<Target> ParseUrl(std::string_view url) {
+  if (const std::string why = UnencodedByte(url); !why.empty()) return BadUrl(url, why);
   const auto parsed = boost::urls::parse_uri(url);
-  if (!parsed) return InvalidArgumentError("bad URL \"" + std::string(url) + "\": " + parsed.error().message());
+  // Boost.URL's reasons ("leftover", "mismatch") do not help here.
+  if (!parsed) return BadUrl(url, "not an absolute http:// or https:// URL");
   const boost::urls::url_view& u = *parsed;
   const bool tls = EqualsIgnoreCaseAscii(u.scheme(), "https");
   if (!tls && !EqualsIgnoreCaseAscii(u.scheme(), "http")) {
-    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": only http:// and https:// are supported");
+    return BadUrl(url, "only http:// and https:// are supported");
   }
-  if (!u.has_authority() || u.has_userinfo()) {
-    return InvalidArgumentError("bad URL \"" + std::string(url) + "\": needs a host and no user info");
-  }
+  if (!u.has_authority() || u.has_userinfo()) return BadUrl(url, "needs a host and no user info");
   Target t;
   t.tls = tls;
   if (tls) t.port = 443;
@@ -109,7 +137,7 @@ StatusOr<Target> ParseUrl(std::string_view url) {
     default:
       break;
   }
-  if (t.host.empty()) return InvalidArgumentError("bad URL \"" + std::string(url) + "\": no usable host");
+  if (t.host.empty()) return BadUrl(url, "no usable host");
   t.host_header = std::string(u.encoded_host());
   if (u.has_port() && !u.port().empty()) {
     // Parsed here: url_view::port_number() wraps values above 65535.
@@ -117,7 +145,7 @@ StatusOr<Target> ParseUrl(std::string_view url) {
     unsigned long port = 0;
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
     if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535) {
-      return InvalidArgumentError("bad URL \"" + std::string(url) + "\": bad port");
+      return BadUrl(url, "bad port");
     }
     t.port = static_cast<std::uint16_t>(port);
     t.host_header += ":" + std::string(digits);
@@ -136,16 +164,25 @@ bool MethodWithoutContent(std::string_view method) {
 // The request as it goes on the wire: the given headers in order (the key
 // header excepted), then Host, Content-Length, Connection and the key.
 StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, const Target& target) {
-  if (!IsToken(request.method)) return InvalidArgumentError("bad method \"" + request.method + "\"");
+  if (!IsToken(request.method)) {
+    return InvalidArgumentError("bad method " + QuoteInput(request.method) + ": a method is " +
+                                std::string(kTokenRule));
+  }
   std::string key_value;
   if (!request.key.empty()) {
-    if (!IsToken(request.key_header)) return InvalidArgumentError("bad key header name \"" + request.key_header + "\"");
+    if (!IsToken(request.key_header)) {
+      return InvalidArgumentError("bad key header name " + QuoteInput(request.key_header) + ": a header name is " +
+                                  std::string(kTokenRule));
+    }
     auto sf = SfString(request.key);
     if (!sf.ok()) return sf.status();
     key_value = std::move(*sf);
   }
   for (const auto& [name, value] : request.headers) {
-    if (!IsToken(name)) return InvalidArgumentError("bad header name \"" + name + "\"");
+    if (!IsToken(name)) {
+      return InvalidArgumentError("bad header name " + QuoteInput(name) + ": a header name is " +
+                                  std::string(kTokenRule));
+    }
     if (!IsSafeFieldValue(value)) return InvalidArgumentError("header " + name + " has CR, LF or NUL in its value");
     if (EqualsIgnoreCaseAscii(name, "Transfer-Encoding")) return InvalidArgumentError("Transfer-Encoding is not supported");
     if (EqualsIgnoreCaseAscii(name, "Content-Length") && value != std::to_string(request.body.size())) {
@@ -394,6 +431,21 @@ std::string Response::ProblemCode() const {
     return std::string(code->as_string());
   } catch (const std::exception&) {
     return "";
+  }
+}
+
+// The checks SendOnce makes before it connects, without connecting: the URL
+// and the request as it would go on the wire.
+Status ValidateRequest(const Request& request) {
+  try {
+    auto target = ParseUrl(request.url);
+    if (!target.ok()) return target.status();
+    auto req = BuildRequest(request, *target);
+    return req.ok() ? Status::Ok() : req.status();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("out of memory checking the request");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("cannot check the request: ") + e.what());
   }
 }
 

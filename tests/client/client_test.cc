@@ -237,6 +237,26 @@ TEST(SendOnceTest, BadRequestPartsAreInvalidArguments) {
   EXPECT_TRUE(server.requests().empty());
 }
 
+TEST(SendOnceTest, UrlErrorsNameTheUrlAndWhatIsWrongWithIt) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://h/a b", "space"},
+      {"http://h/a\tb", "control character"},
+      {"http://h/caf\xc3\xa9", "non-ASCII"},
+      {"ftp://x", "only http:// and https://"},
+      {"127.0.0.1:8080/x", "http://"},
+  };
+  for (const auto& [url, why] : cases) {
+    Request request;
+    request.url = url;
+    const auto result = SendOnce(request, Millis(1000));
+    ASSERT_FALSE(result.ok()) << url;
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument) << url;
+    EXPECT_NE(result.status().message().find(why), std::string::npos) << url << ": " << result.status().ToString();
+    EXPECT_EQ(result.status().message().find("leftover"), std::string::npos)
+        << url << ": " << result.status().ToString();
+  }
+}
+
 TEST(SendOnceTest, ConnectionRefusedIsUnavailable) {
   Request request;
   request.url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/";
@@ -555,15 +575,73 @@ TEST(ClientTest, SingleAttemptPolicyNeverSleeps) {
   EXPECT_TRUE(out.dead_letter_id.has_value());
 }
 
-TEST(ClientTest, BadUrlIsNotRetried) {
+TEST(ClientTest, BadUrlIsNeitherSentNorRetried) {
   Harness h;
   Request request;
   request.url = "ftp://127.0.0.1/";
   const Outcome out = h.client->Send(request);
   EXPECT_FALSE(out.ok);
-  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(out.attempts, 0);
   EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_EQ(out.validation.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(out.error.find("only http:// and https:// are supported"), std::string::npos) << out.error;
+}
+
+// Requests that no attempt could send: refused before the first attempt,
+// and not parked (a replay would fail the same way).
+TEST(ClientTest, RequestsThatCanNeverBeSentAreNeitherSentNorParked) {
+  Harness h;
+  struct Case {
+    Request request;
+    std::string named;  // what the error must name
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string named, auto change) {
+    Request request = Post(h.server);
+    change(request);
+    cases.push_back({std::move(request), std::move(named)});
+  };
+  add("ftp://x", [](Request& r) { r.url = "ftp://x"; });
+  add("space", [&](Request& r) { r.url = h.server.Url("/a b"); });
+  add("key header", [](Request& r) { r.key_header = ""; });
+  add("Bad Name", [](Request& r) { r.headers.emplace_back("Bad Name", "v"); });
+  add("X-Evil", [](Request& r) { r.headers.emplace_back("X-Evil", "a\r\nX-Injected: 1"); });
+  add("X-Evil", [](Request& r) { r.headers.emplace_back("X-Evil", "a\nb"); });
+  add("key", [](Request& r) { r.key = "caf\xc3\xa9"; });
+  add("key", [](Request& r) { r.key = "bad\nkey"; });
+  add("PO ST", [](Request& r) { r.method = "PO ST"; });
+  for (const Case& c : cases) {
+    const Outcome out = h.client->Send(c.request);
+    EXPECT_FALSE(out.ok) << c.named;
+    EXPECT_EQ(out.attempts, 0) << c.named;
+    EXPECT_FALSE(out.dead_letter_id.has_value()) << c.named << ": " << out.error;
+    EXPECT_NE(out.error.find(c.named), std::string::npos) << c.named << ": " << out.error;
+    EXPECT_EQ(out.validation.code(), StatusCode::kInvalidArgument) << c.named;
+    EXPECT_EQ(out.validation.message(), out.error) << c.named;
+    // The same verdict from ValidateRequest alone, before any Send.
+    EXPECT_EQ(ValidateRequest(c.request), out.validation) << c.named;
+  }
+  const auto entries = h.dlq->List();
+  ASSERT_TRUE(entries.ok());
+  EXPECT_TRUE(entries->empty());
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_TRUE(h.server.requests().empty());
+}
+
+TEST(ClientTest, ValidateRequestAcceptsWhatCanBeSent) {
+  ScriptedServer server;
+  EXPECT_TRUE(ValidateRequest(Post(server)).ok());
+  Request request = Post(server, "");  // no key: no key header needed either
+  request.key_header = "";
+  EXPECT_TRUE(ValidateRequest(request).ok());
+  request.url = "https://example.com/x?y=%20z";  // no TLS file is read
+  EXPECT_TRUE(ValidateRequest(request).ok());
+  // Anything past the first attempt is not its to judge: a valid request
+  // with an sf-string key the default gateway rules would refuse still passes.
+  request.key = R"(a"b\c)";
+  request.key_header = "X-Idem";
+  EXPECT_TRUE(ValidateRequest(request).ok());
+  EXPECT_TRUE(server.requests().empty());
 }
 
 TEST(ClientTest, WithoutADlqNothingIsParked) {
@@ -697,6 +775,27 @@ TEST(ClientReplayTest, UnknownOrDiscardedEntries) {
   EXPECT_EQ(discarded.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(discarded.status().message().find("discarded"), std::string::npos);
   EXPECT_EQ(h.server.requests().size(), 1u);
+}
+
+// An entry parked before Send checked requests: refused without sending,
+// and left pending, unchanged, for `discard`.
+TEST(ClientReplayTest, AnEntryThatCanNeverBeSentIsPutBackUntouched) {
+  Harness h;
+  Request request = Post(h.server);
+  request.url = "http://h/a b";
+  const auto id = h.dlq->Park(request, "bad URL", 1, 0);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto replay = h.client->Replay(*id);
+  ASSERT_FALSE(replay.ok());
+  EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(replay.status().message().find("space"), std::string::npos) << replay.status().message();
+  const auto entry = h.dlq->Get(*id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->status, EntryStatus::kPending);
+  EXPECT_EQ(entry->attempts, 1);
+  EXPECT_EQ(entry->error, "bad URL");
+  EXPECT_TRUE(h.server.requests().empty());
+  EXPECT_TRUE(h.dlq->Discard(*id).ok());
 }
 
 TEST(ClientReplayTest, WithoutADlq) {

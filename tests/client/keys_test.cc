@@ -7,6 +7,7 @@
 #include <regex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace idemgate::client {
 namespace {
@@ -117,6 +118,43 @@ TEST(KeysTest, DerivedKeyCarriesArbitraryBytes) {
   const std::string key = DerivedKey(binary, "s", "e", "o", "v");
   EXPECT_TRUE(std::regex_match(key, kUuid)) << key;
   EXPECT_NE(key, DerivedKey("a", "s", "e", "o", "v"));
+}
+
+// ValidateKey: the gateway's rules for a raw key (core::ValidateRawKey with
+// the default rules), explained, naming the key.
+TEST(KeysTest, ValidateKeyAcceptsWhatTheGatewayAccepts) {
+  for (const std::string& key : std::vector<std::string>{"order-42", "a", "A.b_c~d-9", "-t-", std::string(255, 'x')}) {
+    EXPECT_TRUE(ValidateKey(key).ok()) << key << ": " << ValidateKey(key).ToString();
+  }
+  EXPECT_TRUE(ValidateKey(NewKeyV4()).ok());
+  EXPECT_TRUE(ValidateKey(NewKeyV7()).ok());
+  EXPECT_TRUE(ValidateKey(DerivedKey("billing", "user:alice", "invoice-9", "pay", "v1")).ok());
+}
+
+TEST(KeysTest, ValidateKeyRefusesWhatTheGatewayRefusesAndSaysWhy) {
+  struct Case {
+    std::string key;
+    std::vector<std::string> said;  // parts of the message
+  };
+  const std::vector<Case> cases = {
+      {"", {"empty"}},
+      {std::string(256, 'x'), {"256 characters", "at most 255", "\"xxxx", "..."}},
+      {"order:42", {"\"order:42\"", "colon"}},
+      {"order 42", {"\"order 42\"", "[A-Za-z0-9._~-]", "\" \" at offset 5"}},
+      {"a/b", {"\"/\" at offset 1"}},
+      {"caf\xc3\xa9", {"\"caf\\xc3\\xa9\"", "\"\\xc3\" at offset 3"}},
+      {"bad\nkey", {"\"bad\\x0akey\"", "offset 3"}},
+      {"t-abc", {"\"t-abc\"", "\"t-\"", "reserved"}},
+  };
+  for (const Case& c : cases) {
+    const Status status = ValidateKey(c.key);
+    ASSERT_FALSE(status.ok()) << c.key;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.key;
+    for (const std::string& part : c.said) {
+      EXPECT_NE(status.message().find(part), std::string::npos)
+          << c.key << ": " << status.message() << " lacks " << part;
+    }
+  }
 }
 
 }  // namespace

@@ -51,6 +51,15 @@ class IdemctlTest : public GatewaySuite {
     return run;
   }
 
+  // The DLQ as `dlq list --json` shows it, without the newline ("[]" when nothing was parked).
+  std::string DlqJson() {
+    const CliRun listed = Idemctl({"dlq", "list", "--json"});
+    EXPECT_EQ(listed.code, 0) << listed.err;
+    std::string out = listed.out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+
   std::string Url(const std::string& path) { return "http://" + gateway_->endpoint().ToString() + path; }
   std::string AdminUrl() { return "http://" + gateway_->admin().ToString(); }
 };
@@ -133,13 +142,15 @@ TEST_F(IdemctlTest, AdminCommandsReadAndPurgeKeys) {
   ASSERT_EQ(Idemctl({"send", "-k", "k-admin", "-d", "{}", Url("/echo/pay")}).code, 0);
   const std::string stored = "t-_:_:_:api:k-admin";
   const std::vector<std::pair<std::string, std::string>> token = {{"IDEMGATE_ADMIN_TOKEN", "s3cret"}};
-  // The gateway has an admin token: key calls need it.
-  EXPECT_EQ(Idemctl({"keys", "get", stored, "--admin", AdminUrl()}).code, 1);
+  const std::vector<std::pair<std::string, std::string>> no_token = {{"IDEMGATE_ADMIN_TOKEN", ""}};
+  // The gateway has an admin token: key calls need it (without one, idemctl
+  // does not even ask).
+  EXPECT_EQ(Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, no_token).code, 2);
   const CliRun got = Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, token);
   ASSERT_EQ(got.code, 0) << got.err;
   EXPECT_NE(got.out.find("completed"), std::string::npos) << got.out;
 
-  EXPECT_EQ(Idemctl({"keys", "purge", stored, "--admin", AdminUrl()}).code, 1);
+  EXPECT_EQ(Idemctl({"keys", "purge", stored, "--admin", AdminUrl()}, no_token).code, 2);
   const CliRun purged =
       Idemctl({"keys", "purge", stored, "--admin", AdminUrl(), "--token-env", "MY_TOKEN"}, {{"MY_TOKEN", "s3cret"}});
   EXPECT_EQ(purged.code, 0) << purged.out << purged.err;
@@ -201,6 +212,99 @@ TEST_F(IdemctlTest, SendsOverHttpsTrustingTheGivenCa) {
   const CliRun help = Idemctl({"--help"});
   EXPECT_NE(help.out.find("--cacert FILE"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--client-cert FILE"), std::string::npos) << help.out;
+}
+
+TEST_F(IdemctlTest, AnEmptyOrInvalidKeyIsAUsageErrorNotANewKey) {
+  StartGateway(Yaml());
+  // An empty -k (an unset shell variable) must not become a random key: run
+  // twice, that would execute the backend twice.
+  for (int run = 0; run < 2; ++run) {
+    const CliRun empty = Idemctl({"send", "-k", "", "-d", "{}", Url("/echo/pay")});
+    EXPECT_EQ(empty.code, 2) << empty.err;
+    EXPECT_NE(empty.err.find("-k"), std::string::npos) << empty.err;
+    EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
+  }
+  const CliRun empty_derive = Idemctl({"send", "--derive", "", "-d", "{}", Url("/echo/pay")});
+  EXPECT_EQ(empty_derive.code, 2) << empty_derive.err;
+  // Keys the gateway would refuse (SPEC §3) are refused before anything is
+  // sent or parked, naming the key and the rule.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"t-abc", "reserved"},
+      {"order:42", "colon"},
+      {"order 42", "[A-Za-z0-9._~-]"},
+      {"caf\xc3\xa9", "[A-Za-z0-9._~-]"},
+      {std::string(256, 'a'), "255"},
+  };
+  for (const auto& [key, why] : refused) {
+    const CliRun bad = Idemctl({"send", "-k", key, "-d", "{}", Url("/echo/pay")});
+    EXPECT_EQ(bad.code, 2) << key << ": " << bad.err;
+    EXPECT_NE(bad.err.find(why), std::string::npos) << key << ": " << bad.err;
+    EXPECT_NE(bad.err.find(key.substr(0, 3)), std::string::npos) << key << ": " << bad.err;
+  }
+  // The longest key the gateway takes goes through.
+  const CliRun longest = Idemctl({"send", "-k", std::string(255, 'a'), "-d", "{}", Url("/echo/pay")});
+  EXPECT_EQ(longest.code, 0) << longest.err;
+  EXPECT_EQ(Executions(), 1u);
+  EXPECT_EQ(DlqJson(), "[]");
+}
+
+TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
+  // A port that refuses connections: anything that were sent would be
+  // retried and parked (exit 1), not refused at once (exit 2).
+  auto port = RefusedPort::Make();
+  ASSERT_TRUE(port.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(port->port()) + "/echo/pay";
+  struct Case {
+    std::vector<std::string> args;
+    std::string named;  // what the message must name
+  };
+  const std::vector<Case> cases = {
+      {{"ftp://x"}, "ftp://x"},
+      {{"http://h/a b"}, "space"},
+      {{"--key-header", "", url}, "--key-header"},
+      {{"-H", "Bad Name: v", url}, "Bad Name"},
+      {{"-H", "X-Evil: a\r\nX-Injected: 1", url}, "X-Evil"},
+      {{"-H", "X-Evil: a\nb", url}, "X-Evil"},
+      {{"-k", "k\xff", url}, "-k"},
+      {{"-X", "PO ST", url}, "PO ST"},
+      {{"-X", "", url}, "-X"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"send", "-d", "{}", "--attempts", "2", "--base-delay", "1ms"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliRun run = Idemctl(args);
+    EXPECT_EQ(run.code, 2) << c.named << ": " << run.err;
+    EXPECT_NE(run.err.find(c.named), std::string::npos) << c.named << ": " << run.err;
+    EXPECT_EQ(run.err.find("parked"), std::string::npos) << c.named << ": " << run.err;
+    EXPECT_EQ(run.err.find("leftover"), std::string::npos) << c.named << ": " << run.err;
+  }
+  EXPECT_EQ(DlqJson(), "[]");
+}
+
+TEST_F(IdemctlTest, KeyCommandsWithoutTheTokenSaySoAndSendNothing) {
+  StartGateway(Yaml(), {{"TEST_ADMIN_TOKEN", "s3cret"}});
+  const std::string stored = "t-_:_:_:api:k-none";
+  const CliRun unset = Idemctl({"--token-env", "IDEMCTL_TEST_UNSET_VAR", "keys", "get", stored, "--admin", AdminUrl()});
+  EXPECT_EQ(unset.code, 2) << unset.err;
+  EXPECT_NE(unset.err.find("IDEMCTL_TEST_UNSET_VAR"), std::string::npos) << unset.err;
+  EXPECT_NE(unset.err.find("unset"), std::string::npos) << unset.err;
+  EXPECT_EQ(unset.out, "");
+  const CliRun empty =
+      Idemctl({"keys", "purge", stored, "--admin", AdminUrl(), "--token-env", "MY_TOKEN"}, {{"MY_TOKEN", ""}});
+  EXPECT_EQ(empty.code, 2) << empty.err;
+  EXPECT_NE(empty.err.find("MY_TOKEN"), std::string::npos) << empty.err;
+  EXPECT_NE(empty.err.find("empty"), std::string::npos) << empty.err;
+  const CliRun by_default = Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, {{"IDEMGATE_ADMIN_TOKEN", ""}});
+  EXPECT_EQ(by_default.code, 2) << by_default.err;
+  EXPECT_NE(by_default.err.find("IDEMGATE_ADMIN_TOKEN"), std::string::npos) << by_default.err;
+  // A token that is set but wrong is the gateway's to refuse: exit 1.
+  const CliRun wrong = Idemctl({"keys", "get", stored, "--admin", AdminUrl()}, {{"IDEMGATE_ADMIN_TOKEN", "nope"}});
+  EXPECT_EQ(wrong.code, 1) << wrong.err;
+  EXPECT_NE(wrong.out.find("unauthenticated"), std::string::npos) << wrong.out;
+  // stats needs no token.
+  const CliRun stats =
+      Idemctl({"stats", "--admin", AdminUrl(), "--token-env", "IDEMCTL_TEST_UNSET_VAR"});
+  EXPECT_EQ(stats.code, 0) << stats.err;
 }
 
 TEST_F(IdemctlTest, KeysAndUsage) {
