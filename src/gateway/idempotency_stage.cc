@@ -361,9 +361,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       fr.strip_response_headers = rules.strip_response_headers;
       fr.add_response_headers.push_back({std::string(core::kOperationIdHeader), reservation.operation_id});
       fr.capture_max_body_bytes = rules.max_response_bytes;
-      // The exchange ends inside the lease (with a tenth of it, at most a
-      // second, left to store the outcome), so the key cannot be taken over
-      // while this request still runs.
+      // The response's relay ends inside the lease (with a tenth of it, at
+      // most a second, left to store the outcome), so the key cannot be
+      // taken over while a slow client is still reading the original.
       fr.finish_by = std::chrono::steady_clock::now() + rules.lease -
                      std::min<Duration>(rules.lease / 10, std::chrono::seconds(1));
       decision.observer =

@@ -29,7 +29,10 @@ std::string ForwardedKey(const std::string& key) { return "\"t-_:_:_:api:" + key
 
 struct GatewaySetup {
   std::string data_path;
-  std::string lease = "1s";
+  // The lease must last at least the upstream timeout (check-config refuses
+  // less): the sentinel (4 s) fits in both.
+  std::string lease = "5s";
+  std::string upstream_timeout = "5s";
   std::string shutdown_grace = "10s";
   std::string listen = "127.0.0.1:0";
 };
@@ -44,7 +47,7 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
     << "log: { level: info, format: json }\n"
     << "upstreams:\n"
     << "  fake: { url: http://" << fake.ToString()
-    << ", timeout: 20s, connect_timeout: 2s, max_connections: 256 }\n"
+    << ", timeout: " << s.upstream_timeout << ", connect_timeout: 2s, max_connections: 256 }\n"
     << "routes:\n"
     << "  - id: api\n"
     << "    match: { path_prefix: / }\n"
@@ -333,7 +336,7 @@ TEST_F(DurabilityTest, KillNineLosesNoReceivedResponseAndStrandsNoKey) {
 
   Start("restarted");
   ExpectReceivedResponsesReplay(out);
-  // Reservations cut by the kill stay until their 1s lease ends (409 until
+  // Reservations cut by the kill stay until their 5 s lease ends (409 until
   // then), then a retry takes them over.
   ExpectUnansweredKeysAreFree(out, Sent{kSentinelKey, kSentinelTarget, R"({"sentinel":true})"},
                               /*must_run_at_once=*/false);
