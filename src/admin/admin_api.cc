@@ -160,11 +160,32 @@ std::optional<json::object> ParseScope(std::string_view key) {
     if (!subject.empty() || i > 2) subject += ':';
     subject.append(parts[i]);
   }
+  // The tenant and project as the caller had them: the stored key escapes
+  // '%' and ':' in them (core/scope.cc).
+  const auto unescape = [](std::string_view component) {
+    std::string out;
+    for (std::size_t i = 0; i < component.size(); ++i) {
+      if (component.substr(i, 3) == "%3A") {
+        out += ':';
+        i += 2;
+      } else if (component.substr(i, 3) == "%25") {
+        out += '%';
+        i += 2;
+      } else {
+        out += component[i];
+      }
+    }
+    return out;
+  };
   json::object o;
-  o["tenant"] = SanitizeUtf8(parts[0]);
-  o["project"] = SanitizeUtf8(parts[1]);
+  o["tenant"] = SanitizeUtf8(unescape(parts[0]));
+  o["project"] = SanitizeUtf8(unescape(parts[1]));
   o["subject"] = SanitizeUtf8(subject);
-  o["route"] = SanitizeUtf8(parts[parts.size() - 2]);
+  // A webhook route's keys are kept per endpoint: "{route}/{endpoint}".
+  const std::string_view route = parts[parts.size() - 2];
+  const std::size_t slash = route.find('/');
+  o["route"] = SanitizeUtf8(route.substr(0, slash));
+  if (slash != std::string_view::npos) o["webhook_endpoint"] = SanitizeUtf8(route.substr(slash + 1));
   o["raw_key"] = SanitizeUtf8(parts.back());
   return o;
 }
@@ -182,31 +203,6 @@ AdminResponse StoreFailure(const Status& status) {
 
 }  // namespace
 
-StatusOr<std::string> PercentDecode(std::string_view text) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    const bool complete = i + 2 < text.size();
-    const int hi = complete ? hex(text[i + 1]) : -1;
-    const int lo = complete ? hex(text[i + 2]) : -1;
-    if (hi < 0 || lo < 0) {
-      return InvalidArgumentError("malformed percent-encoding at offset " + std::to_string(i));
-    }
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
-}
 
 std::string FormatRfc3339(UnixMillis millis) {
   std::time_t seconds = static_cast<std::time_t>(millis / 1000);

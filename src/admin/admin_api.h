@@ -10,6 +10,7 @@
 #include "admin/gateway_metrics.h"
 #include "admin/stats.h"
 #include "common/clock.h"
+#include "common/request_path.h"
 #include "common/status.h"
 #include "core/record.h"
 #include "core/store.h"
@@ -83,11 +84,8 @@ class AdminApi {
   std::atomic<bool> draining_{false};
 };
 
-// Helpers, exposed for tests and for idemctl-side formatting.
-
-// Decodes %XX escapes (either case); every other byte is kept as is ('+'
-// stays '+'). InvalidArgument on a '%' not followed by two hex digits.
-StatusOr<std::string> PercentDecode(std::string_view text);
+// Helpers, exposed for tests and for idemctl-side formatting (PercentDecode
+// is in common/request_path.h).
 
 // "2023-11-14T22:13:20.000Z": UTC, millisecond precision.
 std::string FormatRfc3339(UnixMillis millis);

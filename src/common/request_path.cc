@@ -84,4 +84,30 @@ void NormalizePath(std::string_view path, bool merge_slashes, std::string& out) 
   }
 }
 
+StatusOr<std::string> PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const bool complete = i + 2 < text.size();
+    const int hi = complete ? hex(text[i + 1]) : -1;
+    const int lo = complete ? hex(text[i + 2]) : -1;
+    if (hi < 0 || lo < 0) {
+      return InvalidArgumentError("malformed percent-encoding at offset " + std::to_string(i));
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 }  // namespace idemgate

@@ -3,6 +3,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 // Request path normalisation, applied before routing so that spellings of
 // one path that an upstream treats alike cannot reach it through another
 // route (and so around a webhook route's signature check, a required key or
@@ -20,5 +22,9 @@ namespace idemgate {
 bool PathNeedsNormalizing(std::string_view path, bool merge_slashes);
 // Appends the normalised `path` to `out`.
 void NormalizePath(std::string_view path, bool merge_slashes, std::string& out);
+
+// Decodes %XX escapes (either case); every other byte is kept as is ('+'
+// stays '+'). InvalidArgument on a '%' not followed by two hex digits.
+StatusOr<std::string> PercentDecode(std::string_view text);
 
 }  // namespace idemgate

@@ -13,6 +13,7 @@
 #include "core/fingerprint.h"
 #include "core/key.h"
 #include "core/scope.h"
+#include "common/request_path.h"
 #include "gateway/route_table.h"
 #include "http/problem.h"
 
@@ -48,15 +49,18 @@ bool MarkedTerminal(const std::vector<http::Header>& stripped, std::string_view 
   return false;
 }
 
-std::string_view KeyErrorDetail(core::KeyError error) {
+std::string KeyErrorDetail(core::KeyError error, const core::KeyRules& rules) {
   switch (error) {
     case core::KeyError::kDuplicate: return "the key header appears more than once";
     case core::KeyError::kList: return "the key header holds a list; send exactly one key";
     case core::KeyError::kParameters: return "the key header carries parameters; send the key alone";
     case core::KeyError::kEmpty: return "the key is empty";
     case core::KeyError::kBadString: return "the key is not a valid structured-field string";
-    case core::KeyError::kBadCharset: return "the key holds a character outside [A-Za-z0-9._~-]";
-    case core::KeyError::kTooLong: return "the key is longer than allowed";
+    case core::KeyError::kBadCharset:
+      return rules.extra_charset.empty() ? "the key holds a character outside [A-Za-z0-9._~-]"
+                                         : "the key holds a character outside [A-Za-z0-9._~-] and this route's key.charset";
+    case core::KeyError::kTooLong:
+      return "the key is longer than " + std::to_string(rules.max_length) + " characters";
     case core::KeyError::kReservedPrefix: return "keys starting with \"t-\" are reserved";
     case core::KeyError::kColon: return "the key contains a colon";
     case core::KeyError::kNone:
@@ -286,7 +290,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
     core::ParsedKey parsed = core::ParseIdempotencyKey(lines, rules.key);
     if (!parsed.ok()) {
       if (metrics != nullptr) metrics->KeyInvalid(scope, core::KeyErrorReason(parsed.error));
-      co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error), "invalid_key");
+      co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error, rules.key), "invalid_key");
     }
     raw = std::move(parsed.key);
     ctx.log.idempotency_source = "header";
@@ -413,10 +417,18 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
 Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::string_view key) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   ctx.log.outcome = "recovery";
-  core::ParsedKey parsed = core::ParseIdempotencyKey({key}, rules.key);
+  // The segment is percent-decoded: a key whose route widens the charset
+  // may hold characters a path must escape ('=' as %3D, '/' as %2F).
+  StatusOr<std::string> decoded = PercentDecode(key);
+  if (!decoded.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->KeyInvalid(ScopeOf(ctx), "bad_string");
+    co_return Refuse(ctx, http::ProblemCode::kInvalidKey, "the key in the path is not validly percent-encoded",
+                     "invalid_key");
+  }
+  core::ParsedKey parsed = core::ParseIdempotencyKey({std::string_view(*decoded)}, rules.key);
   if (!parsed.ok()) {
     if (options_.metrics != nullptr) options_.metrics->KeyInvalid(ScopeOf(ctx), core::KeyErrorReason(parsed.error));
-    co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error), "invalid_key");
+    co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error, rules.key), "invalid_key");
   }
   Duration wait{0};
   if (auto text = QueryParam(ctx.head->query, "wait")) {

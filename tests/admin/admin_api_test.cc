@@ -472,6 +472,20 @@ TEST(RecordToJson, SanitizesBytesThatAreNotUtf8) {
   record.response.headers = {{"X-Raw", "caf\xe9"}};
   const json::object o = RecordToJson("t-a:b:c:r:k", record);
   EXPECT_EQ(o.at("response").at("headers").at(0).at("value"), "caf\xEF\xBF\xBD");
+}
+
+TEST(RecordToJson, ScopeShowsTheCallersComponents) {
+  const core::Record record = CompletedRecord();
+  // Escaped components are shown as the caller had them, and a webhook
+  // route's endpoint apart from the route.
+  const json::object escaped = RecordToJson("t-a%253Ab:p%3A1:service:webhook-ingest:hooks/acme-live:stripe-evt_1", record);
+  EXPECT_EQ(escaped.at("scope").at("tenant"), "a%3Ab");
+  EXPECT_EQ(escaped.at("scope").at("project"), "p:1");
+  EXPECT_EQ(escaped.at("scope").at("subject"), "service:webhook-ingest");
+  EXPECT_EQ(escaped.at("scope").at("route"), "hooks");
+  EXPECT_EQ(escaped.at("scope").at("webhook_endpoint"), "acme-live");
+  EXPECT_EQ(escaped.at("scope").at("raw_key"), "stripe-evt_1");
+  EXPECT_FALSE(RecordToJson("t-_:_:_:api:k", record).at("scope").as_object().contains("webhook_endpoint"));
   // A key that is not in the scoped form has no "scope".
   EXPECT_FALSE(RecordToJson("plain", record).contains("scope"));
 }

@@ -505,6 +505,28 @@ TEST_F(IdempotencyTest, UnreachableUpstreamReleasesTheKey) {
             kRetries);
 }
 
+// A route that widens the key charset: such a key is written percent-encoded
+// in a recovery path, and a refused one is told what the route allows.
+TEST_F(IdempotencyTest, RecoveryDecodesTheKeyInThePath) {
+  Start({.idempotency = "{ policy: required, key: { charset: \"=/\", max_length: 20 } }",
+         .route_extra = "    recovery: true\n"});
+  const HttpResponse original = Send(KeyedPost("/echo/pay", "a=b/c"));
+  ASSERT_EQ(original.status, 200) << original.body;
+  const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/a%3Db%2Fc"});
+  EXPECT_EQ(recovered.status, 200) << recovered.body;
+  EXPECT_EQ(recovered.body, original.body);
+  EXPECT_EQ(recovered.Header("Idempotent-Replayed"), "true");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/a%3D"}), 404, "not-found");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/a%3"}), 400, "invalid-key");
+  const HttpResponse plus = Send(KeyedPost("/echo/pay", "a+b"));
+  ExpectProblem(plus, 400, "invalid-key");
+  EXPECT_NE(plus.body.find("this route's key.charset"), std::string::npos) << plus.body;
+  const HttpResponse longer = Send(KeyedPost("/echo/pay", std::string(21, 'k')));
+  ExpectProblem(longer, 400, "invalid-key");
+  EXPECT_NE(longer.body.find("longer than 20 characters"), std::string::npos) << longer.body;
+  EXPECT_EQ(Executions(), 1u);
+}
+
 TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   Start({.idempotency = "{ policy: required, in_flight: reject }", .route_extra = "    recovery: true\n"});
   const HttpResponse original = Send(KeyedPost("/echo/pay", "k-rec", R"({"a":1})"));
