@@ -498,8 +498,12 @@ class Validator {
       }
       // There is no lease renewal: a reservation whose lease ends before
       // the upstream must answer can be taken over by a retry while the
-      // original still runs, and the write runs twice.
-      if (idem.lease && config_.upstreams.contains(r.upstream)) {
+      // original still runs, and the write runs twice. Only routes that
+      // reserve keys hold leases.
+      const bool reserves = idem.dedup == DedupMode::kGateway &&
+                            (idem.policy == Policy::kRequired || idem.policy == Policy::kOptional ||
+                             idem.policy == Policy::kWebhook);
+      if (reserves && idem.lease && config_.upstreams.contains(r.upstream)) {
         const Upstream& u = config_.upstreams.at(r.upstream);
         Check(*idem.lease >= u.timeout, path + ".idempotency.lease",
               "lease " + FormatDuration(*idem.lease) + " of route " + Quote(r.id) +

@@ -176,6 +176,18 @@ TEST(ValidateTest, LeaseMustLastAsLongAsTheUpstreamTimeout) {
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
   c.routes[0].idempotency.lease.reset();  // the default: timeout + 5s
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  // Routes that reserve no key hold no lease: a shorter one (say from
+  // defaults) is not refused there.
+  c.routes[0].idempotency.lease = 1s;
+  for (const Policy policy : {Policy::kPassthrough, Policy::kProhibited}) {
+    c.routes[0].idempotency.policy = policy;
+    EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  }
+  c.routes[0].idempotency.policy = Policy::kRequired;
+  c.routes[0].idempotency.dedup = DedupMode::kUpstream;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.routes[0].idempotency.dedup = DedupMode::kGateway;
+  EXPECT_FALSE(Validate(c).ok());
 }
 
 TEST(ResolveTest, ScopeFollowsIdentityWhenUnset) {
