@@ -296,21 +296,28 @@ TEST_F(ServerTest, BodyIsBufferedUpToTheLimit) {
   EXPECT_EQ(res->status, 413);
 }
 
+// Sends POST `path` with an 8-byte body one byte every 150 ms (1.2 s in
+// all), then reads the answer until the server closes.
+std::string SendBodyTrickling(const HostPort& endpoint, const std::string& path) {
+  auto conn = RawConnection::Connect(endpoint);
+  EXPECT_TRUE(conn.ok());
+  if (!conn.ok()) return {};
+  EXPECT_TRUE(conn->Write("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n").ok());
+  for (const char* byte : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
+    std::this_thread::sleep_for(150ms);
+    EXPECT_TRUE(conn->Write(byte).ok());
+  }
+  return conn->ReadUntilClosed(10s);
+}
+
 // limits.idle_timeout bounds the time without a byte of the body, not the
-// whole body: a client sending one byte every 150 ms under a 400 ms idle
+// whole body: a client sending one byte every 150 ms under a 700 ms idle
 // timeout (1.2 s in all) is read to the end.
 TEST_F(ServerTest, BodyTricklingInSteadilyIsNotCutByTheIdleTimeout) {
   http::Limits limits;
-  limits.idle_timeout = 400ms;
+  limits.idle_timeout = 700ms;
   Start(limits);
-  auto conn = RawConnection::Connect(endpoint_);
-  ASSERT_TRUE(conn.ok());
-  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n").ok());
-  for (const char* byte : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
-    std::this_thread::sleep_for(150ms);
-    ASSERT_TRUE(conn->Write(byte).ok());
-  }
-  const std::string raw = conn->ReadUntilClosed(10s);
+  const std::string raw = SendBodyTrickling(endpoint_, "/body");
   auto res = testing::ParseResponse(raw);
   ASSERT_TRUE(res.ok()) << raw;
   EXPECT_EQ(res->status, 200) << res->body;
@@ -346,16 +353,9 @@ TEST(ServerProxyBodyTest, StreamedBodyTricklingInSteadilyIsForwarded) {
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
   http::ServerOptions server_options = Harness::DefaultServerOptions();
-  server_options.limits.idle_timeout = 400ms;
+  server_options.limits.idle_timeout = 700ms;
   Harness h(options, server_options);
-  auto conn = RawConnection::Connect(h.endpoint());
-  ASSERT_TRUE(conn.ok());
-  ASSERT_TRUE(conn->Write("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\nConnection: close\r\n\r\n").ok());
-  for (const char* byte : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
-    std::this_thread::sleep_for(150ms);
-    ASSERT_TRUE(conn->Write(byte).ok());
-  }
-  const std::string raw = conn->ReadUntilClosed(10s);
+  const std::string raw = SendBodyTrickling(h.endpoint(), "/echo");
   auto res = testing::ParseResponse(raw);
   ASSERT_TRUE(res.ok()) << raw;
   EXPECT_EQ(res->status, 200) << res->body;
