@@ -366,6 +366,10 @@ int Run(const Args& args) {
           reloaded->admin.tls.configured != config.admin.tls.configured) {
         LogWarn("listen, tls or admin.tls on or off, admin.listen and workers changes need a restart");
       }
+      if (!(reloaded->store == config.store)) {
+        LogWarn("store changes (kind, path, sync, max_bytes, on_error, redis) need a restart; the running store "
+                "and its settings are kept");
+      }
       LogInfo("config reloaded", {{"config", args.config}});
       continue;
     }

@@ -56,6 +56,7 @@ struct Redis {
   bool cluster = false;
   std::string password_env;
   Duration timeout = 200ms;
+  friend bool operator==(const Redis&, const Redis&) = default;
 };
 
 struct Store {
@@ -65,6 +66,7 @@ struct Store {
   std::uint64_t max_bytes = 256 * kMiB;  // memory store bound
   OnError on_error = OnError::kFailClosed;
   Redis redis;
+  friend bool operator==(const Store&, const Store&) = default;
 };
 
 struct TrustedHeaders {

@@ -3,6 +3,13 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -50,6 +57,24 @@ Duration NextWake(SteadyClock::time_point deadline, const Record& holder, UnixMi
   const auto left = std::chrono::duration_cast<Duration>(deadline - SteadyClock::now());
   const Duration lease_left(std::max<UnixMillis>(holder.lease_expires_ms - now, 1));
   return std::max(Duration(1), std::min(left, lease_left));
+}
+
+// A reserve reported as failed may still land later (Store::FailedWritesMayLand:
+// a paused Redis runs the timed-out script when it resumes). The request was
+// refused (503) or forwarded without deduplication (fail_open), so such a
+// late reservation would only hold the key, for nothing, until its lease
+// ends. Its owner token is this request's alone: releasing under it a few
+// times over the lease deletes it if it landed and touches nothing else.
+Task<void> ReleaseIfItLands(Store& store, std::string key, std::string owner, SteadyClock::time_point lease_end) {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  for (Duration delay = std::chrono::milliseconds(250);; delay *= 4) {
+    const auto at = SteadyClock::now() + delay;
+    if (at >= lease_end) co_return;
+    timer.expires_at(at);
+    const auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    if (ec) co_return;
+    (void)co_await store.Release(key, owner);
+  }
 }
 
 BeginResult StoreError(Status status) {
@@ -151,7 +176,14 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
     reservation.created_ms = now;
     reservation.lease_expires_ms = now + request.lease.count();
     StatusOr<ReserveResult> reserved = co_await store_.Reserve(request.key, std::move(reservation), now);
-    if (!reserved.ok()) co_return StoreError(reserved.status());
+    if (!reserved.ok()) {
+      if (store_.FailedWritesMayLand()) {
+        boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
+                              ReleaseIfItLands(store_, request.key, owner, SteadyClock::now() + request.lease),
+                              boost::asio::detached);
+      }
+      co_return StoreError(reserved.status());
+    }
 
     if (reserved->outcome != ReserveOutcome::kExists) {
       BeginResult r;

@@ -93,6 +93,13 @@ class Store {
 
   virtual StoreStats Stats() const = 0;
 
+  // True when a write reported as failed may still take effect later: a
+  // command that timed out on a stalled network store can reach it and run
+  // after the caller gave up. The engine then cleans up after a failed
+  // Reserve (Engine::Begin). Stores that fail writes only before applying
+  // them keep the default.
+  virtual bool FailedWritesMayLand() const { return false; }
+
   // Worker threads (the gateway's I/O threads) announce themselves: Attach on
   // the thread, before it first runs `io`; Detach on the same thread after
   // it stopped running `io` for good, while `io` still exists. A store may

@@ -59,6 +59,66 @@ class EngineTest : public ::testing::Test {
   boost::asio::io_context ctx_;
 };
 
+// A store whose Reserve reports a failure after the reservation was written
+// (a stalled Redis runs a timed-out script once it resumes).
+class LateLandingStore final : public Store {
+ public:
+  LateLandingStore(store::memory::MemoryStore& inner, bool may_land) : inner_(inner), may_land_(may_land) {}
+  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
+    (void)co_await inner_.Reserve(std::move(key), std::move(reservation), now);
+    co_return UnavailableError("timed out");
+  }
+  Task<Status> Complete(std::string key, std::string owner, Record completed) override {
+    co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
+  }
+  Task<Status> Release(std::string key, std::string owner) override {
+    ++releases;
+    co_return co_await inner_.Release(std::move(key), std::move(owner));
+  }
+  Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
+    co_return co_await inner_.Get(std::move(key), now);
+  }
+  Task<StatusOr<bool>> Purge(std::string key) override { co_return co_await inner_.Purge(std::move(key)); }
+  Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
+    co_return co_await inner_.WatchKey(std::move(key));
+  }
+  Task<Status> Ping() override { co_return Status::Ok(); }
+  StoreStats Stats() const override { return inner_.Stats(); }
+  bool FailedWritesMayLand() const override { return may_land_; }
+
+  int releases = 0;
+
+ private:
+  store::memory::MemoryStore& inner_;
+  bool may_land_;
+};
+
+// A reserve that failed but landed would hold the key, for nothing, until
+// its lease ends: on a store whose failed writes may land, the engine
+// releases it under the request's own owner token. RunTask runs the
+// cleanup to its end (at most the 2 s lease).
+TEST(EngineOrphanTest, AFailedReserveThatLandsIsReleased) {
+  for (const bool may_land : {true, false}) {
+    SCOPED_TRACE(may_land);
+    FakeClock clock;
+    store::memory::MemoryStore memory{64 << 20, clock};
+    LateLandingStore store(memory, may_land);
+    Engine engine{store, clock};
+    boost::asio::io_context ctx;
+    KeyedRequest r;
+    r.key = kKey;
+    r.fingerprint = kFp;
+    r.lease = 2s;
+    r.wait_timeout = 1s;
+    const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+    EXPECT_EQ(begun.outcome, BeginOutcome::kStoreError);
+    auto held = memory.GetNow(kKey, clock.NowMillis());
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(held->has_value(), !may_land);
+    EXPECT_EQ(store.releases > 0, may_land);
+  }
+}
+
 TEST_F(EngineTest, FirstRequestProceeds) {
   const BeginResult r = Begin(Request());
   ASSERT_EQ(r.outcome, BeginOutcome::kProceed) << r.status.ToString();

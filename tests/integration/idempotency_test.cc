@@ -4,6 +4,8 @@
 // (`api`, every path) carries the `idempotency` settings under test.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <random>
 #include <sstream>
@@ -464,6 +466,23 @@ TEST_F(IdempotencyTest, FingerprintHeadersAndJsonFields) {
   c.headers.back().value = "acct-2";
   ExpectProblem(Send(c), 422, "key-reused");
   EXPECT_EQ(Executions(), 1u);
+}
+
+// The store is built once at start: a reload that changes it keeps the
+// running store and settings, and says so.
+TEST_F(IdempotencyTest, AReloadThatChangesTheStoreKeepsTheRunningOneAndWarns) {
+  Start({.store = "{ kind: memory, max_bytes: 64B }"});
+  ExpectProblem(Send(KeyedPost("/echo", "k-reload")), 503, "store-unavailable");
+  ASSERT_TRUE(WriteConfig(dir_,
+                          ConfigYaml(fake_endpoint_, {.store = "{ kind: memory, max_bytes: 64B, on_error: fail_open }"}),
+                          "idemgate.yaml")
+                  .ok());
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  ASSERT_TRUE(PollUntil([&] { return gateway_->Stdout().find("config reloaded") != std::string::npos; }, 10s));
+  EXPECT_NE(gateway_->Stdout().find("store changes (kind, path, sync, max_bytes, on_error, redis) need a restart"),
+            std::string::npos);
+  ExpectProblem(Send(KeyedPost("/echo", "k-reload")), 503, "store-unavailable");
+  EXPECT_EQ(Executions(), 0u);
 }
 
 TEST_F(IdempotencyTest, FullMemoryStoreFailsClosedOrOpen) {

@@ -91,6 +91,8 @@ class RedisStore final : public core::Store {
   // masters. Both cover the whole database, not only this store's keys, and
   // are refreshed in the background at most every 5 s (0 until the first).
   core::StoreStats Stats() const override;
+  // A command that timed out may still run when the server resumes.
+  bool FailedWritesMayLand() const override { return true; }
   void AttachWorker(boost::asio::io_context& io) override;
   void DetachWorker(boost::asio::io_context& io) override;
   // Workers attached now (for tests).
