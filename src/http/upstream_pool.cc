@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 #include <cerrno>
 
+#include "common/log.h"
 #include "common/tls_peer.h"
 #include "http/internal/tls_io.h"
 #include "http/internal/upstream_impl.h"
@@ -113,8 +114,13 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   connection->deadline.Disarm();
   if (!why.empty()) {
     result.timed_out = result.timed_out || fired;
-    result.error = "cannot connect to upstream " + target.name + " (" + target.host + ":" +
-                   std::to_string(target.port) + "): " + why;
+    // The client is told the upstream's name and the reason; its address,
+    // the network's inside, goes to the log only.
+    LogWarn("cannot connect to upstream",
+            {{"upstream", target.name},
+             {"address", target.host + ":" + std::to_string(target.port)},
+             {"error", why}});
+    result.error = "cannot connect to upstream " + target.name + ": " + why;
     connection.reset();
     --open;
     WakeOne();

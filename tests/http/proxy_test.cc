@@ -548,6 +548,9 @@ TEST(InProcessProxyTest, ConnectRefusedIs502) {
   auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/x", .body = "b"});
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   ExpectProblem(*res, 502, "upstream-unavailable");
+  // The client learns the upstream's name and why, not its address.
+  EXPECT_NE(res->body.find("cannot connect to upstream test"), std::string::npos) << res->body;
+  EXPECT_EQ(res->body.find("127.0.0.1"), std::string::npos) << res->body;
   ASSERT_TRUE(h.handler().WaitForResults(1));
   const auto observers = h.handler().observers();
   ASSERT_EQ(observers.size(), 1u);
