@@ -212,6 +212,7 @@ struct TestUpstream::Impl {
         boost::system::error_code ignored;
         s.shutdown(tcp::socket::shutdown_both, ignored);
         s.close(ignored);
+        u.closed_after_answer_.fetch_add(1);
         co_return;
       } else if (target.starts_with("/vanish")) {
         // Takes the request and goes away without a byte of answer, as an

@@ -50,6 +50,8 @@ class TestUpstream {
   std::uint16_t port() const { return port_; }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  // Connections /close has closed after its answer.
+  int closed_after_answer() const { return closed_after_answer_.load(); }
   // Body bytes /sink has received so far (while the request is running).
   std::uint64_t sink_bytes() const { return sink_bytes_.load(); }
   // The last request to /echo.
@@ -62,6 +64,7 @@ class TestUpstream {
   std::unique_ptr<Impl> impl_;
   std::uint16_t port_ = 0;
   std::atomic<int> connections_{0};
+  std::atomic<int> closed_after_answer_{0};
   std::atomic<int> requests_{0};
   std::atomic<std::uint64_t> sink_bytes_{0};
   std::atomic<bool> gate_{false};
