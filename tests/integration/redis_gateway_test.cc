@@ -563,6 +563,42 @@ TEST_F(RedisGatewayTest, KilledOwnersReservationIsTakenOverByTheOtherGatewayAfte
   std::cout << "[ figures ] takeover: " << conflicts << " x 409 before the lease ended\n";
 }
 
+// Redis out of memory refuses a completion (the 600 KB response does not fit
+// under maxmemory; the small reservation did). The upstream ran, so the key
+// is not released; the gateway tries the completion again while the lease
+// lasts, and once Redis takes writes again the retry is a replay, not a 409
+// followed by a takeover that runs the request again.
+TEST_F(RedisGatewayTest, ACompletionRedisRefusedIsStoredOnceRedisTakesWritesAgain) {
+  GatewayProcess* g = StartGateway(Standalone("{ policy: required, in_flight: reject }"), "gw");
+  ASSERT_TRUE(g != nullptr);
+  const auto info = redis_.Run({"INFO", "memory"});
+  const std::size_t at = info.str.find("used_memory:");
+  ASSERT_NE(at, std::string::npos) << info.str;
+  const long long used = std::stoll(info.str.substr(at + 12));
+  ASSERT_EQ(redis_.Run({"CONFIG", "SET", "maxmemory-policy", "noeviction"}).type, ::idemgate::store::redis::Reply::Type::kStatus);
+  ASSERT_EQ(redis_.Run({"CONFIG", "SET", "maxmemory", std::to_string(used + 300000)}).type, ::idemgate::store::redis::Reply::Type::kStatus);
+  const HttpRequest req = KeyedPost("/large?bytes=600000", "k-oom");
+  const HttpResponse first = Send(*g, req);
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.size(), 600000u);
+  ASSERT_EQ(redis_.Run({"CONFIG", "SET", "maxmemory", "0"}).type, ::idemgate::store::redis::Reply::Type::kStatus);
+  EXPECT_EQ(Metric(*g, Series("idempotency_store_errors_total", R"(op="complete")")), 1.0);
+  std::optional<HttpResponse> replay;
+  const bool answered = PollUntil(
+      [&] {
+        const HttpResponse r = Send(*g, req);
+        if (r.status == 409) return false;
+        replay = r;
+        return true;
+      },
+      10s, 100ms);
+  ASSERT_TRUE(answered) << "still 409: the completion was not tried again";
+  EXPECT_TRUE(Replayed(*replay)) << replay->status << " " << replay->body.substr(0, 200);
+  EXPECT_EQ(replay->body, first.body);
+  EXPECT_EQ(Executions(), 1u);
+  EXPECT_NE(g->Stdout().find("response stored on a later attempt"), std::string::npos);
+}
+
 // An owner that stalls past its lease (a paused process, a long GC pause on
 // its host) loses the key to a retry on another gateway, and when it wakes
 // its outcome never overwrites the new owner's record: the completion is a
