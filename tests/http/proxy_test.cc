@@ -690,19 +690,19 @@ TEST(InProcessProxyTest, UpstreamDyingMidResponseCutsTheClientConnection) {
 
 // A client that reads a large response slowly holds the upstream back (the
 // proxy reads it only as fast as the client takes it): that time is not the
-// upstream's, so the upstream timeout (300 ms here) does not cut a response
-// whose client paused for a second.
+// upstream's, so the upstream timeout (1 s here) does not cut a response
+// whose client paused for two and a half.
 TEST(InProcessProxyTest, ASlowClientDoesNotSpendTheUpstreamTimeout) {
   TestUpstream upstream;
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
-  options.target.timeout = 300ms;
+  options.target.timeout = 1s;
   options.capture = true;
   Harness h(options);
   constexpr std::size_t kBytes = 48 * 1024 * 1024;  // far beyond the socket buffers in between
   RawConnection conn = *RawConnection::Connect(h.endpoint());
   ASSERT_TRUE(conn.Write("GET /large?n=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(2500ms);
   const std::string raw = ReadUntil(conn, [](const std::string& got) { return got.ends_with("\r\n0\r\n\r\n"); }, 60s);
   EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
   ASSERT_TRUE(h.handler().WaitForResults(1));
