@@ -160,22 +160,12 @@ std::optional<json::object> ParseScope(std::string_view key) {
     if (!subject.empty() || i > 2) subject += ':';
     subject.append(parts[i]);
   }
-  // The tenant and project as the caller had them: the stored key escapes
-  // '%' and ':' in them (core/scope.cc).
+  // The tenant and project as the caller had them: the stored key writes
+  // '%' and ':' in them as %25 and %3A (core/scope.cc), so decoding is
+  // exact; a component that does not decode is shown as it is.
   const auto unescape = [](std::string_view component) {
-    std::string out;
-    for (std::size_t i = 0; i < component.size(); ++i) {
-      if (component.substr(i, 3) == "%3A") {
-        out += ':';
-        i += 2;
-      } else if (component.substr(i, 3) == "%25") {
-        out += '%';
-        i += 2;
-      } else {
-        out += component[i];
-      }
-    }
-    return out;
+    StatusOr<std::string> decoded = PercentDecode(component);
+    return decoded.ok() ? std::move(*decoded) : std::string(component);
   };
   json::object o;
   o["tenant"] = SanitizeUtf8(unescape(parts[0]));

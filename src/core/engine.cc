@@ -1,5 +1,7 @@
 #include "core/engine.h"
 
+#include "common/log.h"
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <memory>
 #include <random>
 
@@ -59,22 +62,30 @@ Duration NextWake(SteadyClock::time_point deadline, const Record& holder, UnixMi
   return std::max(Duration(1), std::min(left, lease_left));
 }
 
+// The background retries below (on stores whose failed writes may land):
+// waits `*delay`, then multiplies it by `factor`, unless the wait would end
+// at or after `until` on `clock`. False when it would, or when the wait was
+// cancelled (the worker stops).
+Task<bool> WaitForNextAttempt(boost::asio::steady_timer& timer, Duration* delay, int factor, UnixMillis until,
+                              const Clock& clock) {
+  if (clock.NowMillis() + delay->count() >= until) co_return false;
+  timer.expires_after(*delay);
+  *delay *= factor;
+  const auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+  co_return !ec;
+}
+
 // A reserve reported as failed may still land later (Store::FailedWritesMayLand:
 // a paused Redis runs the timed-out script when it resumes). The request was
 // refused (503) or forwarded without deduplication (fail_open), so such a
 // late reservation would only hold the key, for nothing, until its lease
 // ends. Its owner token is this request's alone: releasing under it a few
 // times over the lease deletes it if it landed and touches nothing else.
-Task<void> ReleaseIfItLands(Store& store, std::string key, std::string owner, SteadyClock::time_point lease_end) {
+Task<void> ReleaseIfItLands(Store& store, const Clock& clock, std::string key, std::string owner,
+                            UnixMillis lease_end) {
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
-  for (Duration delay = std::chrono::milliseconds(250);; delay *= 4) {
-    const auto at = SteadyClock::now() + delay;
-    if (at >= lease_end) co_return;
-    timer.expires_at(at);
-    const auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
-    if (ec) co_return;
-    (void)co_await store.Release(key, owner);
-  }
+  Duration delay = std::chrono::milliseconds(250);
+  while (co_await WaitForNextAttempt(timer, &delay, 4, lease_end, clock)) (void)co_await store.Release(key, owner);
 }
 
 BeginResult StoreError(Status status) {
@@ -179,7 +190,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
     if (!reserved.ok()) {
       if (store_.FailedWritesMayLand()) {
         boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
-                              ReleaseIfItLands(store_, request.key, owner, SteadyClock::now() + request.lease),
+                              ReleaseIfItLands(store_, clock_, request.key, owner, now + request.lease.count()),
                               boost::asio::detached);
       }
       co_return StoreError(reserved.status());
@@ -189,7 +200,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
       BeginResult r;
       r.outcome = BeginOutcome::kProceed;
       r.reservation = Reservation{std::move(request.key), std::move(owner), std::move(request.fingerprint),
-                                  std::move(operation_id), now};
+                                  std::move(operation_id), now, now + request.lease.count()};
       r.taken_over = reserved->outcome == ReserveOutcome::kTakenOver;
       r.waited = waited;
       if (r.taken_over) r.record = std::move(reserved->existing);
@@ -245,6 +256,38 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
 
 Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response,
                               Duration retention) {
+  // Kept only where it may be needed: it costs an allocation per header.
+  std::optional<StoredResponse> kept;
+  if (store_.FailedWritesMayLand()) kept = response;
+  Status stored = co_await CompleteOnce(reservation, std::move(response), retention);
+  if (!stored.ok() && stored.code() != StatusCode::kFailedPrecondition && kept) {
+    boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
+                          CompleteLater(reservation, std::move(*kept), retention), boost::asio::detached);
+  }
+  co_return stored;
+}
+
+// A completion the store refused (a Redis out of memory or paused a moment).
+// Until it lands, the key stays reserved and retries are told 409; once it
+// lands they are replays, instead of a takeover running the request again
+// after the lease. Half a second of the lease is left for the last attempt.
+Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse response, Duration retention) {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  Duration delay = std::chrono::milliseconds(100);
+  while (co_await WaitForNextAttempt(timer, &delay, 2, reservation.lease_expires_ms - 500, clock_)) {
+    const Status stored = co_await CompleteOnce(reservation, response, retention);
+    if (stored.ok()) {
+      LogInfo("response stored on a later attempt",
+              {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+      co_return;
+    }
+    if (stored.code() == StatusCode::kFailedPrecondition) co_return;  // taken over meanwhile
+  }
+  LogError("response not stored: the store kept failing; the key stays reserved until its lease ends",
+           {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+}
+
+Task<Status> Engine::CompleteOnce(const Reservation& reservation, StoredResponse response, Duration retention) {
   const UnixMillis now = clock_.NowMillis();
   Record completed;
   completed.state = RecordState::kCompleted;
@@ -267,7 +310,7 @@ Task<Status> Engine::Complete(std::string key, std::string owner, StoredResponse
     co_return FailedPreconditionError("engine: reservation not held by this owner");
   }
   Reservation reservation{std::move(key), std::move(owner), held->fingerprint,
-                          held->operation_id, held->created_ms};
+                          held->operation_id, held->created_ms, held->lease_expires_ms};
   co_return co_await Complete(reservation, std::move(response), retention);
 }
 

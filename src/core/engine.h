@@ -30,6 +30,7 @@ struct Reservation {
   std::string fingerprint;
   std::string operation_id;  // the X-Operation-Id of this operation
   UnixMillis created_ms = 0;
+  UnixMillis lease_expires_ms = 0;  // when another request may take the key over
 };
 
 enum class BeginOutcome {
@@ -92,7 +93,10 @@ class Engine {
   // Stores `response` as the final outcome of `reservation`, kept for
   // `retention` (0: until purged). FailedPrecondition when the reservation
   // was lost (released, purged or taken over): the record is then untouched.
-  // Wakes waiters.
+  // Wakes waiters. On another failure of a store whose faults may pass
+  // (Store::FailedWritesMayLand), the completion is tried again in the
+  // background while the lease lasts (the failure is still returned); a
+  // copy of `response` is kept for it on such stores only.
   Task<Status> Complete(const Reservation& reservation, StoredResponse response,
                         Duration retention);
   // The same, for a caller that kept only the key and owner token (one more
@@ -119,6 +123,12 @@ class Engine {
   static std::string NewOperationId(UnixMillis now);
 
  private:
+  // One attempt of Complete.
+  Task<Status> CompleteOnce(const Reservation& reservation, StoredResponse response, Duration retention);
+  // Complete tried again at growing delays until it lands, the key is lost,
+  // or the lease is nearly over.
+  Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention);
+
   Store& store_;
   const Clock& clock_;
 };

@@ -1,12 +1,5 @@
 #include "gateway/idempotency_stage.h"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -99,34 +92,6 @@ ReleaseReason ReasonForTransport(const http::ForwardResult& result) {
   return ReleaseReason::kResponseError;
 }
 
-// A completion the store refused, tried again in the background while the
-// lease lasts, on a store whose faults may pass (Store::FailedWritesMayLand:
-// a Redis that was out of memory or paused a moment). Until it lands, the
-// key stays reserved and retries are told 409; once it lands they are
-// replays, instead of a takeover running the request again after the lease.
-// Holds only copies: the request that started it is gone.
-Task<void> CompleteLater(core::Engine& engine, core::Reservation reservation, core::StoredResponse response,
-                         Duration retention, Duration lease) {
-  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
-  // Half a second of the lease is left for the last attempt to land.
-  const UnixMillis give_up = reservation.created_ms + lease.count() - 500;
-  for (Duration delay = std::chrono::milliseconds(100);; delay *= 2) {
-    if (engine.clock().NowMillis() + delay.count() >= give_up) break;
-    timer.expires_after(delay);
-    const auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
-    if (ec) co_return;
-    const Status stored = co_await engine.Complete(reservation, response, retention);
-    if (stored.ok()) {
-      LogInfo("response stored on a later attempt",
-              {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
-      co_return;
-    }
-    if (stored.code() == StatusCode::kFailedPrecondition) co_return;  // taken over meanwhile
-  }
-  LogError("response not stored: the store kept failing; the key stays reserved until its lease ends",
-           {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
-}
-
 // Holds the reservation of a request that went upstream and settles it
 // exactly once: stores the response when it is final, else releases the key
 // so that a retry runs again (SPEC §4.3).
@@ -146,10 +111,6 @@ class Settlement final : public http::ForwardObserver {
       co_await Release(c.reason);
       co_return;
     }
-    // On a store whose faults may pass, a copy is kept to try again with
-    // (only there: it costs an allocation per header on every request).
-    std::optional<core::StoredResponse> kept;
-    if (engine_.store().FailedWritesMayLand()) kept = captured.response;
     // The proxy has already framed what the client gets; the captured copy is ours.
     const Status stored = co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention);
     if (stored.ok()) {
@@ -168,12 +129,9 @@ class Settlement final : public http::ForwardObserver {
     // told 409 request-in-flight meanwhile, the same as after a crash; on a
     // store whose faults may pass, the completion is tried again meanwhile.
     if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kComplete);
-    if (kept) {
+    if (engine_.store().FailedWritesMayLand()) {  // the engine tries again (Engine::Complete)
       LogWarn("response not stored: the store failed; trying again while the lease lasts",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}, {"error", stored.message()}});
-      boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
-                            CompleteLater(engine_, reservation_, std::move(*kept), rules_.retention, rules_.lease),
-                            boost::asio::detached);
       co_return;
     }
     LogError("response not stored: the store failed; the key stays reserved until its lease ends",
