@@ -54,10 +54,8 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
 bool NameEqualsDashOrUnderscore(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i] == '_' ? '-' : a[i];
-    char y = b[i] == '_' ? '-' : b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    const char x = a[i] == '_' ? '-' : LowerAscii(a[i]);
+    const char y = b[i] == '_' ? '-' : LowerAscii(b[i]);
     if (x != y) return false;
   }
   return true;
