@@ -58,7 +58,7 @@ struct ForwardResult {
   int upstream_status = 0;  // the upstream's final status (0: none was read)
   bool response_started = false;  // response bytes reached the client socket
   bool captured = false;    // ForwardObserver::OnResponse was called
-  std::chrono::microseconds upstream_duration{0};  // from acquiring a connection to the end
+  std::chrono::microseconds upstream_duration{0};  // from acquiring a connection until the upstream was done with
   std::uint64_t request_body_bytes = 0;
   std::uint64_t response_body_bytes = 0;
   bool retried = false;     // a stale pooled connection failed and the request was re-sent once
@@ -121,15 +121,24 @@ struct ForwardRequest {
   void (*on_complete)(void* arg) = nullptr;
   void* on_complete_arg = nullptr;
   // Once the response's status line is in, the relay of its body ends by
-  // then at the latest: the wait for each piece of the body is cut there,
-  // as by the upstream timeout. The idempotency step sets it inside the
-  // key's lease, so that a response relayed slowly to a slow client cannot
-  // outlive the reservation and let a retry take the key over while the
-  // original is still running (cut after its status line, the outcome is
-  // stored). The wait for the status line is bounded by the upstream
-  // timeout alone: cutting it would not stop the upstream. Default: only the
-  // upstream timeout bounds the body.
+  // then at the latest, until the upstream's response is whole: the wait
+  // for each piece of the body is cut there, as by the upstream timeout,
+  // and so is a wait for the client (the client is then cut, and the rest of
+  // the upstream's response still read for the observer). The idempotency
+  // step sets it inside the key's lease, so that a response relayed slowly
+  // to a slow client cannot outlive the reservation and let a retry take
+  // the key over while the original is still running (cut after its status
+  // line, the outcome is stored). The wait for the status line is bounded by
+  // the upstream timeout alone: cutting it would not stop the upstream.
+  // Default: only the upstream timeout and the idle timeout bound the body.
   std::chrono::steady_clock::time_point finish_by = std::chrono::steady_clock::time_point::max();
+  // How far the relay may read the upstream's response ahead of a client
+  // that reads slower than the upstream sends (the bytes wait in memory),
+  // so that the upstream connection is free and, with an observer, the
+  // response recorded at the upstream's pace. With an observer the
+  // capture limit counts too (the larger applies): a response that fits it
+  // is recorded whole however slow the client. Plain-text clients only.
+  std::uint64_t read_ahead_bytes = 256 * 1024;
 };
 
 // Why reading the request body stopped.

@@ -269,6 +269,53 @@ void AddPiece(IoVec& iov, PieceFrame& frame, const char* data, std::size_t n, bo
   if (last) iov.Add(kLastChunk);
 }
 
+// Response bytes owed to a client that reads slower than the upstream
+// sends, framed for the wire, oldest first.
+class Backlog {
+ public:
+  bool empty() const { return sent_ == bytes_.size(); }
+  std::size_t size() const { return bytes_.size() - sent_; }
+  std::string_view pending() const { return std::string_view(bytes_).substr(sent_); }
+  // Queues what is left of `iov`.
+  void Append(const IoVec& iov) {
+    if (sent_ > 0 && sent_ >= bytes_.size() / 2) {  // amortised: each byte moves at most once
+      bytes_.erase(0, sent_);
+      sent_ = 0;
+    }
+    for (const asio::const_buffer& b : iov.buffers()) bytes_.append(static_cast<const char*>(b.data()), b.size());
+  }
+  void Consume(std::size_t n) {
+    sent_ += n;
+    if (sent_ == bytes_.size()) Clear();
+  }
+  void Clear() {
+    bytes_.clear();
+    sent_ = 0;
+  }
+  void Release(std::size_t keep) {
+    Clear();
+    if (bytes_.capacity() > keep) std::string().swap(bytes_);
+  }
+
+ private:
+  std::string bytes_;
+  std::size_t sent_ = 0;
+};
+
+// Sends what the socket takes now from the front of `backlog`. Returns a
+// hard error; a full socket is not one.
+error_code TrySendBacklog(tcp::socket& socket, Backlog& backlog) {
+  const std::size_t before = backlog.size();
+  IoVec iov;
+  iov.Add(backlog.pending());
+  error_code ec;
+  TrySend(socket, iov, ec);
+  std::size_t left = 0;
+  for (const asio::const_buffer& b : iov.buffers()) left += b.size();
+  backlog.Consume(before - left);
+  return ec;
+}
+
 // The per-exchange state of Forward that is not needed across requests,
 // kept out of its coroutine frame (so the frame stays small enough for the
 // allocators' fast paths) and recycled per worker thread.
@@ -278,10 +325,13 @@ struct ProxyScratch {
   std::string tls_out;  // what one send to a TLS upstream carries, joined
   std::optional<ResponseParser> response;
   CapturedResponse captured;
+  // What a slow client is owed; see the relay in Forward.
+  Backlog backlog;
 
   void Reset() {
     response.reset();
     captured = {};
+    backlog.Release(kKeepBytes);
     if (request_head.capacity() > kKeepBytes) std::string().swap(request_head);
     if (response_head.capacity() > kKeepBytes) std::string().swap(response_head);
     if (tls_out.capacity() > kKeepBytes) std::string().swap(tls_out);
@@ -367,6 +417,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     }
   };
   std::unique_ptr<UpstreamConnection> conn;
+  SteadyClock::time_point upstream_ended{};
 
   do {
     // The request body: buffered by ReadBody, or its first block read now, so
@@ -596,6 +647,41 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     bool client_gone = false;
     bool upstream_failed = false;
     bool upstream_timed_out = false;
+    // Read-ahead (ForwardRequest::read_ahead_bytes): when the client's
+    // socket is full, the relay keeps reading the upstream and queues what
+    // the client is owed in s.backlog instead of waiting for the client. A
+    // response that fits is then read whole at the upstream's pace: a keyed
+    // one is recorded (its lease no longer matters) and the upstream
+    // connection goes back to the pool before the slow client has it all.
+    // Plain-text clients only: a TLS write cannot be tried without waiting.
+    Backlog& backlog = s.backlog;
+    const std::uint64_t read_ahead =
+        c_.tls ? 0 : std::max(fr.read_ahead_bytes, observer != nullptr ? fr.capture_max_body_bytes : 0);
+    // A wait for the client before the upstream's response is whole (so
+    // before a keyed one is recorded) ends by finish_by too: a relay paced
+    // by a stalled client must not outlive the key's lease, or a retry
+    // could take the key over and run the request again while this one is
+    // still going out. The client is then cut, and the upstream's response
+    // still read to the end for the observer.
+    auto client_deadline = [&](bool response_whole) {
+      const SteadyClock::time_point idle = SteadyClock::now() + limits_.idle_timeout;
+      c_.deadline.ExpireAt(response_whole ? idle : std::min(idle, fr.finish_by));
+    };
+    auto send_backlog = [&](bool response_whole) -> Task<error_code> {
+      // Waits for the client slice by slice; idle_timeout bounds each wait.
+      error_code send_ec;
+      while (!backlog.empty() && !send_ec) {
+        IoVec iov;
+        const std::size_t slice = std::min<std::size_t>(backlog.size(), kBodyReadSize);
+        iov.Add(backlog.pending().substr(0, slice));
+        client_deadline(response_whole);
+        send_ec = co_await SendAll(c_.socket, c_.deadline, iov);
+        if (c_.deadline.fired()) send_ec = asio::error::timed_out;
+        c_.deadline.Disarm();
+        if (!send_ec) backlog.Consume(slice);
+      }
+      co_return send_ec;
+    };
     for (;;) {
       std::size_t n = 0;
       if (!up.is_done()) {
@@ -641,12 +727,22 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (!head_sent) iov.Add(s.response_head);
         if (!bodiless) AddPiece(iov, frame, block.data(), n, chunked_back, done);
         error_code send_ec;
-        if (!iov.empty()) {
-          c_.deadline.ExpireAfter(limits_.idle_timeout);
+        if (!backlog.empty()) {
+          // The client is behind: queue this piece after what it is owed,
+          // and give it what its socket takes now.
+          backlog.Append(iov);
+          send_ec = TrySendBacklog(c_.socket, backlog);
+          // Past the read-ahead the relay waits for the client again; the
+          // rest of a response that is whole waits until the upstream
+          // connection is back in the pool (after the loop).
+          if (!send_ec && !done && backlog.size() > read_ahead) send_ec = co_await send_backlog(false);
+        } else if (!iov.empty()) {
           if (c_.tls) {
+            client_deadline(done);
             send_ec = co_await TlsSendAll(*c_.tls, iov, c_.tls_out);
           } else if (!TrySend(c_.socket, iov, send_ec)) {
-            send_ec = co_await SendAll(c_.socket, c_.deadline, iov);
+            backlog.Append(iov);
+            if (!done && backlog.size() > read_ahead) send_ec = co_await send_backlog(false);
           }
           if (c_.deadline.fired()) send_ec = asio::error::timed_out;
           c_.deadline.Disarm();
@@ -661,6 +757,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (send_ec) {
           client_gone = true;
           c_.must_close = true;
+          backlog.Clear();
           if (observer == nullptr) break;  // nobody needs the rest
         }
       }
@@ -705,11 +802,17 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     // After a client left without an observer the loop stopped early and the
     // parser is not done, so the connection is not reused.
     p.Release(std::move(conn), upstream_keep_alive && !upstream_to_eof && up.is_done());
+    upstream_ended = SteadyClock::now();  // the client may still be owed a backlog
+    if (!backlog.empty() && co_await send_backlog(true)) {
+      client_gone = true;
+      c_.must_close = true;
+    }
     result.outcome = client_gone ? ForwardOutcome::kClientGone : ForwardOutcome::kCompleted;
     if (client_close) c_.must_close = true;
   } while (false);
 
-  result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started);
+  if (upstream_ended == SteadyClock::time_point{}) upstream_ended = SteadyClock::now();
+  result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(upstream_ended - started);
   if (problem) {
     // Let the observer settle first: a client that retries the moment it
     // has the error must find the key released.

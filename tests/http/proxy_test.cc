@@ -712,8 +712,9 @@ TEST(InProcessProxyTest, ASlowClientDoesNotSpendTheUpstreamTimeout) {
 }
 
 // ForwardRequest::finish_by (a keyed request's lease) bounds the exchange
-// however the time is spent: the slow client's response is cut there, and
-// the observer still learns the status (the request ran).
+// however the time is spent: a response past the read-ahead (the capture
+// limit) waits for the slow client, which is cut there, and the observer
+// still learns the status (the request ran).
 TEST(InProcessProxyTest, FinishByCutsAnExchangeThatWouldOutliveIt) {
   TestUpstream upstream;
   HandlerOptions options;
@@ -735,7 +736,60 @@ TEST(InProcessProxyTest, FinishByCutsAnExchangeThatWouldOutliveIt) {
   EXPECT_EQ(observers[0].captured->response.status, 200);
   EXPECT_TRUE(observers[0].captured->response.body_omitted);
   ASSERT_TRUE(observers[0].finished.has_value());
-  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kTimedOut);
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kClientGone);
+}
+
+// A response that fits the capture is read ahead of a slow client: the
+// relay keeps reading the upstream while the client's socket is full, so the
+// observer records the whole response at the upstream's pace, and the client
+// that paused past finish_by (the lease) still gets all of it afterwards.
+TEST(InProcessProxyTest, AResponseThatFitsTheCaptureIsReadAheadOfASlowClient) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  constexpr std::size_t kBytes = 24 * 1024 * 1024;  // beyond the socket buffers in between
+  options.capture_cap = 32 * 1024 * 1024;
+  options.base.finish_by = std::chrono::steady_clock::now() + 700ms;
+  Harness h(options);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /large?n=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(1500ms);
+  const std::string raw = ReadUntil(conn, [](const std::string& got) { return got.ends_with("\r\n0\r\n\r\n"); }, 60s);
+  EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
+  EXPECT_FALSE(conn.closed());
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_FALSE(observers[0].captured->response.body_omitted);
+  EXPECT_EQ(observers[0].captured->response.body.size(), kBytes);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kCompleted);
+  EXPECT_EQ(observers[0].finished->response_body_bytes, kBytes);
+}
+
+// Without an observer the read-ahead (ForwardRequest::read_ahead_bytes)
+// frees the upstream connection from a client that does not read: the only
+// connection of the pool serves the next request instead of leaving it 502.
+TEST(InProcessProxyTest, ReadAheadHandsTheUpstreamConnectionBackBeforeASlowClientReads) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.max_connections = 1;
+  options.target.connect_timeout = 300ms;
+  constexpr std::size_t kBytes = 24 * 1024 * 1024;
+  options.base.read_ahead_bytes = 32 * 1024 * 1024;
+  Harness h(options);
+  RawConnection holder = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(holder.Write("GET /large?n=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(500ms);
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo/x", .body = "b"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(upstream.connections(), 1);
+  const std::string raw = ReadUntil(holder, [](const std::string& got) { return got.ends_with("\r\n0\r\n\r\n"); }, 60s);
+  EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
 }
 
 // The upstream's last bytes and its FIN usually arrive together: the

@@ -409,6 +409,69 @@ TEST_F(IdempotencyTest, ACompletionTheStoreRefusesKeepsTheKeyReserved) {
             1.0);
 }
 
+// A client that reads a keyed response slower than the lease allows: the
+// gateway reads the response ahead of it (it fits max_response_bytes), so
+// the outcome is stored whole at the upstream's pace and the client still
+// gets every byte after pausing past the lease. The retry replays the whole
+// body; the upstream ran once.
+TEST_F(IdempotencyTest, ASlowClientPastTheLeaseStillGetsAndStoresTheWholeResponse) {
+  Start({.idempotency = "{ policy: required, lease: 2s, max_response_bytes: 32MiB }", .upstream_timeout = "1s"});
+  constexpr std::size_t kBytes = 24 * 1024 * 1024;  // beyond the socket buffers in between
+  const std::string target = "/large?bytes=" + std::to_string(kBytes);
+  RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
+  ASSERT_TRUE(conn.Write("POST " + target +
+                         " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"k-slow-reader\"\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+                  .ok());
+  std::this_thread::sleep_for(3s);
+  std::string raw;
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  auto body_bytes = [&] {
+    const std::size_t end = raw.find("\r\n\r\n");
+    return end == std::string::npos ? 0 : raw.size() - end - 4;
+  };
+  while (body_bytes() < kBytes && !conn.closed() && std::chrono::steady_clock::now() < give_up) {
+    auto piece = conn.ReadSome(1s);
+    if (piece.ok()) raw += *piece;
+  }
+  ASSERT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw.substr(0, 300);
+  EXPECT_EQ(body_bytes(), kBytes);
+  const HttpResponse retry = Send(KeyedPost(target, "k-slow-reader"));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_FALSE(retry.HasHeader("Idempotency-Replay"));
+  EXPECT_EQ(retry.body.size(), kBytes);
+  EXPECT_EQ(retry.body, raw.substr(raw.find("\r\n\r\n") + 4));
+  EXPECT_EQ(Executions(), 1u);
+}
+
+// A keyed response too large to record whole (past max_response_bytes),
+// relayed to a client that stops reading: the relay must not outlive the
+// lease, or a retry after the lease would take the key over and run the
+// request a second time while the original is still going out. The client
+// is cut at the lease's margin and the outcome is stored without its body.
+TEST_F(IdempotencyTest, ARelayToAStalledClientDoesNotOutliveTheLease) {
+  Start({.idempotency = "{ policy: required, lease: 2s, max_response_bytes: 1MiB }", .upstream_timeout = "1s"});
+  constexpr std::size_t kBytes = 48 * 1024 * 1024;  // far beyond the socket buffers in between
+  const std::string target = "/large?bytes=" + std::to_string(kBytes);
+  RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
+  ASSERT_TRUE(conn.Write("POST " + target +
+                         " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"k-stalled-reader\"\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+                  .ok());
+  std::this_thread::sleep_for(2500ms);  // past the lease
+  const HttpResponse retry = Send(KeyedPost(target, "k-stalled-reader"));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.Header("Idempotency-Replay"), "omitted");
+  EXPECT_EQ(Executions(), 1u);
+  // The stalled client's response was cut, never completed.
+  const std::string raw = conn.ReadUntilClosed(30s);
+  EXPECT_TRUE(conn.closed());
+  EXPECT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw.substr(0, 200);
+  EXPECT_LT(raw.size(), kBytes);
+}
+
 TEST_F(IdempotencyTest, RetentionExpiryMakesTheKeyNew) {
   Start({.idempotency = "{ policy: required, retention: 1s }"});
   EXPECT_EQ(Send(KeyedPost("/echo", "k-ret")).status, 200);
