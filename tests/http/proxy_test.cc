@@ -748,13 +748,13 @@ TEST(InProcessProxyTest, AResponseThatFitsTheCaptureIsReadAheadOfASlowClient) {
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
   options.capture = true;
-  constexpr std::size_t kBytes = 24 * 1024 * 1024;  // beyond the socket buffers in between
+  constexpr std::size_t kBytes = 16 * 1024 * 1024;  // beyond the socket buffers in between (about 4 MiB here)
   options.capture_cap = 32 * 1024 * 1024;
-  options.base.finish_by = std::chrono::steady_clock::now() + 700ms;
+  options.base.finish_by = std::chrono::steady_clock::now() + 1500ms;
   Harness h(options);
   RawConnection conn = *RawConnection::Connect(h.endpoint());
   ASSERT_TRUE(conn.Write("GET /large?n=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
-  std::this_thread::sleep_for(1500ms);
+  std::this_thread::sleep_for(2500ms);
   const std::string raw = ReadUntil(conn, [](const std::string& got) { return got.ends_with("\r\n0\r\n\r\n"); }, 60s);
   EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
   EXPECT_FALSE(conn.closed());
@@ -778,7 +778,7 @@ TEST(InProcessProxyTest, ReadAheadHandsTheUpstreamConnectionBackBeforeASlowClien
   options.target = TargetFor(upstream.port());
   options.target.max_connections = 1;
   options.target.connect_timeout = 300ms;
-  constexpr std::size_t kBytes = 24 * 1024 * 1024;
+  constexpr std::size_t kBytes = 16 * 1024 * 1024;
   options.base.read_ahead_bytes = 32 * 1024 * 1024;
   Harness h(options);
   RawConnection holder = *RawConnection::Connect(h.endpoint());

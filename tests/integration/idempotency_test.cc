@@ -415,15 +415,15 @@ TEST_F(IdempotencyTest, ACompletionTheStoreRefusesKeepsTheKeyReserved) {
 // gets every byte after pausing past the lease. The retry replays the whole
 // body; the upstream ran once.
 TEST_F(IdempotencyTest, ASlowClientPastTheLeaseStillGetsAndStoresTheWholeResponse) {
-  Start({.idempotency = "{ policy: required, lease: 2s, max_response_bytes: 32MiB }", .upstream_timeout = "1s"});
-  constexpr std::size_t kBytes = 24 * 1024 * 1024;  // beyond the socket buffers in between
+  Start({.idempotency = "{ policy: required, lease: 4s, max_response_bytes: 32MiB }", .upstream_timeout = "2s"});
+  constexpr std::size_t kBytes = 12 * 1024 * 1024;  // beyond the socket buffers in between (about 4 MiB here)
   const std::string target = "/large?bytes=" + std::to_string(kBytes);
   RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
   ASSERT_TRUE(conn.Write("POST " + target +
                          " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"k-slow-reader\"\r\n"
                          "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
                   .ok());
-  std::this_thread::sleep_for(3s);
+  std::this_thread::sleep_for(5s);  // past the lease
   std::string raw;
   const auto give_up = std::chrono::steady_clock::now() + 60s;
   auto body_bytes = [&] {
