@@ -355,6 +355,7 @@ AdminResponse AdminApi::Stats() const {
     json::object store;
     store["keys"] = s.keys;
     store["bytes"] = s.bytes;
+    store["bodies_dropped"] = s.bodies_dropped;
     body["store"] = std::move(store);
   }
   return Json(200, body);

@@ -300,6 +300,7 @@ void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> sourc
   if (!source) {
     registry_.SetCallbackGauge(names::kStoreKeys, "", nullptr);
     registry_.SetCallbackGauge(names::kStoreBytes, "", nullptr);
+    registry_.SetCallbackCounter(names::kStoreBodiesDropped, "", nullptr);
     return;
   }
   auto shared = std::make_shared<std::function<core::StoreStats()>>(std::move(source));
@@ -308,6 +309,10 @@ void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> sourc
                              [shared] { return static_cast<double>((*shared)().keys); });
   registry_.SetCallbackGauge(names::kStoreBytes, "Encoded bytes held by the store (approximate).",
                              [shared] { return static_cast<double>((*shared)().bytes); });
+  registry_.SetCallbackCounter(names::kStoreBodiesDropped,
+                               "Responses stored without their body because the store had no room "
+                               "for them whole (memory store at max_bytes).",
+                               [shared] { return static_cast<double>((*shared)().bodies_dropped); });
 }
 
 std::string GatewayMetrics::RenderPrometheus() const {

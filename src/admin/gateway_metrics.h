@@ -39,6 +39,7 @@ inline constexpr std::string_view kRequestsInFlight = "idemgate_requests_in_flig
 inline constexpr std::string_view kBuildInfo = "idemgate_build_info";
 inline constexpr std::string_view kStoreKeys = "idemgate_store_keys";
 inline constexpr std::string_view kStoreBytes = "idemgate_store_bytes";
+inline constexpr std::string_view kStoreBodiesDropped = "idemgate_store_bodies_dropped_total";
 }  // namespace metric_names
 
 // Who an event is about. The views need only live for the call. An empty
@@ -145,9 +146,10 @@ class GatewayMetrics {
     Gauge* gauge_;
   };
 
-  // idemgate_store_keys and idemgate_store_bytes read `source` at each
-  // scrape (on the scraping thread). `source` must stay callable until it is
-  // replaced or this object is destroyed; an empty function removes both.
+  // idemgate_store_keys, idemgate_store_bytes and
+  // idemgate_store_bodies_dropped_total read `source` at each scrape (on the
+  // scraping thread). `source` must stay callable until it is replaced or
+  // this object is destroyed; an empty function removes them.
   void SetStoreStatsSource(std::function<core::StoreStats()> source);
 
   // The Prometheus text of every metric (runs the scrape-time callbacks).

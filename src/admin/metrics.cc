@@ -400,6 +400,16 @@ HistogramFamily& Registry::AddHistogram(std::string_view name, std::string_view 
 
 void Registry::SetCallbackGauge(std::string_view name, std::string_view help,
                                 std::function<double()> read) {
+  SetCallback(MetricType::kGauge, name, help, std::move(read));
+}
+
+void Registry::SetCallbackCounter(std::string_view name, std::string_view help,
+                                  std::function<double()> read) {
+  SetCallback(MetricType::kCounter, name, help, std::move(read));
+}
+
+void Registry::SetCallback(MetricType type, std::string_view name, std::string_view help,
+                           std::function<double()> read) {
   if (!ValidMetricName(name))
     throw std::invalid_argument("invalid metric name '" + std::string(name) + "'");
   std::unique_lock lock(mu_);
@@ -412,7 +422,7 @@ void Registry::SetCallbackGauge(std::string_view name, std::string_view help,
   }
   callbacks_.insert_or_assign(
       std::string(name),
-      CallbackGauge{std::string(help), std::make_shared<std::function<double()>>(std::move(read))});
+      CallbackGauge{type, std::string(help), std::make_shared<std::function<double()>>(std::move(read))});
 }
 
 FamilyBase* Registry::FindFamily(std::string_view name) {
@@ -498,7 +508,7 @@ std::vector<FamilySnapshot> Registry::Collect() const {
     FamilySnapshot snapshot;
     snapshot.name = name;
     snapshot.help = callback.help;
-    snapshot.type = MetricType::kGauge;
+    snapshot.type = callback.type;
     Sample sample;
     sample.value = (*callback.read)();
     snapshot.samples.push_back(std::move(sample));

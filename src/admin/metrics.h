@@ -254,6 +254,8 @@ class Registry {
   // earlier callback of the same name; a null `read` removes it. `read` must
   // stay callable until it is replaced or the Registry is destroyed.
   void SetCallbackGauge(std::string_view name, std::string_view help, std::function<double()> read);
+  // The same for a counter kept elsewhere (`read` must never go down).
+  void SetCallbackCounter(std::string_view name, std::string_view help, std::function<double()> read);
 
   // The series of `name` with `labels` (any order), for callers that cannot
   // keep the handle. A family not defined yet is created with these label
@@ -274,6 +276,7 @@ class Registry {
 
  private:
   struct CallbackGauge {
+    MetricType type = MetricType::kGauge;
     std::string help;
     std::shared_ptr<std::function<double()>> read;
   };
@@ -284,6 +287,7 @@ class Registry {
                            std::vector<std::string> label_names, std::vector<double> bounds);
   Metric& Get(MetricType type, std::string_view name, std::span<const LabelPair> labels);
   FamilyBase* FindFamily(std::string_view name);
+  void SetCallback(MetricType type, std::string_view name, std::string_view help, std::function<double()> read);
 
   const std::uint64_t uid_;
   const Options options_;

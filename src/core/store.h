@@ -35,6 +35,9 @@ struct ReserveResult {
 struct StoreStats {
   std::uint64_t keys = 0;   // live records (approximate for persistent stores)
   std::uint64_t bytes = 0;  // encoded bytes held (approximate)
+  // Completions stored without their body because the whole record did not
+  // fit (memory store at max_bytes); 0 for stores that never do that.
+  std::uint64_t bodies_dropped = 0;
 };
 
 // A registration for changes to one key, made before the caller re-reads the
@@ -72,7 +75,11 @@ class Store {
   // Compare-and-set on the owner: replaces the in-flight record held by
   // `owner` with `completed` (state kCompleted). FailedPrecondition when the
   // key is absent, completed, or held by another owner (the lease was lost):
-  // the record is then left untouched. Wakes watchers of the key.
+  // the record is then left untouched. Wakes watchers of the key. A bounded
+  // store without room for `completed` whole may store it with the body
+  // omitted instead (counted in StoreStats::bodies_dropped) rather than
+  // refuse it: the request ran, and a refused completion lets a retry run it
+  // again once the lease ends.
   virtual Task<Status> Complete(std::string key, std::string owner, Record completed) = 0;
 
   // Deletes the in-flight record held by `owner`. FailedPrecondition when the

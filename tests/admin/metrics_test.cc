@@ -1,4 +1,5 @@
 #include "admin/metrics.h"
+#include "admin/prometheus.h"
 
 #include <gtest/gtest.h>
 
@@ -265,6 +266,21 @@ TEST(Registry, CallbackGaugesAreReadAtCollect) {
   EXPECT_EQ(families[0].help, "From a callback.");
   EXPECT_EQ(families[0].samples.at(0).value, 4);
   registry.SetCallbackGauge("cb_value", "", nullptr);
+  EXPECT_TRUE(registry.Collect().empty());
+}
+
+// A count kept elsewhere (the memory store's dropped bodies) is exported
+// typed as a counter, so rate() works on it.
+TEST(Registry, CallbackCountersAreTypedCounters) {
+  Registry registry;
+  double value = 3;
+  registry.SetCallbackCounter("cb_things_total", "Things.", [&] { return value; });
+  const auto families = registry.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].type, MetricType::kCounter);
+  EXPECT_EQ(families[0].samples.at(0).value, 3);
+  EXPECT_NE(FormatPrometheus(families).find("# TYPE cb_things_total counter"), std::string::npos);
+  registry.SetCallbackCounter("cb_things_total", "", nullptr);
   EXPECT_TRUE(registry.Collect().empty());
 }
 

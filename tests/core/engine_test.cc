@@ -379,6 +379,26 @@ TEST_F(EngineTest, StoreFullIsAStoreError) {
   EXPECT_EQ(r.status.code(), StatusCode::kResourceExhausted);
 }
 
+// A memory store with room for the reservation but not for the response:
+// the request ran, so its outcome is stored (without the body) and a retry,
+// even after the lease, replays it instead of running the request again.
+TEST_F(EngineTest, AResponseTheFullStoreCannotHoldWholeIsReplayedNotRunAgain) {
+  store::memory::MemoryStore small(512, clock_);
+  Engine engine(small, clock_);
+  const BeginResult first = RunTask(ctx_, engine.Begin(Request()));
+  ASSERT_EQ(first.outcome, BeginOutcome::kProceed);
+  ASSERT_TRUE(RunTask(ctx_, engine.Complete(first.reservation, Response(201, std::string(4096, 'x')), 24h)).ok());
+  clock_.Advance(31s);  // past the lease
+  const BeginResult retry = RunTask(ctx_, engine.Begin(Request()));
+  ASSERT_EQ(retry.outcome, BeginOutcome::kReplay);
+  EXPECT_EQ(retry.record->operation_id, first.reservation.operation_id);
+  EXPECT_EQ(retry.record->response.status, 201);
+  EXPECT_TRUE(retry.record->response.body_omitted);
+  EXPECT_TRUE(retry.record->response.body.empty());
+  EXPECT_EQ(retry.record->response.headers, Response(201, "").headers);
+  EXPECT_EQ(small.Stats().bodies_dropped, 1u);
+}
+
 TEST_F(EngineTest, LookupFindsCompletedInFlightAndMissing) {
   EXPECT_EQ(RunTask(ctx_, engine_.Lookup(kKey, 0ms)).outcome, LookupOutcome::kNotFound);
   const BeginResult first = Begin(Request());

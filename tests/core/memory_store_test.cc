@@ -195,20 +195,77 @@ TEST(MemoryStoreBoundTest, FullReserveWritesNothing) {
   EXPECT_TRUE(store.ReserveNow("k3", res, kT0).ok());
 }
 
-TEST(MemoryStoreBoundTest, FullCompleteLeavesTheReservation) {
+// The request of a reservation ran upstream: its completion is never refused
+// for room (a refusal left the key reserved until its lease ended, and a
+// retry then ran the request again). What does not fit whole is kept
+// without its body, past max_bytes if need be.
+TEST(MemoryStoreBoundTest, ACompletionWithoutRoomIsStoredWithoutItsBody) {
   FakeClock clock(kT0);
   const Record res = Reservation("o1");
-  MemoryStore store(MemoryStore::ChargedBytes("k", res) + 10, clock);
+  const std::uint64_t max_bytes = MemoryStore::ChargedBytes("k", res) + 10;
+  MemoryStore store(max_bytes, clock);
   ASSERT_TRUE(store.ReserveNow("k", res, kT0).ok());
   const Record big = Completion(res, 0, std::string(100, 'x'));
-  EXPECT_EQ(store.CompleteNow("k", "o1", big).code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(**store.GetNow("k", kT0), res);
-  EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("k", res));
-  // A completion that fits still goes through.
-  Record small = Completion(res, 0, "");
-  small.response.headers.clear();
-  ASSERT_LE(MemoryStore::ChargedBytes("k", small), MemoryStore::ChargedBytes("k", res) + 10);
-  EXPECT_TRUE(store.CompleteNow("k", "o1", small).ok());
+  ASSERT_TRUE(store.CompleteNow("k", "o1", big).ok());
+  auto got = store.GetNow("k", kT0);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  Record expected = big;
+  expected.response.body.clear();
+  expected.response.body_omitted = true;
+  EXPECT_EQ(**got, expected);
+  EXPECT_EQ(store.Stats().bodies_dropped, 1u);
+  EXPECT_EQ(store.Stats().bytes, MemoryStore::ChargedBytes("k", expected));
+  EXPECT_GT(store.Stats().bytes, max_bytes);
+  // Over max_bytes, nothing more is admitted until room comes back.
+  EXPECT_EQ(store.ReserveNow("k2", Reservation("o2"), kT0).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store.PurgeNow("k"));
+  EXPECT_EQ(store.Stats().bytes, 0u);
+  EXPECT_TRUE(store.ReserveNow("k2", Reservation("o2"), kT0).ok());
+}
+
+TEST(MemoryStoreBoundTest, ACompletionThatFitsKeepsItsBody) {
+  FakeClock clock(kT0);
+  const Record res = Reservation("o1");
+  const Record done = Completion(res, 0, std::string(100, 'x'));
+  MemoryStore store(MemoryStore::ChargedBytes("k", done), clock);
+  ASSERT_TRUE(store.ReserveNow("k", res, kT0).ok());
+  ASSERT_TRUE(store.CompleteNow("k", "o1", done).ok());
+  EXPECT_EQ(**store.GetNow("k", kT0), done);
+  EXPECT_EQ(store.Stats().bodies_dropped, 0u);
+}
+
+// The repro: the store filled by other records, a reservation still fits but
+// its response does not. Every reservation admitted completes; the store
+// passes max_bytes by at most their status and headers.
+TEST(MemoryStoreBoundTest, ReservationsAdmittedNearTheBoundAllComplete) {
+  FakeClock clock(kT0);
+  const Record res = Reservation("o1");
+  const Record done = Completion(res, 0, std::string(300, 'x'));
+  const std::uint64_t max_bytes = 2048;
+  MemoryStore store(max_bytes, clock);
+  std::vector<std::string> admitted;
+  for (int i = 10; i < 40; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    if (!store.ReserveNow(key, res, kT0).ok()) continue;
+    admitted.push_back(key);
+    ASSERT_TRUE(store.CompleteNow(key, "o1", done).ok()) << key;
+  }
+  ASSERT_GT(store.Stats().bodies_dropped, 0u);
+  std::uint64_t whole = 0;
+  for (const std::string& key : admitted) {
+    auto got = store.GetNow(key, kT0);
+    ASSERT_TRUE(got.ok() && got->has_value()) << key;
+    EXPECT_EQ((*got)->state, RecordState::kCompleted);
+    if (!(*got)->response.body_omitted) {
+      EXPECT_EQ((*got)->response.body, done.response.body);
+      ++whole;
+    }
+  }
+  EXPECT_EQ(whole + store.Stats().bodies_dropped, admitted.size());
+  Record slim = done;
+  slim.response.body.clear();
+  slim.response.body_omitted = true;
+  EXPECT_LE(store.Stats().bytes, max_bytes + MemoryStore::ChargedBytes("k10", slim));
 }
 
 TEST(MemoryStoreBoundTest, FullStoreSweepsExpiredRecordsFirst) {
@@ -285,6 +342,46 @@ TEST(MemoryStoreSweepTest, SweepRemovesOnlyExpiredCompletedRecords) {
   for (int i = 0; i < 300; ++i) {
     EXPECT_EQ(store.GetNow("k" + std::to_string(i), kT0 + 500)->has_value(), i % 3 != 1) << i;
   }
+}
+
+// A reservation whose owner never completes nor releases it (a gateway
+// killed, a client that never retried) is kept past its lease for a takeover,
+// then dropped kReservationGrace later so that its bytes come back.
+TEST(MemoryStoreSweepTest, AbandonedReservationsAreDroppedAfterTheirLeaseAndGrace) {
+  FakeClock clock(kT0);
+  const UnixMillis lease_end = kT0 + 30'000;
+  const Record res = Reservation("o1", std::string(32, 'a'), lease_end);
+  const std::uint64_t one = MemoryStore::ChargedBytes("k1", res);
+  MemoryStore store(3 * one, clock, 4);
+  for (const char* key : {"k1", "k2", "k3"}) ASSERT_TRUE(store.ReserveNow(key, res, kT0).ok());
+  const UnixMillis dropped_at = lease_end + MemoryStore::kReservationGrace.count();
+  // Until the grace ends they hold their bytes: a new key finds no room, and
+  // the same request takes an ended lease over.
+  EXPECT_EQ(store.ReserveNow("k4", res, dropped_at - 1).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.Sweep(dropped_at - 1), 0u);
+  const Record taken_res = Reservation("o2", std::string(32, 'a'), dropped_at + 60'000);
+  auto taken = store.ReserveNow("k3", taken_res, dropped_at - 1);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->outcome, ReserveOutcome::kTakenOver);
+  // Past the grace the abandoned ones are gone and their room is back.
+  clock.Set(dropped_at);
+  const Record fresh_res = Reservation("o1", std::string(32, 'a'), dropped_at + 30'000);
+  auto fresh = store.ReserveNow("k4", fresh_res, dropped_at);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->outcome, ReserveOutcome::kReserved);
+  EXPECT_FALSE(store.GetNow("k1", dropped_at)->has_value());
+  EXPECT_FALSE(store.GetNow("k2", dropped_at)->has_value());
+  EXPECT_EQ(store.CompleteNow("k2", "o1", Completion(res, 0)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Stats().keys, 2u);  // k3 (taken over, its lease running) and k4
+  EXPECT_EQ(store.Stats().bytes,
+            MemoryStore::ChargedBytes("k3", taken_res) + MemoryStore::ChargedBytes("k4", fresh_res));
+  EXPECT_TRUE(store.GetNow("k3", dropped_at)->has_value());
+  // Sweep() drops them the same way, once their own grace has ended.
+  const UnixMillis grace = MemoryStore::kReservationGrace.count();
+  EXPECT_EQ(store.Sweep(fresh_res.lease_expires_ms + grace - 1), 0u);
+  EXPECT_EQ(store.Sweep(taken_res.lease_expires_ms + grace), 2u);
+  EXPECT_EQ(store.Stats().keys, 0u);
+  EXPECT_EQ(store.Stats().bytes, 0u);
 }
 
 TEST(MemoryStoreSweepTest, IncrementalSweepReclaimsWithoutExplicitSweep) {

@@ -394,19 +394,60 @@ TEST_F(IdempotencyTest, AResponseBrokenOffAfterItsStatusIsStoredNotRunAgain) {
   EXPECT_EQ(Executions(), 1u);
 }
 
-// A store that takes the reservation but not the response (full here): the
-// upstream ran, so the key is not released for a second run; it stays
-// reserved until its lease ends and a retry meanwhile is told 409.
-TEST_F(IdempotencyTest, ACompletionTheStoreRefusesKeepsTheKeyReserved) {
-  Start({.store = "{ kind: memory, max_bytes: 3KiB }"});
+// A store with room for the reservation but not for the response (a
+// response larger than the whole memory store, then one more arriving once
+// the store is full of other records): the upstream ran, so the outcome is
+// kept without its body and the retry is a replay, even after the lease, never
+// a second run.
+TEST_F(IdempotencyTest, AResponseTheFullStoreCannotHoldWholeIsReplayedWithoutItsBody) {
+  Start({.idempotency = "{ policy: required, lease: 1s }",
+         .store = "{ kind: memory, max_bytes: 3KiB }",
+         .upstream_timeout = "1s"});
   const HttpResponse first = Send(KeyedPost("/large?bytes=4000", "k-no-room"));
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body.size(), 4000u);
   const HttpResponse retry = Send(KeyedPost("/large?bytes=4000", "k-no-room"));
-  ExpectProblem(retry, 409, "request-in-flight");
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(retry.Header("Idempotency-Replay"), "omitted");
+  EXPECT_EQ(retry.Header("X-Operation-Id"), first.Header("X-Operation-Id"));
   EXPECT_EQ(Executions(), 1u);
-  EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_store_errors_total{tenant="_",project="_",route="api",op="complete"})"),
-            1.0);
+
+  // Fill the store with small responses: once it is full, new keys are
+  // refused (503, nothing run) while those admitted all keep their outcome.
+  std::vector<std::string> ran;
+  for (int i = 0; i < 30; ++i) {
+    const std::string key = "k-fill-" + std::to_string(i);
+    const HttpResponse r = Send(KeyedPost("/large?bytes=400", key));
+    if (r.status == 200) {
+      ran.push_back(key);
+    } else {
+      ExpectProblem(r, 503, "store-unavailable");
+    }
+  }
+  ASSERT_FALSE(ran.empty());
+  ASSERT_LT(ran.size(), 30u);
+  EXPECT_EQ(Executions(), 1u + ran.size());
+  // Past every lease: a key left reserved would now be taken over and run again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  std::size_t omitted = 0;
+  for (const std::string& key : ran) {
+    const HttpResponse again = Send(KeyedPost("/large?bytes=400", key));
+    EXPECT_EQ(again.status, 200) << key;
+    EXPECT_EQ(again.Header("Idempotent-Replayed"), "true") << key;
+    if (again.Header("Idempotency-Replay") == "omitted") {
+      EXPECT_TRUE(again.body.empty()) << key;
+      ++omitted;
+    } else {
+      EXPECT_EQ(again.body.size(), 400u) << key;
+    }
+  }
+  EXPECT_EQ(Executions(), 1u + ran.size());
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, "idemgate_store_bodies_dropped_total"), static_cast<double>(1 + omitted));
+  EXPECT_FALSE(MetricValue(metrics, R"(idempotency_store_errors_total{tenant="_",project="_",route="api",op="complete"})")
+                   .has_value());
+  EXPECT_NE(gateway_->Stdout().find("response stored without its body"), std::string::npos);
 }
 
 // A client that reads a keyed response slower than the lease allows: the

@@ -1,10 +1,14 @@
 #include "store/memory/memory_store.h"
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <new>
+#include <optional>
 #include <vector>
+
+#include "common/log.h"
 
 namespace idemgate::store::memory {
 
@@ -17,7 +21,7 @@ constexpr std::size_t kMinCapacity = 16;
 
 // One heap block: this header, then the key bytes, then the encoded record.
 struct Entry {
-  UnixMillis expires_ms;  // retention end of a completed record; 0: never swept
+  UnixMillis expires_ms;  // when the record is dropped (SweepDeadline); 0: never
   std::uint32_t key_len;
   std::uint32_t value_len;
 
@@ -66,9 +70,30 @@ std::uint64_t HashKey(std::string_view key) {
   return h;
 }
 
-// For an encoded value: the retention end to sweep by (completed records only).
+// For an encoded value: when it is dropped. A completed record at the end of
+// its retention; an in-flight one kReservationGrace after its lease ends, so
+// that a reservation its owner abandoned (a crash, a client that never
+// retried) does not hold its bytes forever.
 UnixMillis SweepDeadline(const core::Record& r) {
-  return r.state == core::RecordState::kCompleted ? r.expires_ms : 0;
+  if (r.state == core::RecordState::kCompleted) return r.expires_ms;
+  return r.lease_expires_ms + MemoryStore::kReservationGrace.count();
+}
+
+// `completed` without its body, as a response over max_response_bytes is
+// kept (replays answer `Idempotency-Replay: omitted`).
+core::Record WithoutBody(const core::Record& completed) {
+  core::Record slim;
+  slim.state = completed.state;
+  slim.fingerprint = completed.fingerprint;
+  slim.owner = completed.owner;
+  slim.operation_id = completed.operation_id;
+  slim.created_ms = completed.created_ms;
+  slim.lease_expires_ms = completed.lease_expires_ms;
+  slim.expires_ms = completed.expires_ms;
+  slim.response.status = completed.response.status;
+  slim.response.headers = completed.response.headers;
+  slim.response.body_omitted = true;
+  return slim;
 }
 
 }  // namespace
@@ -271,6 +296,14 @@ bool MemoryStore::TryCharge(std::int64_t delta) {
 
 void MemoryStore::Uncharge(std::uint64_t bytes) { bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
 
+void MemoryStore::ForceCharge(std::int64_t delta) {
+  if (delta >= 0) {
+    bytes_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  } else {
+    Uncharge(static_cast<std::uint64_t>(-delta));
+  }
+}
+
 bool MemoryStore::AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now) {
   if (TryCharge(delta)) return true;
   std::size_t removed = 0;
@@ -305,7 +338,7 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
 
   std::ptrdiff_t index = shard.Find(hash, key);
   if (index >= 0 && shard.At(index)->ExpiredAt(now)) {
-    // Past retention: the key is new again.
+    // Past retention (or an abandoned reservation past its grace): the key is new again.
     Entry* stale = shard.EraseAt(index);
     Uncharge(stale->charged());
     keys_.fetch_sub(1, std::memory_order_relaxed);
@@ -332,7 +365,8 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
   }
   Entry* fresh = Entry::Make(key, reservation, value_size, SweepDeadline(reservation));
   if (index >= 0) {
-    // An in-flight entry is never swept, but a sweep may have moved it.
+    // The entry replaced is not past its sweep deadline at `now` (checked
+    // above), so the sweep kept it, but it may have moved it.
     Entry::Free(shard.ReplaceAt(shard.Find(hash, key), fresh));
   } else {
     shard.Insert(hash, fresh);
@@ -360,19 +394,43 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
     const Entry* e = shard.At(index);
     StatusOr<core::RecordOwnership> current = core::PeekOwnership(e->value());
     if (!current.ok()) return InternalError("memory store: " + current.status().message());
-    if (current->state != core::RecordState::kInFlight || current->owner != owner) {
+    if (current->state != core::RecordState::kInFlight || current->owner != owner || e->ExpiredAt(now)) {
+      // Past its sweep deadline the reservation is gone, as after a sweep.
       return FailedPreconditionError("memory store: reservation not held by this owner");
     }
-    const std::uint64_t old_charged = e->charged();
-    const std::size_t value_size = core::EncodedSize(completed);
-    const std::uint64_t new_charged = key.size() + value_size;
-    if (!AdmitGrowth(static_cast<std::int64_t>(new_charged) - static_cast<std::int64_t>(old_charged),
-                     &shard, now)) {
-      return ResourceExhaustedError("memory store: max_bytes reached");
+    const std::int64_t old_charged = static_cast<std::int64_t>(e->charged());
+    std::size_t value_size = core::EncodedSize(completed);
+    const core::Record* stored = &completed;
+    std::optional<core::Record> slim;
+    if (!AdmitGrowth(static_cast<std::int64_t>(key.size() + value_size) - old_charged, &shard, now)) {
+      // The upstream ran the request: refusing the completion would leave
+      // the key reserved until its lease ends and then let a retry run it
+      // again. The status and headers are kept whatever the room, past
+      // max_bytes if need be; that adds at most one such record per
+      // reservation in flight, each admitted within max_bytes.
+      std::uint64_t dropped = 0;
+      if (!completed.response.body.empty()) {
+        dropped = completed.response.body.size();
+        slim.emplace(WithoutBody(completed));
+        stored = &*slim;
+        value_size = core::EncodedSize(*slim);
+      }
+      ForceCharge(static_cast<std::int64_t>(key.size() + value_size) - old_charged);
+      if (dropped > 0) {
+        bodies_dropped_.fetch_add(1, std::memory_order_relaxed);
+        LogWarn("response stored without its body: the memory store is full (store.max_bytes); "
+                "replays answer with an empty body and Idempotency-Replay: omitted",
+                {{"key", key},
+                 {"operation_id", completed.operation_id},
+                 {"status", completed.response.status},
+                 {"body_bytes", dropped},
+                 {"max_bytes", max_bytes_}});
+      }
     }
-    // In-flight entries are never swept, so the entry is still there.
+    // The entry is not past its sweep deadline at `now` (checked above), so
+    // a sweep kept it, but it may have moved it.
     index = shard.Find(hash, key);
-    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, completed, value_size, SweepDeadline(completed))));
+    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, *stored, value_size, SweepDeadline(*stored))));
   }
   watchers_.Notify(key);
   return Status::Ok();
@@ -499,8 +557,8 @@ core::Task<StatusOr<std::unique_ptr<core::Watch>>> MemoryStore::WatchKey(std::st
 core::Task<Status> MemoryStore::Ping() { co_return Status::Ok(); }
 
 core::StoreStats MemoryStore::Stats() const {
-  return core::StoreStats{keys_.load(std::memory_order_relaxed),
-                          bytes_.load(std::memory_order_relaxed)};
+  return core::StoreStats{keys_.load(std::memory_order_relaxed), bytes_.load(std::memory_order_relaxed),
+                          bodies_dropped_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace idemgate::store::memory

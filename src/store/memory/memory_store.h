@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,16 +23,28 @@ namespace idemgate::store::memory {
 // contend. Each entry is one heap block holding the key and the encoded
 // record, which keeps the per-record overhead to a few dozen bytes.
 //
-// Bounded: the store holds at most `max_bytes` of key bytes plus encoded
-// record bytes (core::EncodedSize). A Reserve or Complete that would go past
-// it first sweeps expired records, and if still too big fails with
-// ResourceExhausted and writes nothing.
+// Bounded: the store holds `max_bytes` of key bytes plus encoded record
+// bytes (core::EncodedSize). A Reserve that would go past it first sweeps
+// expired records, and if still too big fails with ResourceExhausted and
+// writes nothing. A Complete is never refused for room: its request ran
+// upstream, and a refusal would leave the key reserved until its lease ends
+// and then let a retry run it again. When the completed record does not fit
+// (after a sweep) it is stored without its body (StoredResponse::body_omitted,
+// counted in StoreStats::bodies_dropped and logged), and its status and
+// headers are charged even past max_bytes. That overshoot is bounded: at most
+// one body-less completion per reservation in flight when the store filled,
+// and each reservation was admitted within max_bytes; Reserve admits nothing
+// more until the bytes fall under max_bytes again.
 //
 // Completed records past their retention are treated as absent at once and
 // reclaimed lazily: when touched, by a few slots examined on every
-// operation (an incremental sweep), and by Sweep(). In-flight records are
-// never swept (their owner completes or releases them, or a request with the
-// same fingerprint takes them over once the lease ends).
+// operation (an incremental sweep), and by Sweep(). An in-flight record is
+// kept while its owner may still complete or release it, and after its
+// lease ends so that a retry with the same fingerprint takes it over (and
+// one with another fingerprint gets a conflict); kReservationGrace after its
+// lease it is dropped like an expired record, so a reservation abandoned for
+// good (its gateway killed, its client never retried) gives its bytes back.
+// The Redis store drops such reservations after the same grace.
 //
 // Thread-safe. Operations complete synchronously and resume on the caller's
 // executor. Watchers (core::LocalWatchers) are woken by Complete, Release
@@ -66,9 +79,14 @@ class MemoryStore final : public core::Store {
   StatusOr<std::optional<core::Record>> GetNow(std::string_view key, UnixMillis now);
   bool PurgeNow(std::string_view key);
 
-  // Removes every completed record past its retention at `now`; returns how
-  // many were removed.
+  // Removes every completed record past its retention at `now`, and every
+  // in-flight record kReservationGrace past its lease; returns how many were
+  // removed.
   std::size_t Sweep(UnixMillis now);
+
+  // How long after its lease an in-flight record is dropped (the Redis
+  // store's default reservation_grace).
+  static constexpr Duration kReservationGrace = std::chrono::hours(1);
 
   std::uint64_t max_bytes() const { return max_bytes_; }
   // Shard scans made to free space or by Sweep() so far. A shard is scanned
@@ -87,6 +105,8 @@ class MemoryStore final : public core::Store {
   // Adds `delta` to the byte count unless that would pass max_bytes.
   bool TryCharge(std::int64_t delta);
   void Uncharge(std::uint64_t bytes);
+  // Adds `delta` to the byte count even past max_bytes.
+  void ForceCharge(std::int64_t delta);
   // Admits a growth of `delta` bytes, sweeping expired records of every shard
   // but `locked` (whose lock the caller holds) when the store is full.
   bool AdmitGrowth(std::int64_t delta, Shard* locked, UnixMillis now);
@@ -97,6 +117,7 @@ class MemoryStore final : public core::Store {
   std::unique_ptr<Shard[]> shards_;
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> keys_{0};
+  std::atomic<std::uint64_t> bodies_dropped_{0};
   core::LocalWatchers watchers_;
 };
 
