@@ -93,7 +93,9 @@ constexpr std::string_view kUsage =
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
     "operation failed, 2 usage error: also a request that could never succeed (an empty\n"
     "or refused key, a bad URL, method or header, a missing admin token), neither sent\n"
-    "nor parked.\n";
+    "nor parked, 3 send: the request was not parked although a DLQ is in use: the DLQ\n"
+    "could not be opened (then nothing was sent), or the failed request could not be\n"
+    "written to it.\n";
 
 void Print(FILE* f, std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), f);
@@ -109,6 +111,10 @@ int Fail(std::string_view error) {
   Print(stderr, "idemctl: " + std::string(error) + "\n");
   return 1;
 }
+
+// send: a DLQ is in use but the request is not in it (exit 3), so a script
+// that takes exit 1 as "parked, to be replayed" does not lose it.
+constexpr int kNotParked = 3;
 
 std::string EnvOr(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
@@ -372,6 +378,12 @@ int Report(const client::Outcome& outcome, const Options& o) {
   return 1;
 }
 
+// Report for `send`: a failure that a DLQ in use did not take is exit 3.
+int ReportSend(const client::Outcome& outcome, const Options& o, bool dlq_in_use) {
+  const int code = Report(outcome, o);
+  return code == 1 && dlq_in_use && !outcome.dead_letter_id ? kNotParked : code;
+}
+
 // Everything is checked before anything is sent or parked: a request that
 // could never succeed (an empty or refused key, a bad URL or header) is a
 // usage error, not a DLQ entry.
@@ -410,7 +422,13 @@ int Send(const Options& o) {
   if (!o.no_dlq) {
     const std::string path = DlqPath(o.dlq);
     auto opened = OpenDlq(path);
-    if (!opened.ok()) return Fail(opened.status().message());
+    if (!opened.ok()) {
+      // Checked before sending: a failure could not be parked.
+      Print(stderr, "idemctl: " + opened.status().message() +
+                        "\nidemctl: nothing was sent and nothing parked (fix the dead-letter queue, or send with "
+                        "--no-dlq)\n");
+      return kNotParked;
+    }
     dlq = std::move(*opened);
   }
   client::ClientOptions options;
@@ -424,7 +442,7 @@ int Send(const Options& o) {
     };
   }
   client::Client c(options);
-  return Report(c.Send(std::move(req)), o);
+  return ReportSend(c.Send(std::move(req)), o, dlq != nullptr);
 }
 
 int Dlq(const std::string& verb, const Options& o) {

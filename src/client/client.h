@@ -159,7 +159,8 @@ struct DeadLetter {
 class DeadLetterQueue {
  public:
   // Opens (creating when absent) the SQLite file at `path`, with a schema
-  // version check; WAL journal, busy timeout of 5 s.
+  // version check; WAL journal, busy timeout of 5 s (the switch of a new
+  // file to WAL, which SQLite does not wait for by itself, included).
   static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path);
   ~DeadLetterQueue();
   DeadLetterQueue(const DeadLetterQueue&) = delete;

@@ -1,8 +1,12 @@
 #include "client/client.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <random>
+#include <thread>
 #include <boost/json.hpp>
 #include <exception>
 #include <mutex>
@@ -12,6 +16,9 @@
 namespace idemgate::client {
 
 namespace {
+
+// How long an operation waits for another connection's lock.
+constexpr std::chrono::milliseconds kBusyTimeout{5000};
 
 // The schema this code reads and writes (PRAGMA user_version).
 constexpr int kSchemaVersion = 1;
@@ -257,6 +264,32 @@ Status Migrate(sqlite3* db) {
   return tx.Commit();
 }
 
+// Switches the file to WAL. Changing the journal mode needs the file to
+// itself, and SQLite answers SQLITE_BUSY at once when another connection
+// holds it, without calling the busy handler: several processes creating one
+// new queue at the same moment would otherwise fail all but one. So it is
+// tried again, at short jittered intervals, for up to kBusyTimeout like any
+// other lock wait. A file already in WAL (the usual case) needs no change.
+Status EnableWal(sqlite3* db) {
+  const auto deadline = std::chrono::steady_clock::now() + kBusyTimeout;
+  std::minstd_rand jitter(static_cast<unsigned>(::getpid()) ^
+                          static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (;;) {
+    {
+      Statement mode(db, "PRAGMA journal_mode");
+      auto row = mode.Step();
+      if (row.ok() && *row && mode.ColumnText(0) == "wal") return Status::Ok();
+    }
+    const int rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return Status::Ok();
+    const int primary = rc & 0xff;
+    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || std::chrono::steady_clock::now() >= deadline) {
+      return SqliteError(db, rc, "PRAGMA journal_mode=WAL");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + jitter() % 20));
+  }
+}
+
 // Runs `body`, turning anything thrown into an error Status.
 template <typename Result, typename Body>
 Result Guarded(Body&& body) {
@@ -329,8 +362,8 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
     DbPtr db(raw);
     if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
     sqlite3_extended_result_codes(db.get(), 1);
-    sqlite3_busy_timeout(db.get(), 5000);
-    if (Status s = Exec(db.get(), "PRAGMA journal_mode=WAL"); !s.ok()) return s;
+    sqlite3_busy_timeout(db.get(), static_cast<int>(kBusyTimeout.count()));
+    if (Status s = EnableWal(db.get()); !s.ok()) return s;
     if (Status s = Migrate(db.get()); !s.ok()) return s;
     auto impl = std::make_unique<Impl>();
     impl->db = std::move(db);

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -326,6 +329,47 @@ TEST_F(DlqTest, RefusesAFutureSchemaVersion) {
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(opened.status().message().find("2"), std::string::npos) << opened.status().message();
+}
+
+// Several processes creating one new queue at the same moment (idemctl
+// runs in parallel from a script): switching the new file to WAL is answered
+// SQLITE_BUSY at once, without the busy handler, for the losers of the race.
+// Each must still open it and park its request.
+TEST(DlqOpenTest, ManyProcessesOpeningANewFileAllSucceed) {
+  TempDir dir;
+  constexpr int kProcesses = 24;
+  for (int round = 0; round < 10; ++round) {
+    const std::string path = dir.Join("new-" + std::to_string(round) + ".sqlite");
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c;
+        (void)::read(go[0], &c, 1);  // returns at EOF: when the parent closes its end
+        auto opened = DeadLetterQueue::Open(path);
+        const bool ok = opened.ok() && (*opened)->Park(SampleRequest("k" + std::to_string(i)), "e", 1, 503).ok();
+        if (!opened.ok()) std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+        ::_exit(ok ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);  // every child starts now
+    int failed = 0;
+    for (pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
+    EXPECT_EQ(failed, 0) << "round " << round;
+    auto dlq = OpenOrDie(path);
+    ASSERT_NE(dlq, nullptr);
+    EXPECT_EQ(dlq->List()->size(), static_cast<std::size_t>(kProcesses - failed));
+  }
 }
 
 TEST(DlqOpenTest, RefusesAFileThatIsNotADatabase) {

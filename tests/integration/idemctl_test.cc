@@ -281,6 +281,22 @@ TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
   EXPECT_EQ(DlqJson(), "[]");
 }
 
+// A DLQ that cannot be opened: the request is not sent (a failure could not
+// be parked), and the exit status says it is not parked (3, not 1, which
+// means parked).
+TEST_F(IdemctlTest, ADlqThatCannotBeOpenedSendsNothingAndSaysNotParked) {
+  StartGateway(Yaml());
+  const std::string bad = dir_.Join("not-a-database");
+  ASSERT_TRUE(WriteFile(bad, std::string(4096, 'x')).ok());
+  const CliRun run = Idemctl({"send", "-k", "k-nodlq", "-d", "{}", "--dlq", bad, Url("/echo/pay")});
+  EXPECT_EQ(run.code, 3) << run.err;
+  EXPECT_NE(run.err.find("nothing was sent and nothing parked"), std::string::npos) << run.err;
+  EXPECT_EQ(Executions(), 0u);
+  // --no-dlq sends it.
+  EXPECT_EQ(Idemctl({"send", "-k", "k-nodlq", "-d", "{}", "--dlq", bad, "--no-dlq", Url("/echo/pay")}).code, 0);
+  EXPECT_EQ(Executions(), 1u);
+}
+
 TEST_F(IdemctlTest, KeyCommandsWithoutTheTokenSaySoAndSendNothing) {
   StartGateway(Yaml(), {{"TEST_ADMIN_TOKEN", "s3cret"}});
   const std::string stored = "t-_:_:_:api:k-none";
