@@ -40,7 +40,8 @@ constexpr std::string_view kUsage =
     "  idemctl dlq show ID                 one parked request, whole\n"
     "  idemctl dlq replay ID               send it again under its original key\n"
     "  idemctl dlq discard ID              give up on a pending request\n"
-    "  idemctl dlq release ID              make a replay cut short (replaying) pending again\n"
+    "  idemctl dlq release ID [--force]    make a replay cut short (replaying) pending again;\n"
+    "                                      refused while its process may still be running\n"
     "  idemctl keys get STORED_KEY         a stored key's record (admin API, needs the token)\n"
     "  idemctl keys purge STORED_KEY       delete a stored key (admin API, needs the token)\n"
     "  idemctl stats                       per-route statistics (admin API)\n"
@@ -156,6 +157,7 @@ struct Options {
   std::string token_env = "IDEMGATE_ADMIN_TOKEN";
   std::string status_filter;
   bool json = false;
+  bool force = false;  // dlq release
   client::TlsSettings tls;  // --cacert ($IDEMCTL_CACERT), --client-cert, --client-key
   std::vector<std::string> positional;
 };
@@ -269,6 +271,8 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       if (!value(&o.status_filter)) return std::nullopt;
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--force") {
+      o.force = true;
     } else if (a == "--cacert") {
       if (!value(&o.tls.ca_file)) return std::nullopt;
       if (o.tls.ca_file.empty()) {
@@ -353,6 +357,16 @@ json::object EntryJson(const client::DeadLetter& e, bool whole) {
   o["error"] = e.error;
   o["last_attempt"] = FormatTime(e.last_attempt_unix_ms);
   o["created"] = FormatTime(e.created_unix_ms);
+  if (e.claim) {
+    json::object claim;
+    claim["host"] = e.claim->host;
+    claim["pid"] = e.claim->pid;
+    claim["claimed"] = FormatTime(e.claim->claimed_unix_ms);
+    claim["until"] = FormatTime(e.claim->until_unix_ms);
+    o["claim"] = std::move(claim);
+  } else {
+    o["claim"] = nullptr;
+  }
   if (whole) {
     o["key_header"] = e.request.key_header;
     json::array headers;
@@ -473,11 +487,15 @@ int Dlq(const std::string& verb, const Options& o) {
       Print(stdout, json::serialize(out) + "\n");
       return 0;
     }
-    std::string text = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\n";
+    std::string text = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\tCLAIMED BY\n";
     for (const auto& e : *entries) {
+      // Who is replaying it (host:pid since when), for `dlq release`.
+      const std::string claim = e.claim ? e.claim->host + ":" + std::to_string(e.claim->pid) + " since " +
+                                              FormatTime(e.claim->claimed_unix_ms)
+                                        : "-";
       text += std::to_string(e.id) + "\t" + std::string(client::EntryStatusName(e.status)) + "\t" +
               std::to_string(e.attempts) + "\t" + FormatTime(e.last_attempt_unix_ms) + "\t" + e.request.method +
-              "\t" + e.request.url + "\t" + e.request.key + "\t" + e.error + "\n";
+              "\t" + e.request.url + "\t" + e.request.key + "\t" + e.error + "\t" + claim + "\n";
     }
     Print(stdout, text);
     return 0;
@@ -497,8 +515,12 @@ int Dlq(const std::string& verb, const Options& o) {
     return 0;
   }
   if (verb == "release") {
-    Status s = dlq.Release(*id);
-    if (!s.ok()) return Fail(s.message());
+    Status s = dlq.Release(*id, o.force);
+    if (!s.ok()) {
+      return Fail(s.code() == StatusCode::kFailedPrecondition && s.message().find("force") != std::string::npos
+                      ? s.message() + " (--force)"
+                      : s.message());
+    }
     Print(stderr, "idemctl: entry " + std::to_string(*id) + " is pending again\n");
     return 0;
   }

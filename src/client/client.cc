@@ -134,7 +134,13 @@ Outcome Client::Send(Request request) {
 StatusOr<Outcome> Client::Replay(std::int64_t id) {
   try {
     if (options_.dlq == nullptr) return FailedPreconditionError("the client has no dead-letter queue");
-    auto entry = options_.dlq->ClaimForReplay(id);
+    // The longest this replay can run: every attempt to its timeout and the
+    // longest wait between them, and a margin. Until then a claim made on
+    // another host is not released without --force.
+    const RetryPolicy& p = options_.policy;
+    const int attempts = std::max(p.max_attempts, 1);
+    const Millis longest = p.timeout * attempts + std::max(p.max_delay, Millis{0}) * (attempts - 1) + Millis{5000};
+    auto entry = options_.dlq->ClaimForReplay(id, longest);
     if (!entry.ok()) return entry.status();
     if (entry->request.key.empty()) {
       // Without its key a replay could execute twice; put the entry back untouched.

@@ -145,6 +145,18 @@ enum class EntryStatus { kPending, kReplaying, kReplayed, kDiscarded };
 std::string_view EntryStatusName(EntryStatus status);  // "pending", "replaying", "replayed", "discarded"
 std::optional<EntryStatus> EntryStatusFromName(std::string_view name);
 
+// Who is replaying an entry (status replaying): recorded by ClaimForReplay
+// so that Release can tell a replay that is still running from one cut short.
+struct ReplayClaim {
+  std::string token;  // random, this replay's own; its FinishReplay must match it
+  std::string host;   // gethostname() of the claiming process
+  std::int64_t pid = 0;
+  std::int64_t claimed_unix_ms = 0;
+  // When the replay will have ended at the latest (its attempts, timeouts and
+  // waits); 0 when unknown.
+  std::int64_t until_unix_ms = 0;
+};
+
 struct DeadLetter {
   std::int64_t id = 0;
   Request request;         // target (url), method, headers, body, key, key_header
@@ -154,6 +166,9 @@ struct DeadLetter {
   std::int64_t last_attempt_unix_ms = 0;
   std::int64_t created_unix_ms = 0;
   EntryStatus status = EntryStatus::kPending;
+  // Set while replaying, unless the claim predates the claim record (a queue
+  // written by an older idemctl).
+  std::optional<ReplayClaim> claim;
 };
 
 class DeadLetterQueue {
@@ -174,17 +189,25 @@ class DeadLetterQueue {
   StatusOr<DeadLetter> Get(std::int64_t id) const;
   // pending -> replaying, atomically: FailedPrecondition (naming the status)
   // when the entry is not pending, so two replays of one entry never both run.
-  StatusOr<DeadLetter> ClaimForReplay(std::int64_t id);
+  // Records the claim (a new token, this host and process, now, and
+  // now + `longest`: how long the replay may run at most).
+  StatusOr<DeadLetter> ClaimForReplay(std::int64_t id, Millis longest = Millis{0});
   // replaying -> replayed (success) or back to pending with the new error,
-  // attempts added and the last status.
+  // attempts added and the last status. Only for the claim this object made:
+  // when the entry was released meanwhile (and perhaps claimed again), the
+  // result is not recorded (FailedPrecondition saying so) and the entry is
+  // left as it is.
   Status FinishReplay(std::int64_t id, bool replayed, std::string_view error, int attempts, int last_status);
   // pending -> discarded (FailedPrecondition from another status).
   Status Discard(std::int64_t id);
   // replaying -> pending: gives back an entry whose replay was cut short
   // (its process died) so it can be replayed again (FailedPrecondition from
-  // another status). Only for an entry no replay is running for: if one is,
-  // the gateway still keeps the key from executing twice.
-  Status Release(std::int64_t id);
+  // another status). Refused (FailedPrecondition, naming the claimant) while
+  // the replay may still be running: its process is alive on this host, or,
+  // claimed on another host, its longest run has not ended. `force` skips
+  // that check; the replay it frees, if still running, can no longer record
+  // its result.
+  Status Release(std::int64_t id, bool force = false);
 
  private:
   struct Impl;

@@ -3,8 +3,14 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <ctime>
+#include <limits>
+#include <map>
 #include <random>
 #include <thread>
 #include <boost/json.hpp>
@@ -20,8 +26,9 @@ namespace {
 // How long an operation waits for another connection's lock.
 constexpr std::chrono::milliseconds kBusyTimeout{5000};
 
-// The schema this code reads and writes (PRAGMA user_version).
-constexpr int kSchemaVersion = 1;
+// The schema this code reads and writes (PRAGMA user_version). Version 2
+// added the claim columns; a version 1 file is migrated on open.
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kCreateSchema = R"sql(
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -37,16 +44,68 @@ CREATE TABLE IF NOT EXISTS dead_letters (
   last_status INTEGER NOT NULL,
   last_attempt_unix_ms INTEGER NOT NULL,
   created_unix_ms INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded'))
+  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded')),
+  claim_token TEXT,
+  claim_host TEXT,
+  claim_pid INTEGER,
+  claimed_unix_ms INTEGER,
+  claim_until_unix_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS dead_letters_status ON dead_letters (status, id);
+)sql";
+
+// Version 1 -> 2: who claimed a replaying entry (NULL: unknown).
+constexpr const char* kMigrate1To2 = R"sql(
+ALTER TABLE dead_letters ADD COLUMN claim_token TEXT;
+ALTER TABLE dead_letters ADD COLUMN claim_host TEXT;
+ALTER TABLE dead_letters ADD COLUMN claim_pid INTEGER;
+ALTER TABLE dead_letters ADD COLUMN claimed_unix_ms INTEGER;
+ALTER TABLE dead_letters ADD COLUMN claim_until_unix_ms INTEGER;
 )sql";
 
 // "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`.
 std::string SelectEntries(std::string_view rest) {
   return "SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
-         "last_attempt_unix_ms, created_unix_ms, status FROM dead_letters " +
+         "last_attempt_unix_ms, created_unix_ms, status, claim_token, claim_host, claim_pid, claimed_unix_ms, "
+         "claim_until_unix_ms FROM dead_letters " +
          std::string(rest);
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
+// 128 random bits as hex, for a claim token.
+std::string NewClaimToken() {
+  std::random_device device;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    const unsigned v = device();
+    for (int j = 0; j < 4; ++j) out.push_back(kHex[(v >> (4 * j)) & 15]);
+  }
+  return out;
+}
+
+// True unless process `pid` of this host is known to be gone.
+bool ProcessMayBeAlive(std::int64_t pid) {
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) == 0) return true;
+  return errno == EPERM;  // alive, another user's
+}
+
+std::int64_t NowUnixMs();
+
+// "2026-01-02T03:04:05Z" (UTC), for messages.
+std::string FormatUnixMs(std::int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 std::int64_t NowUnixMs() {
@@ -123,6 +182,10 @@ class Statement {
     Check(sqlite3_bind_int64(stmt_.get(), ++index_, value));
     return *this;
   }
+  Statement& Null() {
+    Check(sqlite3_bind_null(stmt_.get(), ++index_));
+    return *this;
+  }
 
   // True with a row, false when done.
   StatusOr<bool> Step() {
@@ -139,6 +202,7 @@ class Statement {
   }
 
   std::int64_t ColumnInt(int column) const { return sqlite3_column_int64(stmt_.get(), column); }
+  bool ColumnNull(int column) const { return sqlite3_column_type(stmt_.get(), column) == SQLITE_NULL; }
   std::string ColumnText(int column) const {
     const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_.get(), column));
     const int size = sqlite3_column_bytes(stmt_.get(), column);
@@ -238,6 +302,15 @@ StatusOr<DeadLetter> ReadEntry(const Statement& row) {
   const auto parsed = EntryStatusFromName(status);
   if (!parsed) return InternalError("dead letter " + std::to_string(entry.id) + ": bad status \"" + status + "\"");
   entry.status = *parsed;
+  if (entry.status == EntryStatus::kReplaying && !row.ColumnNull(13)) {
+    ReplayClaim claim;
+    claim.token = row.ColumnText(13);
+    claim.host = row.ColumnText(14);
+    claim.pid = row.ColumnInt(15);
+    claim.claimed_unix_ms = row.ColumnInt(16);
+    claim.until_unix_ms = row.ColumnInt(17);
+    entry.claim = std::move(claim);
+  }
   return entry;
 }
 
@@ -253,6 +326,12 @@ Status Migrate(sqlite3* db) {
     if (*row) version = query.ColumnInt(0);
   }
   if (version == kSchemaVersion) return tx.Commit();
+  if (version == 1) {
+    if (Status s = Exec(db, kMigrate1To2); !s.ok()) return s;
+    const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+    if (Status s = Exec(db, set_version.c_str()); !s.ok()) return s;
+    return tx.Commit();
+  }
   if (version != 0) {
     return FailedPreconditionError("dead-letter queue: schema version " + std::to_string(version) +
                                    " is not supported (this build knows version " +
@@ -327,6 +406,8 @@ std::optional<EntryStatus> EntryStatusFromName(std::string_view name) {
 struct DeadLetterQueue::Impl {
   DbPtr db;
   std::mutex mu;
+  // The token of each claim this object made and has not finished.
+  std::map<std::int64_t, std::string> claims;
 
   StatusOr<DeadLetter> GetLocked(std::int64_t id) {
     Statement select(db.get(), SelectEntries("WHERE id = ?"));
@@ -430,13 +511,26 @@ StatusOr<DeadLetter> DeadLetterQueue::Get(std::int64_t id) const {
   });
 }
 
-// pending -> replaying in one guarded UPDATE, then the row as claimed.
-StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id) {
+// pending -> replaying in one guarded UPDATE that records the claim, then
+// the row as claimed.
+StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis longest) {
   return Guarded<StatusOr<DeadLetter>>([&]() -> StatusOr<DeadLetter> {
+    const std::string token = NewClaimToken();
+    const std::int64_t now = NowUnixMs();
     std::lock_guard lock(impl_->mu);
-    Statement update(impl_->db.get(), "UPDATE dead_letters SET status = ? WHERE id = ? AND status = ?");
-    update.Text(EntryStatusName(EntryStatus::kReplaying)).Int(id).Text(EntryStatusName(EntryStatus::kPending));
+    Statement update(impl_->db.get(),
+                     "UPDATE dead_letters SET status = ?, claim_token = ?, claim_host = ?, claim_pid = ?, "
+                     "claimed_unix_ms = ?, claim_until_unix_ms = ? WHERE id = ? AND status = ?");
+    update.Text(EntryStatusName(EntryStatus::kReplaying))
+        .Text(token)
+        .Text(HostName())
+        .Int(::getpid())
+        .Int(now)
+        .Int(longest.count() > 0 ? now + longest.count() : 0)
+        .Int(id)
+        .Text(EntryStatusName(EntryStatus::kPending));
     if (Status s = impl_->Transition(update, id, EntryStatus::kPending); !s.ok()) return s;
+    impl_->claims[id] = token;
     return impl_->GetLocked(id);
   });
 }
@@ -447,9 +541,14 @@ Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string
   return Guarded<Status>([&]() -> Status {
     if (attempts < 0) return InvalidArgumentError("dead-letter queue: negative attempts");
     std::lock_guard lock(impl_->mu);
+    // Only under this object's own claim: a replay whose entry was released
+    // (and perhaps claimed by another replay) must not write over it.
+    const auto mine = impl_->claims.find(id);
     Statement update(impl_->db.get(),
                      "UPDATE dead_letters SET status = ?, error = ?, attempts = attempts + ?, last_status = ?, "
-                     "last_attempt_unix_ms = ? WHERE id = ? AND status = ?");
+                     "last_attempt_unix_ms = ?, claim_token = NULL, claim_host = NULL, claim_pid = NULL, "
+                     "claimed_unix_ms = NULL, claim_until_unix_ms = NULL "
+                     "WHERE id = ? AND status = ? AND claim_token IS ?");
     update.Text(EntryStatusName(replayed ? EntryStatus::kReplayed : EntryStatus::kPending))
         .Text(error)
         .Int(attempts)
@@ -457,7 +556,25 @@ Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string
         .Int(NowUnixMs())
         .Int(id)
         .Text(EntryStatusName(EntryStatus::kReplaying));
-    return impl_->Transition(update, id, EntryStatus::kReplaying);
+    if (mine != impl_->claims.end()) {
+      update.Text(mine->second);
+    } else {
+      update.Null();
+    }
+    Status s = impl_->Transition(update, id, EntryStatus::kReplaying);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      auto current = impl_->GetLocked(id);
+      if (current.ok() && current->status == EntryStatus::kReplaying) {
+        s = FailedPreconditionError("dead letter " + std::to_string(id) +
+                                    " was released from this replay and claimed again; its result was not recorded");
+      } else if (current.ok() && mine != impl_->claims.end()) {
+        s = FailedPreconditionError("dead letter " + std::to_string(id) + " was released from this replay (it is " +
+                                    std::string(EntryStatusName(current->status)) +
+                                    " now); its result was not recorded");
+      }
+    }
+    if (mine != impl_->claims.end()) impl_->claims.erase(mine);
+    return s;
   });
 }
 
@@ -471,12 +588,39 @@ Status DeadLetterQueue::Discard(std::int64_t id) {
   });
 }
 
-Status DeadLetterQueue::Release(std::int64_t id) {
+// replaying -> pending, unless the claimant may still be running (read and
+// changed in one transaction, so the claim checked is the claim released).
+Status DeadLetterQueue::Release(std::int64_t id, bool force) {
   return Guarded<Status>([&]() -> Status {
     std::lock_guard lock(impl_->mu);
-    Statement update(impl_->db.get(), "UPDATE dead_letters SET status = ? WHERE id = ? AND status = ?");
+    Transaction tx(impl_->db.get());
+    if (!tx.begin_status().ok()) return tx.begin_status();
+    auto current = impl_->GetLocked(id);
+    if (!current.ok()) return current.status();
+    if (current->status == EntryStatus::kReplaying && current->claim && !force) {
+      const ReplayClaim& c = *current->claim;
+      const std::string who = "dead letter " + std::to_string(id) + " is being replayed by process " +
+                              std::to_string(c.pid) + " on host " + (c.host.empty() ? "?" : c.host) + " (claimed " +
+                              FormatUnixMs(c.claimed_unix_ms) + ")";
+      if (c.host == HostName()) {
+        if (c.pid == ::getpid() || ProcessMayBeAlive(c.pid)) {
+          return FailedPreconditionError(who +
+                                         ", which is still running: release it only once that process is gone "
+                                         "(or force it, if that process is not a replay)");
+        }
+      } else if (c.until_unix_ms == 0 || NowUnixMs() < c.until_unix_ms) {
+        return FailedPreconditionError(
+            who + ", which cannot be checked from this host and may run until " +
+            (c.until_unix_ms == 0 ? std::string("an unknown time") : FormatUnixMs(c.until_unix_ms)) +
+            ": release it once that replay is over (or force it)");
+      }
+    }
+    Statement update(impl_->db.get(),
+                     "UPDATE dead_letters SET status = ?, claim_token = NULL, claim_host = NULL, claim_pid = NULL, "
+                     "claimed_unix_ms = NULL, claim_until_unix_ms = NULL WHERE id = ? AND status = ?");
     update.Text(EntryStatusName(EntryStatus::kPending)).Int(id).Text(EntryStatusName(EntryStatus::kReplaying));
-    return impl_->Transition(update, id, EntryStatus::kReplaying);
+    if (Status s = impl_->Transition(update, id, EntryStatus::kReplaying); !s.ok()) return s;
+    return tx.Commit();
   });
 }
 

@@ -235,16 +235,106 @@ TEST_F(DlqTest, FinishReplayFailureGoesBackToPendingWithAttemptsAdded) {
   EXPECT_TRUE(dlq_->ClaimForReplay(id).ok());
 }
 
+// Claims `id` in a child process that then exits: a replay cut short.
+void ClaimInAProcessThatDies(const std::string& path, std::int64_t id) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto q = DeadLetterQueue::Open(path);
+    ::_exit(q.ok() && (*q)->ClaimForReplay(id, std::chrono::hours(1)).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 TEST_F(DlqTest, ReleaseGivesBackAReplayCutShort) {
   const std::int64_t id = ParkOrDie(SampleRequest());
   // Only a replaying entry can be released.
   EXPECT_EQ(dlq_->Release(id).code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(dlq_->ClaimForReplay(id).ok());
-  // The replaying process died here; the entry would stay replaying for good.
+  // The replaying process died; the entry would stay replaying for good.
+  ClaimInAProcessThatDies(path_, id);
+  const auto claimed = dlq_->Get(id);
+  ASSERT_TRUE(claimed.ok() && claimed->claim.has_value());
+  EXPECT_NE(claimed->claim->pid, ::getpid());
   ASSERT_TRUE(dlq_->Release(id).ok());
   EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kPending);
+  EXPECT_FALSE(dlq_->Get(id)->claim.has_value());
   EXPECT_TRUE(dlq_->ClaimForReplay(id).ok());
   EXPECT_EQ(dlq_->Release(424242).code(), StatusCode::kNotFound);
+}
+
+// Releasing an entry whose replay is still running would let a second replay
+// run beside it: refused while the claiming process lives, unless forced.
+TEST_F(DlqTest, ReleaseIsRefusedWhileTheReplayingProcessLives) {
+  const std::int64_t id = ParkOrDie(SampleRequest());
+  const auto claimed = dlq_->ClaimForReplay(id, std::chrono::seconds(30));
+  ASSERT_TRUE(claimed.ok());
+  ASSERT_TRUE(claimed->claim.has_value());
+  EXPECT_EQ(claimed->claim->pid, ::getpid());
+  EXPECT_FALSE(claimed->claim->token.empty());
+  EXPECT_FALSE(claimed->claim->host.empty());
+  EXPECT_GE(claimed->claim->until_unix_ms, claimed->claim->claimed_unix_ms + 30'000);
+  auto other = OpenOrDie(path_);
+  const Status refused = other->Release(id);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("still running"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find(std::to_string(::getpid())), std::string::npos) << refused.message();
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kReplaying);
+  // Forced, the entry is pending again; the first replay's late result is
+  // then not recorded, neither over the pending entry nor over a new claim.
+  ASSERT_TRUE(other->Release(id, true).ok());
+  ASSERT_TRUE(other->ClaimForReplay(id).ok());
+  const Status late = dlq_->FinishReplay(id, true, "", 1, 200);
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.message().find("not recorded"), std::string::npos) << late.message();
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kReplaying);
+  EXPECT_EQ(dlq_->Get(id)->attempts, 3);
+  ASSERT_TRUE(other->FinishReplay(id, false, "503", 2, 503).ok());
+  EXPECT_EQ(dlq_->Get(id)->status, EntryStatus::kPending);
+  EXPECT_EQ(dlq_->Get(id)->attempts, 5);
+}
+
+// A claim made on another host cannot be checked from here: it is held until
+// the replay's longest run is over.
+TEST_F(DlqTest, AClaimFromAnotherHostIsHeldUntilItsReplayCanHaveEnded) {
+  const std::int64_t id = ParkOrDie(SampleRequest());
+  ASSERT_TRUE(dlq_->ClaimForReplay(id).ok());
+  RawExec(path_, "UPDATE dead_letters SET claim_host = 'elsewhere.invalid', claim_pid = 1, claim_until_unix_ms = " +
+                     std::to_string(NowMs() + 60'000));
+  const Status refused = dlq_->Release(id);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("elsewhere.invalid"), std::string::npos) << refused.message();
+  RawExec(path_, "UPDATE dead_letters SET claim_until_unix_ms = " + std::to_string(NowMs() - 1));
+  EXPECT_TRUE(dlq_->Release(id).ok());
+}
+
+// A queue written before claims were recorded (schema 1) is migrated; an
+// entry it left replaying has no claim and can be released.
+TEST(DlqMigrationTest, AVersion1QueueIsMigrated) {
+  TempDir dir;
+  const std::string path = dir.Join("v1.sqlite");
+  RawExec(path, R"sql(
+CREATE TABLE dead_letters (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, method TEXT NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
+  body BLOB NOT NULL, "key" TEXT NOT NULL, key_header TEXT NOT NULL, error TEXT NOT NULL,
+  attempts INTEGER NOT NULL, last_status INTEGER NOT NULL, last_attempt_unix_ms INTEGER NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded')));
+CREATE INDEX dead_letters_status ON dead_letters (status, id);
+INSERT INTO dead_letters (method, url, headers, body, "key", key_header, error, attempts, last_status,
+  last_attempt_unix_ms, created_unix_ms, status)
+  VALUES ('POST', 'http://h/x', '[]', x'', 'k1', 'Idempotency-Key', 'e', 1, 503, 1, 1, 'replaying');
+PRAGMA user_version = 1;
+)sql");
+  auto dlq = OpenOrDie(path);
+  ASSERT_NE(dlq, nullptr);
+  const auto e = dlq->Get(1);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->status, EntryStatus::kReplaying);
+  EXPECT_FALSE(e->claim.has_value());
+  EXPECT_TRUE(dlq->Release(1).ok());
+  EXPECT_TRUE(dlq->ClaimForReplay(1)->claim.has_value());
 }
 
 TEST_F(DlqTest, FinishReplayNeedsAClaim) {
@@ -318,17 +408,17 @@ TEST_F(DlqTest, UsesWalAndRecordsTheSchemaVersion) {
     return out;
   };
   EXPECT_EQ(single("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(single("PRAGMA user_version"), "1");
+  EXPECT_EQ(single("PRAGMA user_version"), "2");
   sqlite3_close(db);
 }
 
 TEST_F(DlqTest, RefusesAFutureSchemaVersion) {
   dlq_.reset();
-  RawExec(path_, "PRAGMA user_version = 2");
+  RawExec(path_, "PRAGMA user_version = 3");
   const auto opened = DeadLetterQueue::Open(path_);
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(opened.status().message().find("2"), std::string::npos) << opened.status().message();
+  EXPECT_NE(opened.status().message().find("3"), std::string::npos) << opened.status().message();
 }
 
 // Several processes creating one new queue at the same moment (idemctl

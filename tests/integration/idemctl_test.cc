@@ -6,7 +6,9 @@
 
 #include <boost/json.hpp>
 #include <regex>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/harness.h"
@@ -279,6 +281,47 @@ TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
     EXPECT_EQ(run.err.find("leftover"), std::string::npos) << c.named << ": " << run.err;
   }
   EXPECT_EQ(DlqJson(), "[]");
+}
+
+// `dlq release` of an entry whose replay is still running is refused (a
+// second replay beside it could run the target twice), and the running
+// replay records its result. `dlq list` shows who holds the entry.
+TEST_F(IdemctlTest, ReleaseIsRefusedWhileTheReplayRuns) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/slow?ms=2500";
+  const CliRun failed = Idemctl({"send", "-k", "slow-1", "-d", "{}", "--attempts", "1", url});
+  ASSERT_EQ(failed.code, 1) << failed.err;
+  const std::string id = ParkedId(failed.err);
+  ASSERT_FALSE(id.empty()) << failed.err;
+  refused->Close();
+  StartGateway(Yaml("127.0.0.1:" + std::to_string(refused->port())));
+
+  ProcessOptions options;
+  options.stdout_path = dir_.Join("replay.out");
+  options.stderr_path = dir_.Join("replay.err");
+  options.env.emplace_back("IDEMCTL_DLQ", dir_.Join("dlq.sqlite"));
+  auto replay = Process::Start(IDEMCTL_BIN, {"dlq", "replay", id}, options);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  bool replaying = false;
+  for (int i = 0; i < 200 && !replaying; ++i) {
+    replaying = DlqJson().find("\"replaying\"") != std::string::npos;
+    if (!replaying) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(replaying);
+  const json::object claim = json::parse(DlqJson()).as_array()[0].as_object().at("claim").as_object();
+  EXPECT_EQ(claim.at("pid").as_int64(), replay->pid());
+  const CliRun release = Idemctl({"dlq", "release", id});
+  EXPECT_EQ(release.code, 1) << release.err;
+  EXPECT_NE(release.err.find("still running"), std::string::npos) << release.err;
+  EXPECT_NE(release.err.find("--force"), std::string::npos) << release.err;
+  EXPECT_EQ(Idemctl({"dlq", "replay", id}).code, 1);  // still claimed
+
+  const std::optional<ExitStatus> done = replay->WaitExit(60s);
+  ASSERT_TRUE(done.has_value() && done->exited);
+  EXPECT_EQ(done->code, 0) << ReadFileOrEmpty(options.stderr_path);
+  EXPECT_NE(DlqJson().find("\"replayed\""), std::string::npos);
+  EXPECT_EQ(Executions(), 1u);
 }
 
 // A DLQ that cannot be opened: the request is not sent (a failure could not
