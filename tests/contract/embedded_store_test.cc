@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "contract/store_helpers.h"
 #include "fakes/testing.h"
 
@@ -388,6 +389,33 @@ TEST_F(EmbeddedStoreTest, CommitsSurviveAProcessCrash) {
       EXPECT_EQ(got->state, core::RecordState::kInFlight);
     }
   }
+}
+
+// A store.path with no store in it (a new deployment, or a mistyped path
+// after a config change) gets a new, empty store, with a warning naming the
+// path; an existing store is opened without one.
+TEST_F(EmbeddedStoreTest, CreatingANewStoreIsLogged) {
+  const std::string log_path = dir_.Join("log.txt");
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  SetLogFd(fd);
+  {
+    auto store = OpenOrDie(Opts());
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->created());
+  }
+  const std::string first = testing::ReadFileOrEmpty(log_path);
+  {
+    auto store = OpenOrDie(Opts());
+    ASSERT_NE(store, nullptr);
+    EXPECT_FALSE(store->created());
+  }
+  const std::string both = testing::ReadFileOrEmpty(log_path);
+  SetLogFd(1);
+  ::close(fd);
+  EXPECT_NE(first.find("created a new, empty one"), std::string::npos) << first;
+  EXPECT_NE(first.find(Opts().path), std::string::npos) << first;
+  EXPECT_EQ(both, first);  // the reopen logged nothing of the kind
 }
 
 TEST_F(EmbeddedStoreTest, SecondOpenOfAnOpenPathFailsClearly) {

@@ -1,5 +1,7 @@
 #include "store/embedded/embedded_store.h"
 
+#include "common/log.h"
+
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
@@ -323,6 +325,13 @@ Status EmbeddedStore::OpenDb() {
   } else if (format != kFormatVersion) {
     return FailedPreconditionError(Where(path) + "unsupported data format version '" + format +
                                    "' (this idemgate reads version " + kFormatVersion + ")");
+  }
+  if (!existed) {
+    // Said out loud: after a config change, a mistyped path silently starts
+    // an empty store, and every key completed in the real one runs again.
+    created_ = true;
+    LogWarn("embedded store: no store at store.path; created a new, empty one (every key is new to it)",
+            {{"path", std::filesystem::absolute(path, ec).string()}});
   }
   return Status::Ok();
 }

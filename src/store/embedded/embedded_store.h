@@ -118,6 +118,10 @@ class EmbeddedStore final : public core::Store {
   // tombstones not yet compacted); bytes: live SST files plus memtables.
   core::StoreStats Stats() const override;
 
+  // True when this Open found no store at the path and made a new, empty one
+  // (logged as a warning: a mistyped path means every key is new).
+  bool created() const { return created_; }
+
   // Deletes completed records whose retention ended at or before `now`,
   // consuming at most `max` expiry entries (stale entries of replaced or
   // purged records are dropped without touching the record). Blocking: runs
@@ -186,6 +190,7 @@ class EmbeddedStore final : public core::Store {
   core::Task<StatusOr<std::optional<core::Record>>> ReadAnywhere(const std::string& key);
 
   Options options_;
+  bool created_ = false;
   const Clock& clock_;
 
   // Owned by the database's options; must outlive db_.
