@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -459,26 +460,48 @@ int Send(const Options& o) {
   return ReportSend(c.Send(std::move(req)), o, dlq != nullptr);
 }
 
+// A dead-letter id: decimal digits only (no sign, space or other base),
+// 1..2^63-1.
+std::optional<std::int64_t> ParseEntryId(const std::string& text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  std::int64_t id = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const int digit = c - '0';
+    if (id > (std::numeric_limits<std::int64_t>::max() - digit) / 10) return std::nullopt;
+    id = id * 10 + digit;
+  }
+  if (id <= 0) return std::nullopt;
+  return id;
+}
+
 int Dlq(const std::string& verb, const Options& o) {
   if (o.no_dlq) return Usage("--no-dlq makes no sense with dlq commands");
-  const std::string path = DlqPath(o.dlq);
-  auto opened = OpenDlq(path);
-  if (!opened.ok()) return Fail(opened.status().message());
-  client::DeadLetterQueue& dlq = **opened;
-  auto id_arg = [&o]() -> std::optional<std::int64_t> {
-    if (o.positional.size() != 1) return std::nullopt;
-    char* end = nullptr;
-    const long long id = std::strtoll(o.positional[0].c_str(), &end, 10);
-    if (end == o.positional[0].c_str() || *end != '\0' || id <= 0) return std::nullopt;
-    return id;
-  };
+  // The arguments are checked before the queue is opened (which creates it).
+  if (verb != "list" && verb != "show" && verb != "replay" && verb != "discard" && verb != "release") {
+    return Usage("unknown dlq command " + verb + " (list, show, replay, discard, release)");
+  }
+  std::optional<client::EntryStatus> filter;
+  std::optional<std::int64_t> id;
   if (verb == "list") {
     if (!o.positional.empty()) return Usage("dlq list takes no arguments");
-    std::optional<client::EntryStatus> filter;
     if (!o.status_filter.empty()) {
       filter = client::EntryStatusFromName(o.status_filter);
       if (!filter) return Usage("--status must be pending, replaying, replayed or discarded");
     }
+  } else {
+    if (o.positional.size() != 1) return Usage("dlq " + verb + " needs one entry id");
+    id = ParseEntryId(o.positional[0]);
+    if (!id) {
+      return Usage("dlq " + verb + ": the entry id must be a whole number from 1 to 9223372036854775807 (got \"" +
+                   o.positional[0] + "\")");
+    }
+  }
+  const std::string path = DlqPath(o.dlq);
+  auto opened = OpenDlq(path);
+  if (!opened.ok()) return Fail(opened.status().message());
+  client::DeadLetterQueue& dlq = **opened;
+  if (verb == "list") {
     auto entries = dlq.List(filter);
     if (!entries.ok()) return Fail(entries.status().message());
     if (o.json) {
@@ -500,8 +523,6 @@ int Dlq(const std::string& verb, const Options& o) {
     Print(stdout, text);
     return 0;
   }
-  const std::optional<std::int64_t> id = id_arg();
-  if (!id) return Usage("dlq " + verb + " needs one entry id");
   if (verb == "show") {
     auto e = dlq.Get(*id);
     if (!e.ok()) return Fail(e.status().message());
@@ -536,7 +557,7 @@ int Dlq(const std::string& verb, const Options& o) {
     if (code == 0) Print(stderr, "idemctl: entry " + std::to_string(*id) + " replayed\n");
     return code;
   }
-  return Usage("unknown dlq command " + verb + " (list, show, replay, discard, release)");
+  return Usage("unknown dlq command " + verb);
 }
 
 // Percent-encodes a stored key for the admin path (it holds ':' and may hold '%').

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <random>
@@ -369,6 +370,26 @@ Status EnableWal(sqlite3* db) {
   }
 }
 
+// Refuses a SQLite file that holds something other than a dead-letter queue
+// (schema version 0 and tables of its own), before anything is changed in it:
+// a mistyped --dlq must not add a table, or WAL, to another program's database.
+Status CheckNotForeign(sqlite3* db, const std::string& path) {
+  // One statement, so one read: another process may create the schema (and
+  // set the version with it) between two.
+  Statement query(db,
+                  "SELECT (SELECT user_version FROM pragma_user_version), "
+                  "(SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%')");
+  auto row = query.Step();
+  if (!row.ok()) return row.status();
+  // Version 0 with tables: another program's. Another version is ours, or refused by Migrate.
+  if (*row && query.ColumnInt(0) == 0 && query.ColumnInt(1) > 0) {
+    return FailedPreconditionError("dead-letter queue: " + path +
+                                   " is a SQLite database of something else (it has tables but no dead-letter "
+                                   "queue); refusing to add one to it");
+  }
+  return Status::Ok();
+}
+
 // Runs `body`, turning anything thrown into an error Status.
 template <typename Result, typename Body>
 Result Guarded(Body&& body) {
@@ -437,6 +458,13 @@ DeadLetterQueue::~DeadLetterQueue() = default;
 // Opens the file (serialized mode), sets WAL and the busy timeout, checks the schema.
 StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::string& path) {
   return Guarded<StatusOr<std::unique_ptr<DeadLetterQueue>>>([&]() -> StatusOr<std::unique_ptr<DeadLetterQueue>> {
+    // SQLite says only "unable to open database file" for a missing directory.
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      return UnavailableError("dead-letter queue: cannot open " + path + ": the directory " + parent.string() +
+                              (std::filesystem::exists(parent, ec) ? " is not a directory" : " does not exist"));
+    }
     sqlite3* raw = nullptr;
     constexpr int kFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
     const int rc = sqlite3_open_v2(path.c_str(), &raw, kFlags, nullptr);
@@ -444,6 +472,7 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
     if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
     sqlite3_extended_result_codes(db.get(), 1);
     sqlite3_busy_timeout(db.get(), static_cast<int>(kBusyTimeout.count()));
+    if (Status s = CheckNotForeign(db.get(), path); !s.ok()) return s;
     if (Status s = EnableWal(db.get()); !s.ok()) return s;
     if (Status s = Migrate(db.get()); !s.ok()) return s;
     auto impl = std::make_unique<Impl>();

@@ -476,6 +476,41 @@ TEST(DlqOpenTest, ReportsAPathThatCannotBeCreated) {
   const auto opened = DeadLetterQueue::Open(dir.Join("missing-dir/dlq.sqlite"));
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), StatusCode::kUnavailable) << opened.status().ToString();
+  // Named, not just "unable to open database file".
+  EXPECT_NE(opened.status().message().find("the directory " + dir.Join("missing-dir") + " does not exist"),
+            std::string::npos)
+      << opened.status().message();
+}
+
+// A --dlq that names another program's SQLite database is refused, and the
+// database is left as it was (no table added, journal mode unchanged).
+TEST(DlqOpenTest, RefusesAnotherProgramsDatabaseAndLeavesItAlone) {
+  TempDir dir;
+  const std::string path = dir.Join("app.db");
+  RawExec(path, "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'a');");
+  const auto opened = DeadLetterQueue::Open(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition) << opened.status().ToString();
+  EXPECT_NE(opened.status().message().find("something else"), std::string::npos) << opened.status().message();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  auto single = [&](const char* sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  };
+  EXPECT_EQ(single("SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'"), "users");
+  EXPECT_EQ(single("PRAGMA journal_mode"), "delete");
+  EXPECT_EQ(single("PRAGMA user_version"), "0");
+  sqlite3_close(db);
+  // An empty SQLite file (made by hand, say) is still taken.
+  const std::string empty = dir.Join("empty.db");
+  RawExec(empty, "PRAGMA user_version = 0");
+  EXPECT_TRUE(DeadLetterQueue::Open(empty).ok());
 }
 
 TEST_F(DlqTest, TwoThreadsClaimingOneEntryExactlyOneWins) {

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <regex>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,6 +323,29 @@ TEST_F(IdemctlTest, ReleaseIsRefusedWhileTheReplayRuns) {
   EXPECT_EQ(done->code, 0) << ReadFileOrEmpty(options.stderr_path);
   EXPECT_NE(DlqJson().find("\"replayed\""), std::string::npos);
   EXPECT_EQ(Executions(), 1u);
+}
+
+// Entry ids are decimal numbers only, checked before the queue is opened, so
+// a mistyped command creates no queue file.
+TEST_F(IdemctlTest, DlqArgumentsAreCheckedStrictlyBeforeTheQueueIsOpened) {
+  const std::string dlq = dir_.Join("dlq.sqlite");
+  for (const std::string bad : {"99999999999999999999", "9223372036854775808", " 5", "+5", "5 ", "0x5", "abc", "0", ""}) {
+    const CliRun run = Idemctl({"dlq", "replay", bad});
+    EXPECT_EQ(run.code, 2) << "'" << bad << "': " << run.err;
+    EXPECT_NE(run.err.find("entry id"), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(Idemctl({"dlq", "bogus"}).code, 2);
+  EXPECT_EQ(Idemctl({"dlq", "show"}).code, 2);
+  EXPECT_EQ(Idemctl({"dlq", "list", "--status", "nope"}).code, 2);
+  EXPECT_FALSE(std::filesystem::exists(dlq));
+  // The largest id is accepted (and not found).
+  const CliRun largest = Idemctl({"dlq", "show", "9223372036854775807"});
+  EXPECT_EQ(largest.code, 1) << largest.err;
+  EXPECT_NE(largest.err.find("no dead letter 9223372036854775807"), std::string::npos) << largest.err;
+  // A queue in a missing directory names the directory.
+  const CliRun missing = Idemctl({"dlq", "list", "--dlq", dir_.Join("nowhere/dlq.sqlite")});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find(dir_.Join("nowhere") + " does not exist"), std::string::npos) << missing.err;
 }
 
 // A DLQ that cannot be opened: the request is not sent (a failure could not
