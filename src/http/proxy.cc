@@ -462,19 +462,18 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         WriteUpstreamRequestHead(parser_.get(), c_.head, fr, target, buffered_size, s.request_head);
     const bool chunked_out = framing == Framing::kChunked;
 
-    // A non-idempotent request is never sent twice: its reused connection
-    // is checked before use, and it is sent again only when the first send
-    // failed (the upstream cannot have had the whole request), not when the
-    // connection broke after the request went out, since the upstream may
-    // have acted on it before it went away.
+    // A non-idempotent request is never sent twice: it is sent again only
+    // when the first send failed (the upstream cannot have had the whole
+    // request), not when the connection broke after the request went out,
+    // since the upstream may have acted on it before it went away.
     const bool idempotent = IsIdempotentMethod(c_.head.method);
     bool fresh_only = false;
     bool failed = false;
     error_code ec;
     for (int attempt = 0;; ++attempt) {
       Acquired acquired;
-      if (!fresh_only) acquired.connection = p.TakeIdle(!idempotent);
-      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only, !idempotent);
+      if (!fresh_only) acquired.connection = p.TakeIdle();
+      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only);
       if (!acquired.connection) {
         detail_ = std::move(acquired.error);
         fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);
@@ -800,8 +799,23 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       break;
     }
     // After a client left without an observer the loop stopped early and the
-    // parser is not done, so the connection is not reused.
-    p.Release(std::move(conn), upstream_keep_alive && !upstream_to_eof && up.is_done());
+    // parser is not done, so the connection is not reused. Nor is it after a
+    // HEAD: many upstreams answer HEAD with their GET handler and write the
+    // body after the head, often in a later send that the check before reuse
+    // (TakeIdle) may not yet see, and the next request on the connection
+    // would take that body, which a client can choose, as its response. A
+    // 204 that announces content it must not have (Content-Length or
+    // Transfer-Encoding, RFC 9110 section 15.3.5) is treated alike. Other
+    // 204 and 304 responses keep the connection: closing after each would
+    // cost a connect (and a TIME_WAIT socket) per DELETE or conditional GET,
+    // and upstreams rarely break the rule there (docs/architecture.md).
+    bool reusable = upstream_keep_alive && !upstream_to_eof && up.is_done();
+    if (reusable && c_.head.method == "HEAD") reusable = false;
+    if (reusable && result.upstream_status == 204 &&
+        (res.count(bhttp::field::content_length) != 0 || res.count(bhttp::field::transfer_encoding) != 0)) {
+      reusable = false;
+    }
+    p.Release(std::move(conn), reusable);
     upstream_ended = SteadyClock::now();  // the client may still be owed a backlog
     if (!backlog.empty() && co_await send_backlog(true)) {
       client_gone = true;

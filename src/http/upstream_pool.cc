@@ -22,12 +22,11 @@ namespace asio = internal::asio;
 
 namespace {
 
-// Idle connections are checked before reuse after this long, or always for
-// a request that must not be sent twice (TakeIdle).
-constexpr auto kPeekAfter = std::chrono::seconds(1);
-
-// True when an idle keep-alive connection was closed by the upstream (or
-// got bytes nobody asked for): it must not carry a request.
+// True when an idle keep-alive connection was closed by the upstream or got
+// bytes nobody asked for: it must not carry a request. Bytes that arrive on
+// an idle connection belong to no request (a body written after a HEAD or
+// 204 head, a late second response): on a reused connection they would be
+// read as the next request's response.
 bool LooksStale(tcp::socket& socket) {
   // poll() with no wait instead of a peeking recv(): the kernel answers it
   // from the socket's state without taking the socket's lock.
@@ -130,21 +129,19 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   co_return result;
 }
 
-std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle(bool strict) {
+std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle() {
   const auto now = internal::SteadyClock::now();
   while (!idle.empty()) {
     std::unique_ptr<internal::UpstreamConnection> c = std::move(idle.back());
     idle.pop_back();
-    // A connection back in the pool for under a second is not checked for
-    // most requests: upstreams close idle connections after seconds, and
-    // the one retry on a fresh connection covers the rare exception, which
-    // saves a system call per request under load. A request that cannot be
-    // sent again once it went out (`strict`) always checks, so that an
-    // upstream that closed a connection without saying so (after a response,
-    // or when it restarts) does not cost it a 502; the check costs about
-    // 1 us per request on this path (docs/benchmarks.md).
-    const auto idle_for = now - c->idle_since;
-    if (idle_for > target.idle_timeout || ((strict || idle_for > kPeekAfter) && LooksStale(c->socket))) {
+    // Checked before every reuse, however short its idle time: an upstream
+    // may write bytes after a response that looked complete (a body after
+    // a HEAD or 204 head, a second response), and those would be taken as
+    // the answer to this request and every later one on the connection.
+    // The check also spares a request that cannot be sent twice an upstream
+    // that closed the connection without saying so. It costs a system call
+    // of about 1 us per request (docs/benchmarks.md).
+    if (now - c->idle_since > target.idle_timeout || LooksStale(c->socket)) {
       error_code ec;
       c->socket.close(ec);
       --open;
@@ -156,11 +153,11 @@ std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle(bool 
   return nullptr;
 }
 
-Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only, bool strict) {
+Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
   const auto give_up = internal::SteadyClock::now() + target.connect_timeout;
   for (;;) {
     if (!fresh_only) {
-      if (auto c = TakeIdle(strict)) co_return internal::Acquired{std::move(c), false, {}};
+      if (auto c = TakeIdle()) co_return internal::Acquired{std::move(c), false, {}};
     } else if (!idle.empty() && open >= target.max_connections) {
       // A fresh connection is needed and the pool is full: make room.
       error_code ec;

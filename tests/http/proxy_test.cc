@@ -488,10 +488,8 @@ TEST(InProcessProxyTest, PooledConnectionIsReusedAcrossClientConnections) {
 }
 
 // /close answers as if the connection stayed open, then closes it: the pool
-// holds a dead connection. A POST finds it closed before use (the check a
-// request that must not be sent twice makes) and goes out once, on a fresh
-// connection; a GET, taken without the check, fails on it and is sent again
-// once on a fresh connection.
+// holds a dead connection. The check before every reuse finds it closed, so
+// the next request goes out once, on a fresh connection, without a retry.
 TEST(InProcessProxyTest, StaleKeepAliveConnectionCostsNoError) {
   for (const char* method : {"POST", "GET"}) {
     SCOPED_TRACE(method);
@@ -513,7 +511,64 @@ TEST(InProcessProxyTest, StaleKeepAliveConnectionCostsNoError) {
     EXPECT_EQ(upstream.requests(), 2);
     EXPECT_EQ(upstream.connections(), 2);
     ASSERT_TRUE(h.handler().WaitForResults(2));
-    EXPECT_EQ(h.handler().results()[1].retried, std::string_view(method) == "GET");
+    EXPECT_FALSE(h.handler().results()[1].retried);
+  }
+}
+
+// An upstream writes bytes on a keep-alive connection after a complete
+// response (here a whole second response): they belong to no request. A
+// request that would reuse the connection once they are there, however soon
+// after the first response, must not take them as its answer: the pooled
+// connection is checked before every reuse and dropped.
+TEST(InProcessProxyTest, BytesArrivingOnAnIdleConnectionAreNeverTakenAsAResponse) {
+  for (const char* status : {"200", "204", "304"}) {
+    for (const char* method : {"GET", "POST"}) {
+      SCOPED_TRACE(std::string(status) + " " + method);
+      TestUpstream upstream;
+      HandlerOptions options;
+      options.target = TargetFor(upstream.port());
+      Harness h(options);
+      auto first = SendRequest(h.endpoint(), HttpRequest{.target = std::string("/stray?status=") + status});
+      ASSERT_TRUE(first.ok()) << first.status().ToString();
+      EXPECT_EQ(first->status, std::stoi(status));
+      upstream.OpenGate();
+      ASSERT_TRUE(PollUntil([&] { return upstream.stray_written() >= 1; }, 10s));
+      auto second = SendRequest(h.endpoint(), HttpRequest{.method = method, .target = "/echo", .body = "mine"});
+      ASSERT_TRUE(second.ok()) << second.status().ToString();
+      EXPECT_EQ(second->status, 200);
+      EXPECT_EQ(second->body, "mine");
+      EXPECT_EQ(second->Header("X-Upstream"), "yes");
+      EXPECT_EQ(upstream.connections(), 2);
+    }
+  }
+}
+
+// An upstream that answers HEAD with its GET handler writes the body after
+// the head, often in a later send, so it may arrive after the next request
+// took the connection: the body, which a client can choose (an upload that
+// looks like an HTTP response), would then be the next client's response.
+// A connection is therefore never reused after a HEAD, nor after a 204 that
+// announces content it must not have. Here the bytes come only once the
+// next request is already on its way.
+TEST(InProcessProxyTest, NoConnectionIsReusedAfterAHeadOrA204AnnouncingContent) {
+  for (const char* first_request : {"HEAD /stray", "GET /stray?status=204&announce=1"}) {
+    SCOPED_TRACE(first_request);
+    TestUpstream upstream;
+    HandlerOptions options;
+    options.target = TargetFor(upstream.port());
+    Harness h(options);
+    RawConnection conn = *RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.Write(std::string(first_request) + " HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+    const std::string head = ReadUntil(conn, [](const std::string& got) { return got.find("\r\n\r\n") != got.npos; });
+    ASSERT_TRUE(head.starts_with(first_request[0] == 'H' ? "HTTP/1.1 200" : "HTTP/1.1 204")) << head;
+    ASSERT_TRUE(h.handler().WaitForResults(1));
+    ASSERT_TRUE(conn.Write("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nmine").ok());
+    upstream.OpenGate();
+    const std::string rest = ReadUntil(conn, [](const std::string& got) { return got.ends_with("mine"); });
+    EXPECT_TRUE(rest.starts_with("HTTP/1.1 200")) << rest;
+    EXPECT_NE(rest.find("X-Upstream: yes"), std::string::npos) << rest;
+    EXPECT_EQ(rest.find("stray"), std::string::npos) << rest;
+    EXPECT_EQ(upstream.connections(), 2);
   }
 }
 

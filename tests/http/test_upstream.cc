@@ -231,6 +231,29 @@ struct TestUpstream::Impl {
         s.shutdown(tcp::socket::shutdown_both, ignored);
         s.close(ignored);
         co_return;
+      } else if (target.starts_with("/stray")) {
+        const std::uint64_t status = QueryNumber(target, "status", 200);
+        const bool announce = QueryNumber(target, "announce", 0) != 0 || req.method() == bhttp::verb::head;
+        std::string head = "HTTP/1.1 " + std::to_string(status) + " Whatever\r\n";
+        if (announce) {
+          head += "Content-Length: " + std::to_string(kStray.size()) + "\r\n\r\n";
+        } else if (status == 200) {
+          head += "Content-Length: 2\r\n\r\nok";
+        } else {
+          head += "\r\n";
+        }
+        auto [w_ec, w] = co_await asio::async_write(s, asio::buffer(head), kTuple);
+        (void)w;
+        if (w_ec) co_return;
+        asio::steady_timer timer(io);
+        while (!u.gate_.load()) {
+          timer.expires_after(std::chrono::milliseconds(5));
+          co_await timer.async_wait(kTuple);
+        }
+        auto [s_ec, sn] = co_await asio::async_write(s, asio::buffer(kStray.data(), kStray.size()), kTuple);
+        (void)sn;
+        if (s_ec) co_return;
+        u.stray_written_.fetch_add(1);
       } else if (target.starts_with("/die")) {
         static constexpr std::string_view kTorso = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789";
         co_await asio::async_write(s, asio::buffer(kTorso.data(), kTorso.size()), kTuple);

@@ -22,8 +22,16 @@
 //   /die              Content-Length 1000, 10 bytes, then closes
 //   /eof              HTTP/1.0 200 whose body ends with the connection (one
 //                     write, then close)
+//   /stray?status=S&announce=A  a complete response with status S (200 "ok",
+//                     or bodiless), then, once OpenGate(), kStray on the same
+//                     connection, which stays open. With A=1, and always for
+//                     HEAD, the head carries a Content-Length for those bytes,
+//                     as an upstream writing a body after a HEAD or 204 head
 // Thread-safe accessors.
 namespace idemgate::httptest {
+
+// What /stray writes after its response: a response nobody asked for.
+inline constexpr std::string_view kStray = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray";
 
 // FNV-1a 64 over `data`, continuing from `h`.
 std::uint64_t Fnv1a(std::string_view data, std::uint64_t h = 1469598103934665603ull);
@@ -52,6 +60,8 @@ class TestUpstream {
   int requests() const { return requests_.load(); }
   // Connections /close has closed after its answer.
   int closed_after_answer() const { return closed_after_answer_.load(); }
+  // Times /stray has written kStray.
+  int stray_written() const { return stray_written_.load(); }
   // Body bytes /sink has received so far (while the request is running).
   std::uint64_t sink_bytes() const { return sink_bytes_.load(); }
   // The last request to /echo.
@@ -65,6 +75,7 @@ class TestUpstream {
   std::uint16_t port_ = 0;
   std::atomic<int> connections_{0};
   std::atomic<int> closed_after_answer_{0};
+  std::atomic<int> stray_written_{0};
   std::atomic<int> requests_{0};
   std::atomic<std::uint64_t> sink_bytes_{0};
   std::atomic<bool> gate_{false};

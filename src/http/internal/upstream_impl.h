@@ -49,14 +49,12 @@ struct UpstreamPool::Impl {
   // A connection for one exchange: an idle one that still looks alive (most
   // recently used first) unless `fresh_only`, else a new one if the pool is
   // below max_connections, else waits up to connect_timeout for one to be
-  // returned. `strict` as for TakeIdle.
-  Task<internal::Acquired> Acquire(bool fresh_only, bool strict);
+  // returned.
+  Task<internal::Acquired> Acquire(bool fresh_only);
   // The idle part of Acquire without a coroutine (the common case under
-  // load): an idle connection that still looks alive, or null. A connection
-  // idle for under a second is taken unchecked unless `strict`, which a
-  // request that must not be sent twice (a non-idempotent method) asks for:
-  // it cannot be sent again if the connection turns out closed.
-  std::unique_ptr<internal::UpstreamConnection> TakeIdle(bool strict);
+  // load): an idle connection that still looks alive (neither closed by the
+  // upstream nor holding unread bytes), or null.
+  std::unique_ptr<internal::UpstreamConnection> TakeIdle();
   // Gives a connection back: kept idle when `reusable`, else closed. Wakes
   // one waiter.
   void Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable);
