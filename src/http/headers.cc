@@ -295,6 +295,42 @@ std::optional<TargetParts> SplitTarget(std::string_view target) {
   return parts;
 }
 
+bool IsValidHostValue(std::string_view value) {
+  auto is_hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+  auto is_alnum = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  std::size_t i = 0;
+  if (!value.empty() && value.front() == '[') {
+    // IP-literal: an IPv6 address or "v" IPvFuture; their characters.
+    const std::size_t close = value.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (char c : value.substr(1, close - 1)) {
+      if (!is_alnum(c) && std::string_view(":.-_~!$&'()*+;=").find(c) == std::string_view::npos) return false;
+    }
+    i = close + 1;
+  } else {
+    // reg-name (which covers IPv4 addresses): unreserved, percent-encoded
+    // and sub-delims characters, without the comma.
+    for (; i < value.size() && value[i] != ':'; ++i) {
+      const char c = value[i];
+      if (c == '%') {
+        if (i + 2 >= value.size() || !is_hex(value[i + 1]) || !is_hex(value[i + 2])) return false;
+        i += 2;
+      } else if (!is_alnum(c) && std::string_view("-._~!$&'()*+;=").find(c) == std::string_view::npos) {
+        return false;
+      }
+    }
+    // An empty host with a port (":80"): RFC 9110 section 4.2.1 has an
+    // http URI with an empty host rejected.
+    if (i == 0 && !value.empty()) return false;
+  }
+  if (i == value.size()) return true;
+  if (value[i] != ':') return false;
+  for (char c : value.substr(i + 1)) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
 bool HasDotSegment(std::string_view path) {
   std::size_t start = 0;
   while (start < path.size()) {

@@ -91,6 +91,14 @@ struct TargetParts {
 // A fragment ('#...') is not allowed in a request target and rejected.
 std::optional<TargetParts> SplitTarget(std::string_view target);
 
+// True when `value` is a valid Host field value (RFC 9110 section 7.2):
+// uri-host [":" port], the host an IP-literal in brackets or a reg-name
+// (RFC 3986 section 3.2.2), or empty (a target without an authority). A
+// comma is refused although reg-name allows it: no DNS name has one, and
+// many frameworks read the X-Forwarded-Host the value becomes as a list and
+// take its first element, so the upstream would see two different hosts.
+bool IsValidHostValue(std::string_view value);
+
 // True when a path segment is "." or ".." (also percent-encoded, any case):
 // such paths are refused so a route prefix cannot be sidestepped.
 bool HasDotSegment(std::string_view path);

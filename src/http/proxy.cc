@@ -112,12 +112,17 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   out.append(target.base_path);
   out.append(fr.target.empty() ? head.path_and_query : std::string_view(fr.target));
   out.append(std::string_view(" HTTP/1.1\r\n"));
-  const bool host_dropped = filter.ShouldDrop("host");
+  // The upstream gets exactly one Host (the server refused requests with
+  // more than one): the client's, the absolute-form target's authority, or
+  // the upstream's own when the client sent none or an empty one (RFC 9112
+  // section 3.2: a target without an authority), or named Host in
+  // Connection.
+  const bool own_host = forwarded_host.empty() || filter.ShouldDrop("host");
   for (const auto& f : in) {
     const bhttp::field id = f.name();
     const std::string_view name = View(f.name_string());
     if (id == bhttp::field::connection || id == bhttp::field::expect || id == bhttp::field::content_length ||
-        filter.ShouldDrop(name) || (id == bhttp::field::host && !head.authority.empty())) {
+        filter.ShouldDrop(name) || (id == bhttp::field::host && (own_host || !head.authority.empty()))) {
       continue;
     }
     if (NameEquals(name, "x-forwarded-for") || NameEquals(name, "x-forwarded-proto") ||
@@ -130,7 +135,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     if (!fr.set_headers.empty() && InHeaders(fr.set_headers, name)) continue;
     AppendField(out, name, View(f.value()));
   }
-  if (forwarded_host.empty() || host_dropped) {
+  if (own_host) {
     if (target.port == target.default_port()) {
       AppendField(out, "Host", target.host);
     } else {

@@ -76,7 +76,8 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
     return false;
   }
   head.headers.clear();
-  bool has_host = false;
+  std::size_t hosts = 0;
+  std::string_view host;
   bool has_transfer_encoding = false;
   bool transfer_encoding_ok = true;
   std::size_t chunked_codings = 0;
@@ -86,7 +87,10 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
     const std::string_view value(f.value().data(), f.value().size());
     head.headers.push_back({name, value});
     switch (f.name()) {
-      case bhttp::field::host: has_host = true; break;
+      case bhttp::field::host:
+        ++hosts;
+        host = value;
+        break;
       case bhttp::field::transfer_encoding:
         has_transfer_encoding = true;
         transfer_encoding_ok = transfer_encoding_ok && OnlyChunked(&chunked_codings, value);
@@ -101,8 +105,19 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   head.content_length.reset();
   if (auto cl = parser.content_length()) head.content_length = *cl;
   head.keep_alive = parser.keep_alive();
-  if (head.version == 11 && !has_host) {
+  if (head.version == 11 && hosts == 0) {
     *why = "missing Host header";
+    return false;
+  }
+  // RFC 9112 section 3.2: more than one Host line, or an invalid value, is
+  // a 400. Which of two hosts the request is for is not for the gateway to
+  // guess: the upstream, a cache or a log could each pick another one.
+  if (hosts > 1) {
+    *why = "more than one Host header";
+    return false;
+  }
+  if (hosts == 1 && !IsValidHostValue(host)) {
+    *why = "invalid Host header";
     return false;
   }
   if (has_transfer_encoding && (!head.chunked || !transfer_encoding_ok || chunked_codings != 1)) {

@@ -151,6 +151,17 @@ TEST(HeadersTest, SplitTargetOriginAndAbsoluteForms) {
   EXPECT_FALSE(SplitTarget("ftp://h/x").has_value());
 }
 
+TEST(HeadersTest, HostValueValidation) {
+  for (const char* ok : {"", "a.example", "a.example:8080", "A-b_c~d.EXAMPLE:", "127.0.0.1", "127.0.0.1:80",
+                         "[::1]", "[::1]:443", "[v1.x]", "xn--bcher-kva.example", "a%2Db.example", "a!$&'()*+;=b"}) {
+    EXPECT_TRUE(IsValidHostValue(ok)) << ok;
+  }
+  for (const char* bad : {"a.example, b.example", "a.example,b.example", "x@y z", "x@y", "a b", ":80", "a:8x",
+                          "a:80:90", "[::1", "[]", "[::1]x", "a/b", "a%2", "a%zz", "a\tb", "a\"b", "\x80"}) {
+    EXPECT_FALSE(IsValidHostValue(bad)) << bad;
+  }
+}
+
 TEST(HeadersTest, DotSegmentsAreFound) {
   EXPECT_TRUE(HasDotSegment("/a/../b"));
   EXPECT_TRUE(HasDotSegment("/a/./b"));

@@ -168,6 +168,30 @@ TEST(InProcessProxyTest, AbsoluteFormTargetReplacesTheHostHeader) {
   EXPECT_EQ(res->status, 400);
 }
 
+// The upstream sees exactly one Host. An empty one (RFC 9112 section 3.2: a
+// target without an authority) counts as none, so the upstream's own name
+// replaces it instead of joining it, and no X-Forwarded-Host is made up;
+// an HTTP/1.0 request without Host is treated alike.
+TEST(InProcessProxyTest, EmptyHostIsReplacedByTheUpstreamsOwn) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  const std::string own = "127.0.0.1:" + std::to_string(upstream.port());
+  for (const char* request : {"GET /echo HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n",
+                              "GET /echo HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+                              "GET /echo HTTP/1.0\r\n\r\n"}) {
+    SCOPED_TRACE(request);
+    RawConnection conn = *RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.Write(request).ok());
+    const std::string raw = conn.ReadUntilClosed(10s);
+    ASSERT_TRUE(raw.starts_with("HTTP/1.1 200") || raw.starts_with("HTTP/1.0 200")) << raw;
+    const SeenRequest seen = upstream.last_echo();
+    EXPECT_EQ(seen.Values("Host"), (std::vector<std::string>{own}));
+    EXPECT_TRUE(seen.Values("X-Forwarded-Host").empty());
+  }
+}
+
 TEST(InProcessProxyTest, ValidTraceparentAndRequestIdPassUnchanged) {
   TestUpstream upstream;
   HandlerOptions options;

@@ -212,7 +212,14 @@ TEST_F(ServerTest, MalformedRequestsAre400AndClose) {
                                   "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
                                   "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                                   "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-                                  "GET * HTTP/1.1\r\nHost: x\r\n\r\n"}) {
+                                  "GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+                                  // RFC 9112 section 3.2: one Host line, with a valid value.
+                                  "GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+                                  "GET / HTTP/1.1\r\nHost: \r\nHost: b.example\r\n\r\n",
+                                  "GET / HTTP/1.0\r\nHost: a.example\r\nHost: a.example\r\n\r\n",
+                                  "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nHost: b\r\n\r\n",
+                                  "GET / HTTP/1.1\r\nHost: a.example, b.example\r\n\r\n",
+                                  "GET / HTTP/1.1\r\nHost: x@y z\r\n\r\n"}) {
     SCOPED_TRACE(bytes);
     auto conn = RawConnection::Connect(endpoint_);
     ASSERT_TRUE(conn.ok());
