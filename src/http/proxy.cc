@@ -186,8 +186,16 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
 // strip_response_headers removed (into `captured->stripped`),
 // add_response_headers added, framing and Connection of our own. With
 // `captured`, the fields the client sees are copied into it.
+//
+// The upstream's Content-Length lines are never copied: the parser accepted
+// forms a client may refuse or read differently ("5, 5", two "5" lines,
+// "0005"). Unless the body is re-chunked, one canonical Content-Length with
+// the parsed `content_length` is written instead, and none on a 204, which
+// must not carry one (RFC 9110 section 8.6). A HEAD or 304 response keeps
+// it: there it gives the length a GET would have had.
 void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& fr, int version, bool chunked,
-                             bool keep_alive, std::string& out, CapturedResponse& captured, bool capture) {
+                             std::optional<std::uint64_t> content_length, bool keep_alive, std::string& out,
+                             CapturedResponse& captured, bool capture) {
   HopByHopFilter filter;
   std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
   for (const auto& f : res) {
@@ -203,14 +211,16 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
   for (const auto& f : res) {
     const std::string_view name = View(f.name_string());
     if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
-    const bool length = f.name() == bhttp::field::content_length;
-    if (length && chunked) continue;
+    if (f.name() == bhttp::field::content_length) continue;
     if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) {
       captured.stripped.push_back({std::string(name), std::string(View(f.value()))});
       continue;
     }
     AppendField(out, name, View(f.value()));
-    if (capture && !length) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
+    if (capture) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
+  }
+  if (content_length && !chunked && res.result_int() != 204) {
+    AppendNumberField(out, "Content-Length", *content_length);
   }
   for (const Header& h : fr.add_response_headers) {
     AppendField(out, h.name, h.value);
@@ -644,8 +654,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         chunked_back = true;
       }
     }
-    WriteClientResponseHead(res, fr, version, chunked_back, !client_close, s.response_head, s.captured,
-                            observer != nullptr);
+    std::optional<std::uint64_t> content_length;
+    if (const auto length = up.content_length()) content_length = *length;
+    WriteClientResponseHead(res, fr, version, chunked_back, content_length, !client_close, s.response_head,
+                            s.captured, observer != nullptr);
 
     bool head_sent = false;
     bool client_gone = false;

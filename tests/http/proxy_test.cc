@@ -949,6 +949,48 @@ TEST(InProcessProxyTest, HeadResponseCarriesNoBodyFraming) {
   EXPECT_TRUE(raw.ends_with("next")) << raw;
 }
 
+// The upstream's Content-Length lines are not copied as they came: the
+// parser accepts forms that clients refuse or read differently (Node's
+// client rejects two lines). The client gets one canonical Content-Length,
+// and none on a 204; a HEAD or 304 response keeps the length a GET would
+// have had.
+TEST(InProcessProxyTest, ContentLengthReachesTheClientOnceAndCanonical) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  struct Case {
+    std::string request_line;
+    std::string status_line;
+    std::vector<std::string> lengths;  // the Content-Length lines the client gets
+    std::string body;
+  };
+  const Case cases[] = {
+      {"GET /canned/two-lengths", "HTTP/1.1 200 OK", {"5"}, "hello"},
+      {"GET /canned/length-list", "HTTP/1.1 200 OK", {"5"}, "hello"},
+      {"GET /canned/length-zeros", "HTTP/1.1 200 OK", {"5"}, "hello"},
+      {"HEAD /canned/length-list", "HTTP/1.1 200 OK", {"5"}, ""},
+      {"GET /canned/204-length", "HTTP/1.1 204 No Content", {}, ""},
+      {"GET /canned/304-length", "HTTP/1.1 304 Not Modified", {"7"}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.request_line);
+    RawConnection conn = *RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.Write(c.request_line + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok());
+    const std::string raw = conn.ReadUntilClosed(10s);
+    const std::size_t end = raw.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << raw;
+    EXPECT_TRUE(raw.starts_with(c.status_line + "\r\n")) << raw;
+    std::vector<std::string> lengths;
+    for (std::size_t at = raw.find("\r\nContent-Length: "); at < end; at = raw.find("\r\nContent-Length: ", at + 2)) {
+      const std::size_t value = at + 18;
+      lengths.push_back(raw.substr(value, raw.find("\r\n", value) - value));
+    }
+    EXPECT_EQ(lengths, c.lengths) << raw;
+    EXPECT_EQ(raw.substr(end + 4), c.body);
+  }
+}
+
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
   TestUpstream upstream;
   HandlerOptions options;

@@ -231,6 +231,23 @@ struct TestUpstream::Impl {
         s.shutdown(tcp::socket::shutdown_both, ignored);
         s.close(ignored);
         co_return;
+      } else if (target.starts_with("/canned/")) {
+        // Responses as some upstreams write them, byte for byte.
+        static const std::pair<std::string_view, std::string_view> kCanned[] = {
+            {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
+            {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
+            {"length-zeros", "HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello"},
+            {"204-length", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"},
+            {"304-length", "HTTP/1.1 304 Not Modified\r\nContent-Length: 007\r\nETag: \"e\"\r\n\r\n"},
+        };
+        const std::string_view name = std::string_view(target).substr(8);
+        std::string_view bytes;
+        for (const auto& [n, b] : kCanned) {
+          if (n == name) bytes = b;
+        }
+        auto [w_ec, w] = co_await asio::async_write(s, asio::buffer(bytes.data(), bytes.size()), kTuple);
+        (void)w;
+        if (w_ec || bytes.empty()) co_return;
       } else if (target.starts_with("/stray")) {
         const std::uint64_t status = QueryNumber(target, "status", 200);
         const bool announce = QueryNumber(target, "announce", 0) != 0 || req.method() == bhttp::verb::head;

@@ -22,6 +22,8 @@
 //   /die              Content-Length 1000, 10 bytes, then closes
 //   /eof              HTTP/1.0 200 whose body ends with the connection (one
 //                     write, then close)
+//   /canned/NAME      a fixed response as written (test_upstream.cc has the
+//                     list), e.g. two Content-Length lines
 //   /stray?status=S&announce=A  a complete response with status S (200 "ok",
 //                     or bodiless), then, once OpenGate(), kStray on the same
 //                     connection, which stays open. With A=1, and always for
