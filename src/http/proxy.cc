@@ -265,6 +265,22 @@ bool IsStaleConnectionError(const error_code& ec) {
 }
 
 
+// True when a response has no Transfer-Encoding, or exactly "chunked" and
+// no Content-Length.
+bool OnlyChunkedTransferEncoding(const ResponseMessage& res) {
+  std::size_t chunked = 0;
+  bool present = false;
+  for (const auto& f : res) {
+    if (f.name() != bhttp::field::transfer_encoding) continue;
+    present = true;
+    for (const std::string_view coding : SplitList(View(f.value()))) {
+      if (!NameEquals(coding, "chunked")) return false;
+      ++chunked;
+    }
+  }
+  return !present || (chunked == 1 && res.count(bhttp::field::content_length) == 0);
+}
+
 // One piece of a body for the wire: `data` framed as a chunk when
 // `chunked`, the last chunk added when `last`.
 struct PieceFrame {
@@ -610,6 +626,15 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         const unsigned status = up.get().result_int();
         if (status == 101) {
           ec = bhttp::error::bad_status;  // upgrades are not proxied
+          break;
+        }
+        if ((status < 100 || status >= 200) && !OnlyChunkedTransferEncoding(up.get())) {
+          // RFC 9112 section 6.3: Transfer-Encoding beside Content-Length
+          // is an error, and a coding the gateway does not decode ("gzip",
+          // "gzip, chunked") would reach the client silently removed, since
+          // Transfer-Encoding is hop-by-hop. The request side refuses the
+          // same (server.cc).
+          ec = bhttp::error::bad_transfer_encoding;
           break;
         }
         if (status < 100 || status >= 200) break;

@@ -991,6 +991,27 @@ TEST(InProcessProxyTest, ContentLengthReachesTheClientOnceAndCanonical) {
   }
 }
 
+// RFC 9112 section 6.3: a response with Transfer-Encoding and
+// Content-Length is an error; and a coding other than chunked would reach
+// the client removed (Transfer-Encoding is hop-by-hop), its body changed.
+// Both are 502, and the connection is not reused.
+TEST(InProcessProxyTest, ResponseTransferEncodingOtherThanChunkedIs502) {
+  for (const char* name : {"gzip-length", "gzip-chunked"}) {
+    SCOPED_TRACE(name);
+    TestUpstream upstream;
+    HandlerOptions options;
+    options.target = TargetFor(upstream.port());
+    Harness h(options);
+    auto res = SendRequest(h.endpoint(), HttpRequest{.target = std::string("/canned/") + name});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 502, "upstream-unavailable");
+    auto next = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo", .body = "x"});
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(next->body, "x");
+    EXPECT_EQ(upstream.connections(), 2);
+  }
+}
+
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
   TestUpstream upstream;
   HandlerOptions options;

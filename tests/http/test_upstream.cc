@@ -238,6 +238,8 @@ struct TestUpstream::Impl {
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
             {"length-zeros", "HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello"},
             {"204-length", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"},
+            {"gzip-length", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhello"},
+            {"gzip-chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
             {"304-length", "HTTP/1.1 304 Not Modified\r\nContent-Length: 007\r\nETag: \"e\"\r\n\r\n"},
         };
         const std::string_view name = std::string_view(target).substr(8);
