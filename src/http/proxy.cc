@@ -624,11 +624,18 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           break;
         }
         const unsigned status = up.get().result_int();
+        if (status < 100 || status > 599) {
+          // The parser takes any three digits; RFC 9110 section 15 defines
+          // 100..599, and a client or the record store has no meaning for
+          // the rest.
+          ec = bhttp::error::bad_status;
+          break;
+        }
         if (status == 101) {
           ec = bhttp::error::bad_status;  // upgrades are not proxied
           break;
         }
-        if ((status < 100 || status >= 200) && !OnlyChunkedTransferEncoding(up.get())) {
+        if (status >= 200 && !OnlyChunkedTransferEncoding(up.get())) {
           // RFC 9112 section 6.3: Transfer-Encoding beside Content-Length
           // is an error, and a coding the gateway does not decode ("gzip",
           // "gzip, chunked") would reach the client silently removed, since
@@ -637,7 +644,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           ec = bhttp::error::bad_transfer_encoding;
           break;
         }
-        if (status < 100 || status >= 200) break;
+        if (status >= 200) break;
       }
       if (retry) {
         p.Release(std::move(conn), false);

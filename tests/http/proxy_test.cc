@@ -1012,6 +1012,20 @@ TEST(InProcessProxyTest, ResponseTransferEncodingOtherThanChunkedIs502) {
   }
 }
 
+// Status codes outside 100..599 (RFC 9110 section 15) are not relayed.
+TEST(InProcessProxyTest, StatusOutsideTheDefinedRangeIs502) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  for (const char* name : {"status-600", "status-999", "status-099"}) {
+    SCOPED_TRACE(name);
+    auto res = SendRequest(h.endpoint(), HttpRequest{.target = std::string("/canned/") + name});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 502, "upstream-unavailable");
+  }
+}
+
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
   TestUpstream upstream;
   HandlerOptions options;

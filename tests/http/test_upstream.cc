@@ -240,6 +240,9 @@ struct TestUpstream::Impl {
             {"204-length", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"},
             {"gzip-length", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhello"},
             {"gzip-chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+            {"status-600", "HTTP/1.1 600 Beyond\r\nContent-Length: 2\r\n\r\nok"},
+            {"status-999", "HTTP/1.1 999 Beyond\r\nContent-Length: 2\r\n\r\nok"},
+            {"status-099", "HTTP/1.1 099 Below\r\nContent-Length: 2\r\n\r\nok"},
             {"304-length", "HTTP/1.1 304 Not Modified\r\nContent-Length: 007\r\nETag: \"e\"\r\n\r\n"},
         };
         const std::string_view name = std::string_view(target).substr(8);
