@@ -60,6 +60,14 @@ void AppendNumberField(std::string& out, std::string_view name, std::uint64_t va
   AppendField(out, name, std::string_view(digits, static_cast<std::size_t>(end - digits)));
 }
 
+// The request fields the gateway passes or creates itself (SPEC section 2
+// step 7): when it passes the client's, a Connection header naming them does
+// not remove them, as it does not remove the client's X-Forwarded-For; the
+// X-Request-Id passed is the one the gateway logs.
+bool GatewayOwned(std::string_view name) {
+  return NameEquals(name, "x-request-id") || NameEquals(name, "traceparent");
+}
+
 // How the upstream request body is framed.
 enum class Framing { kNone, kLength, kChunked };
 
@@ -122,7 +130,8 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     const bhttp::field id = f.name();
     const std::string_view name = View(f.name_string());
     if (id == bhttp::field::connection || id == bhttp::field::expect || id == bhttp::field::content_length ||
-        filter.ShouldDrop(name) || (id == bhttp::field::host && (own_host || !head.authority.empty()))) {
+        (filter.ShouldDrop(name) && !GatewayOwned(name)) ||
+        (id == bhttp::field::host && (own_host || !head.authority.empty()))) {
       continue;
     }
     if (NameEquals(name, "x-forwarded-for") || NameEquals(name, "x-forwarded-proto") ||

@@ -209,6 +209,16 @@ TEST(InProcessProxyTest, ValidTraceparentAndRequestIdPassUnchanged) {
   // No client Host on HTTP/1.0 would fall back to the upstream's; with one,
   // X-Forwarded-Host is the client's.
   EXPECT_EQ(seen.Values("X-Forwarded-Host").size(), 1u);
+
+  // The gateway decided to pass them: a client's Connection naming them
+  // does not take them from the upstream (the gateway logs that id).
+  req.headers.push_back({"Connection", "traceparent, x-request-id, tracestate"});
+  res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  const SeenRequest named = upstream.last_echo();
+  EXPECT_EQ(named.Values("traceparent"), (std::vector<std::string>{tp}));
+  EXPECT_EQ(named.Values("X-Request-Id"), (std::vector<std::string>{"abc-123"}));
+  EXPECT_TRUE(named.Values("tracestate").empty());
 }
 
 TEST(InProcessProxyTest, ForwardRequestHeaderChangesApply) {
