@@ -301,7 +301,11 @@ void FormatRequestLog(const RequestLogLine& line, std::string& out) {
   b.OptString("route", line.route);
   b.String("method", line.method);
   b.String("path", line.path);
-  b.Int("status", line.status);
+  if (line.status != 0) {
+    b.Int("status", line.status);
+  } else {
+    b.Null("status");  // no answer reached the client
+  }
   b.Double("duration_ms", line.duration_ms);
   b.OptString("tenant", line.tenant);
   b.OptString("project", line.project);

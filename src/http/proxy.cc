@@ -807,9 +807,13 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (!head_sent) {
           head_sent = true;
           responded_ = true;
-          status_sent_ = result.upstream_status;
-          result.status = result.upstream_status;
           result.response_started = true;
+          // A client that reset the connection before its answer was sent
+          // none: the log says so (status null), not the upstream's status.
+          if (!send_ec) {
+            status_sent_ = result.upstream_status;
+            result.status = result.upstream_status;
+          }
         }
         if (send_ec) {
           client_gone = true;

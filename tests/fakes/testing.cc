@@ -793,6 +793,13 @@ void RawConnection::Close() {
   fd_ = -1;
 }
 
+void RawConnection::Reset() {
+  if (fd_ < 0) return;
+  const linger abort{.l_onoff = 1, .l_linger = 0};
+  ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+  Close();
+}
+
 Status RawConnection::Write(std::string_view bytes) {
   if (fd_ < 0) return FailedPreconditionError("connection is closed");
   while (!bytes.empty()) {

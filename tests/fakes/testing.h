@@ -277,6 +277,8 @@ class RawConnection {
   // Ends the sending side (a FIN); reads still work.
   void ShutdownWrite();
   void Close();
+  // Closes with a reset (RST) instead of a FIN.
+  void Reset();
 
  private:
   explicit RawConnection(int fd) : fd_(fd) {}

@@ -74,6 +74,13 @@ TEST_F(LogTest, RequestLineHasEverySpecFieldWithNullsForUnknowns) {
   EXPECT_EQ(out.find('\n'), std::string::npos);
 }
 
+TEST_F(LogTest, StatusIsNullWhenNoAnswerReachedTheClient) {
+  std::string out;
+  FormatRequestLog(RequestLogLine{.method = "POST", .path = "/"}, out);
+  json::value v = json::parse(out);
+  EXPECT_TRUE(v.at("status").is_null()) << out;
+}
+
 TEST_F(LogTest, StringsAreEscapedAndInvalidUtf8Replaced) {
   RequestLogLine line;
   line.method = "GET";

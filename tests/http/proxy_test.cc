@@ -881,6 +881,48 @@ TEST(InProcessProxyTest, ReadAheadHandsTheUpstreamConnectionBackBeforeASlowClien
   EXPECT_TRUE(raw.ends_with("\r\n0\r\n\r\n")) << raw.size() << " bytes";
 }
 
+// A client that reset its connection before the answer: the response finds
+// the connection gone, so the exchange reports no status sent (the log says
+// null), while the observer still has the upstream's response.
+TEST(InProcessProxyTest, AClientThatResetBeforeItsAnswerWasSentNone) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  Harness h(options);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /late?ms=300 HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(100ms);  // the request is with the upstream
+  conn.Reset();
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_EQ(observers[0].captured->response.status, 201);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kClientGone);
+  EXPECT_EQ(observers[0].finished->status, 0);
+  EXPECT_EQ(observers[0].finished->upstream_status, 201);
+}
+
+// A chunked body framed with bare LFs is refused at once (400), instead of
+// waiting, as Beast does, for a CRLF that never comes until the idle
+// timeout ends it with a misleading 408.
+TEST(InProcessProxyTest, ChunkFramingWithBareLineFeedsIs400AtOnce) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  for (const char* body : {"3\nabc\n0\n\n", "3\r\nabc\n0\r\n\r\n", "3\r\nabc\r\n0\n\r\n"}) {
+    RawConnection conn = *RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.Write(std::string("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n") + body)
+                    .ok());
+    const std::string raw = conn.ReadUntilClosed(20s);  // the server's idle timeout is 60 s
+    EXPECT_TRUE(conn.closed()) << body;
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 400")) << body << ": " << raw.substr(0, 200);
+  }
+}
+
 // The upstream's last bytes and its FIN usually arrive together: the
 // receive that takes the bytes must not leave the end of the stream unseen
 // (the proxy would then wait for the upstream timeout).

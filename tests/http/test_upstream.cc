@@ -197,6 +197,16 @@ struct TestUpstream::Impl {
         }
         const std::string rest = Pattern(static_cast<std::size_t>(total - first), static_cast<std::size_t>(first));
         if (!co_await WritePieces(s, res, sr, rest, false)) co_return;
+      } else if (target.starts_with("/late")) {
+        // /late?ms=N: 201 "late" after N ms.
+        asio::steady_timer timer(io, std::chrono::milliseconds(QueryNumber(target, "ms", 300)));
+        co_await timer.async_wait(kTuple);
+        bhttp::response<bhttp::string_body> res(bhttp::status::created, 11);
+        res.body() = "late";
+        res.prepare_payload();
+        auto [w_ec, w] = co_await bhttp::async_write(s, res, kTuple);
+        (void)w;
+        if (w_ec) co_return;
       } else if (target.starts_with("/slow")) {
         asio::steady_timer timer(io, std::chrono::seconds(20));
         co_await timer.async_wait(kTuple);
