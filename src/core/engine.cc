@@ -128,6 +128,7 @@ std::string_view BeginOutcomeName(BeginOutcome outcome) {
     case BeginOutcome::kKeyReused: return "key_reused";
     case BeginOutcome::kInFlight: return "in_flight";
     case BeginOutcome::kStoreError: return "store_error";
+    case BeginOutcome::kCancelled: return "cancelled";
   }
   return "unknown";
 }
@@ -173,8 +174,18 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
   std::string owner = NewOwnerToken();
   bool waited = false;
   std::unique_ptr<Watch> watch;
+  auto cancelled = [&request, &waited]() -> std::optional<BeginResult> {
+    if (request.cancelled == nullptr || !request.cancelled(request.cancelled_arg)) return std::nullopt;
+    BeginResult r;
+    r.outcome = BeginOutcome::kCancelled;
+    r.waited = waited;
+    return r;
+  };
 
   while (true) {
+    // Also where a waiter comes back to when the holder released the key:
+    // one woken by a release at shutdown must not take it.
+    if (auto r = cancelled()) co_return std::move(*r);
     UnixMillis now = clock_.NowMillis();
     std::string operation_id = NewOperationId(now);
     // The record goes to the store; what the reservation needs of it is kept
@@ -244,6 +255,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
             r.waited = waited;
             co_return r;
           }
+          if (auto r = cancelled()) co_return std::move(*r);
           const Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch,
                                                   &existing, &now, &waited);
           if (!s.ok()) co_return StoreError(s);

@@ -21,6 +21,13 @@ struct KeyedRequest {
   Duration lease = std::chrono::seconds(35);  // how long a reservation holds the key
   InFlightMode in_flight = InFlightMode::kReject;
   Duration wait_timeout = std::chrono::seconds(30);  // kWait: longest attach
+  // When set, asked before each attempt to reserve the key and before each
+  // further wait: once it returns true (the server stopped waiting for its
+  // requests: past shutdown_grace), Begin gives up with kCancelled instead.
+  // A waiter woken by the release of an original cut at shutdown must not
+  // take the key and run the request again while the gateway stops.
+  bool (*cancelled)(const void* arg) = nullptr;
+  const void* cancelled_arg = nullptr;
 };
 
 // The key held by a request that proceeds; hand it back to Complete or Release.
@@ -39,9 +46,10 @@ enum class BeginOutcome {
   kKeyReused,   // 422 key-reused: the key holds another request
   kInFlight,    // 409 request-in-flight with Retry-After `retry_after`
   kStoreError,  // the store failed: `status`
+  kCancelled,   // KeyedRequest::cancelled said to give up; the key was not taken
 };
 
-// "proceed", "replay", "key_reused", "in_flight", "store_error".
+// "proceed", "replay", "key_reused", "in_flight", "store_error", "cancelled".
 std::string_view BeginOutcomeName(BeginOutcome outcome);
 
 struct BeginResult {
@@ -87,6 +95,8 @@ class Engine {
   // to wait_timeout, waking early when the holder's lease ends) and replays
   // the landed response, reserves again when the holder released, takes
   // over when its lease ended, or answers kInFlight when the wait ran out.
+  // kCancelled once KeyedRequest::cancelled holds (checked before each
+  // reserve and each wait; a sleeping waiter sees it when it wakes).
   // Never throws.
   Task<BeginResult> Begin(KeyedRequest request);
 

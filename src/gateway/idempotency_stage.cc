@@ -351,6 +351,12 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   request.lease = rules.lease;
   request.in_flight = rules.in_flight;
   request.wait_timeout = rules.wait_timeout;
+  // Past shutdown_grace the key is not taken any more (a waiter woken by the
+  // original's release at shutdown would run the request again).
+  if (ctx.exchange != nullptr) {
+    request.cancelled = [](const void* ex) { return static_cast<const http::Exchange*>(ex)->stopping(); };
+    request.cancelled_arg = ctx.exchange;
+  }
   core::BeginResult begun = co_await engine_.Begin(std::move(request));
   if (begun.waited && metrics != nullptr) metrics->Waited(scope);
 
@@ -402,6 +408,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                        begun.waited ? "the original request with this key is still in flight after waiting"
                                     : "the original request with this key is still in flight; retry later",
                        "in_flight", begun.retry_after);
+    case core::BeginOutcome::kCancelled:
+      co_return Refuse(ctx, http::ProblemCode::kShuttingDown,
+                       "the gateway stopped before the request could run; retry", "shutdown");
     case core::BeginOutcome::kStoreError:
       break;
   }

@@ -181,9 +181,15 @@ class Exchange {
   // (SPEC §2 steps 7-8): hop-by-hop fields removed both ways, forwarding
   // headers set, bodies streamed through a bounded buffer (or the buffered
   // body after ReadBody). Sends its own problem (502/504/413/400) when no
-  // upstream response could be relayed. `pool` must belong to worker() and
+  // upstream response could be relayed, and 503 shutting-down, without
+  // sending the request, once stopping(). `pool` must belong to worker() and
   // outlive the call. At most once per exchange, and not after Respond.
   virtual Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) = 0;
+
+  // True once the server stopped waiting for its in-flight requests (past
+  // shutdown_grace) and cuts every exchange: nothing new may start then;
+  // Forward answers 503 shutting-down without contacting the upstream.
+  virtual bool stopping() const = 0;
 
   // True once a response (or its first bytes) was sent.
   virtual bool responded() const = 0;

@@ -510,10 +510,26 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     bool fresh_only = false;
     bool failed = false;
     error_code ec;
+    // Past shutdown_grace nothing goes upstream any more: every exchange is
+    // being cut, so a request sent now would run there unanswered (and one
+    // whose original was cut a moment ago would run twice). Checked again
+    // once a connection is in hand: the watchdog cuts a connect, not a send
+    // that starts between its ticks. ForwardProblem answers 503.
+    const auto stopping = [&] {
+      if (!c_.w.watchdog.killing()) return false;
+      fail(ForwardOutcome::kShutdown, ProblemCode::kShuttingDown);
+      failed = true;
+      return true;
+    };
     for (int attempt = 0;; ++attempt) {
+      if (stopping()) break;
       Acquired acquired;
       if (!fresh_only) acquired.connection = p.TakeIdle();
       if (!acquired.connection) acquired = co_await p.Acquire(fresh_only);
+      if (acquired.connection && stopping()) {
+        p.Release(std::move(acquired.connection), false);
+        break;
+      }
       if (!acquired.connection) {
         detail_ = std::move(acquired.error);
         fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);

@@ -139,6 +139,9 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
       case BeginOutcome::kStoreError:
         model.Fail("store error: " + r.status.ToString());
         break;
+      case BeginOutcome::kCancelled:
+        model.Fail("cancelled without a cancel hook");
+        break;
     }
   }
 }

@@ -246,6 +246,40 @@ TEST_F(EngineTest, WaiterProceedsWhenTheOwnerReleases) {
   EXPECT_EQ(Get(kKey)->owner, waiter->reservation.owner);
 }
 
+// A waiter woken by the release of an original cut at shutdown must not take
+// the key and run the request again while the gateway stops: once its
+// `cancelled` holds, Begin gives up and leaves the key free.
+TEST_F(EngineTest, CancelledWaiterLeavesAReleasedKeyFree) {
+  const BeginResult owner = Begin(Request());
+  bool stopping = false;
+  KeyedRequest waiting = Request(kFp, InFlightMode::kWait);
+  waiting.cancelled = [](const void* flag) { return *static_cast<const bool*>(flag); };
+  waiting.cancelled_arg = &stopping;
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine_.Begin(std::move(waiting)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+
+  stopping = true;
+  std::optional<Status> released;
+  Spawn(ctx_, engine_.Release(owner.reservation), &released);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value() && released.has_value(); }));
+  ASSERT_TRUE(released->ok());
+  EXPECT_EQ(waiter->outcome, BeginOutcome::kCancelled) << BeginOutcomeName(waiter->outcome);
+  EXPECT_TRUE(waiter->waited);
+  EXPECT_FALSE(Get(kKey).has_value());
+}
+
+TEST_F(EngineTest, CancelledRequestDoesNotReserve) {
+  bool stopping = true;
+  KeyedRequest r = Request();
+  r.cancelled = [](const void* flag) { return *static_cast<const bool*>(flag); };
+  r.cancelled_arg = &stopping;
+  const BeginResult begun = Begin(std::move(r));
+  EXPECT_EQ(begun.outcome, BeginOutcome::kCancelled);
+  EXPECT_FALSE(begun.waited);
+  EXPECT_FALSE(Get(kKey).has_value());
+}
+
 TEST_F(EngineTest, ReleasedKeyLetsOneOfManyWaitersRunAndTheRestReplayIt) {
   const BeginResult owner = Begin(Request());
   constexpr int kWaiters = 4;

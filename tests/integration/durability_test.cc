@@ -35,6 +35,7 @@ struct GatewaySetup {
   std::string upstream_timeout = "5s";
   std::string shutdown_grace = "10s";
   std::string listen = "127.0.0.1:0";
+  std::string in_flight = "reject";
 };
 
 std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
@@ -52,7 +53,7 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
     << "  - id: api\n"
     << "    match: { path_prefix: / }\n"
     << "    upstream: fake\n"
-    << "    idempotency: { policy: required, in_flight: reject, lease: " << s.lease << " }\n";
+    << "    idempotency: { policy: required, in_flight: " << s.in_flight << ", lease: " << s.lease << " }\n";
   return y.str();
 }
 
@@ -394,6 +395,50 @@ TEST_F(DurabilityTest, SigtermAnswers503ToAKeyedRequestPastTheGraceAndReleasesIt
   gateway_.reset();
 
   // Released, not left for a 5 minute lease: the retry runs at once.
+  Start("restarted");
+  const HttpResponse retry = Send(gateway_->endpoint(), ToRequest(slow));
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(ExecutionsOf(slow.key), 2u);
+}
+
+// Past shutdown_grace nothing is forwarded any more. Pins a bug: the
+// release of an original cut at the end of the grace woke a request waiting
+// for it (in_flight: wait), which took the key and ran the request upstream
+// a second time while the gateway stopped, only to be cut a moment later.
+TEST_F(DurabilityTest, SigtermPastTheGraceForwardsNoWaiterAndReleasesTheKey) {
+  setup_.lease = "5m";
+  setup_.shutdown_grace = "1s";
+  setup_.in_flight = "wait";
+  Start("first");
+  const Sent slow{"k-waited-on", kSentinelTarget, R"({"waited":"on"})"};
+  std::optional<StatusOr<HttpResponse>> original;
+  std::optional<StatusOr<HttpResponse>> waiter;
+  std::thread first([&] { original = SendRequest(gateway_->endpoint(), ToRequest(slow), 30s); });
+  ASSERT_TRUE(PollUntil([&] { return ExecutionsOf(slow.key) >= 1; }, 20s));
+  std::thread second([&] { waiter = SendRequest(gateway_->endpoint(), ToRequest(slow), 30s); });
+  // Both requests are in the gateway: the second one waits for the first.
+  const bool both_in = PollUntil(
+      [&] {
+        auto m = SendRequest(gateway_->admin(), HttpRequest{.target = "/metrics"}, 5s);
+        return m.ok() && MetricValue(m->body, "idemgate_requests_in_flight") == 2.0;
+      },
+      20s);
+  gateway_->Stop();
+  first.join();
+  second.join();
+  ASSERT_TRUE(both_in);
+  for (auto* answer : {&original, &waiter}) {
+    ASSERT_TRUE(answer->has_value());
+    ASSERT_TRUE((*answer)->ok()) << "no answer at all: " << (*answer)->status().ToString();
+    ExpectProblem(***answer, 503, "shutting-down");
+  }
+  EXPECT_EQ(ExecutionsOf(slow.key), 1u) << "the waiter ran the request again at shutdown";
+  ExpectShutdownLogged(gateway_->Stdout(), slow.key);
+  first_ = std::move(gateway_);
+  gateway_.reset();
+
+  // Released, not held by the waiter: the retry runs at once.
   Start("restarted");
   const HttpResponse retry = Send(gateway_->endpoint(), ToRequest(slow));
   EXPECT_EQ(retry.status, 200) << retry.body;

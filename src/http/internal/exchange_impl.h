@@ -158,6 +158,7 @@ class ExchangeImpl final : public Exchange {
   std::string_view body() const override { return body_; }
   Task<void> Respond(Response response, bool close) override;
   Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) override;  // proxy.cc
+  bool stopping() const override { return c_.w.watchdog.killing(); }
   bool responded() const override { return responded_; }
   int status_sent() const override { return status_sent_; }
 
