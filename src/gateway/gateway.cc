@@ -423,6 +423,8 @@ Task<void> Gateway::Handle(http::Exchange& ex) {
     generated_id = http::NewRequestId();
     ctx.request_id = generated_id;
   }
+  // Every answer carries the id the request is logged under.
+  ex.SetRequestId(ctx.request_id);
 
   const PipelineResult result = co_await RunPipeline(ex, ctx, snap, view->pools, options_, generated_id);
   FinishRequest(ctx, ex, result, Millis(SteadyClock::now() - started), options_.metrics);

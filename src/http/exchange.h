@@ -25,8 +25,9 @@ class UpstreamPool;
 // What a ForwardObserver receives once the upstream response was read to the
 // end: the response as the client sees it (status, every header line in
 // order incl. repeated Set-Cookie, body up to the capture cap, else
-// body_omitted with an empty body) and the lines removed by
-// ForwardRequest::strip_response_headers.
+// body_omitted with an empty body; without the X-Request-Id of
+// Exchange::SetRequestId, which belongs to the request, not the response)
+// and the lines removed by ForwardRequest::strip_response_headers.
 struct CapturedResponse {
   core::StoredResponse response;
   std::vector<Header> stripped;
@@ -185,6 +186,13 @@ class Exchange {
   // sending the request, once stopping(). `pool` must belong to worker() and
   // outlive the call. At most once per exchange, and not after Respond.
   virtual Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) = 0;
+
+  // Every response of this exchange from now on (made by the gateway, a
+  // problem Forward or the server sends, or relayed from the upstream)
+  // carries exactly one `X-Request-Id: id`, replacing the lines it had, so
+  // that a client can quote the id the request was logged under. `id` is
+  // copied (into a buffer the connection keeps across its requests).
+  virtual void SetRequestId(std::string_view id) = 0;
 
   // True once the server stopped waiting for its in-flight requests (past
   // shutdown_grace) and cuts every exchange: nothing new may start then;

@@ -202,8 +202,12 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
 // the parsed `content_length` is written instead, and none on a 204, which
 // must not carry one (RFC 9110 section 8.6). A HEAD or 304 response keeps
 // it: there it gives the length a GET would have had.
-void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& fr, int version, bool chunked,
-                             std::optional<std::uint64_t> content_length, bool keep_alive, std::string& out,
+//
+// `request_id` (unless empty) replaces the upstream's X-Request-Id lines; it
+// is not captured: a replay carries the id of the request it answers.
+void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& fr, std::string_view request_id,
+                             int version, bool chunked, std::optional<std::uint64_t> content_length,
+                             bool keep_alive, std::string& out,
                              CapturedResponse& captured, bool capture) {
   HopByHopFilter filter;
   std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
@@ -225,6 +229,7 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
       captured.stripped.push_back({std::string(name), std::string(View(f.value()))});
       continue;
     }
+    if (!request_id.empty() && NameEquals(name, "x-request-id")) continue;
     AppendField(out, name, View(f.value()));
     if (capture) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
   }
@@ -235,6 +240,7 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
     AppendField(out, h.name, h.value);
     if (capture) captured.response.headers.push_back(h);
   }
+  if (!request_id.empty()) AppendField(out, "X-Request-Id", request_id);
   if (chunked) AppendField(out, "Transfer-Encoding", "chunked");
   if (!keep_alive && version != 10) AppendField(out, "Connection", "close");
   if (keep_alive && version == 10) AppendField(out, "Connection", "keep-alive");
@@ -713,8 +719,8 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     }
     std::optional<std::uint64_t> content_length;
     if (const auto length = up.content_length()) content_length = *length;
-    WriteClientResponseHead(res, fr, version, chunked_back, content_length, !client_close, s.response_head,
-                            s.captured, observer != nullptr);
+    WriteClientResponseHead(res, fr, c_.request_id, version, chunked_back, content_length, !client_close,
+                            s.response_head, s.captured, observer != nullptr);
 
     bool head_sent = false;
     bool client_gone = false;

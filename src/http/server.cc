@@ -234,12 +234,16 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   head_out.clear();
   AppendStatusLine(head_out, version, static_cast<unsigned>(response.status), {});
   bool has_date = false;
+  const bool with_request_id = !request_id.empty();
   for (const Header& h : response.headers) {
     if (IsHopByHop(h.name) || NameEquals(h.name, "content-length")) continue;
     if (NameEquals(h.name, "date")) has_date = true;
+    // A replayed response may hold the original request's id.
+    if (with_request_id && NameEquals(h.name, "x-request-id")) continue;
     AppendField(head_out, h.name, h.value);
   }
   if (!has_date) AppendField(head_out, "Date", CurrentHttpDate());
+  if (with_request_id) AppendField(head_out, "X-Request-Id", request_id);
   if (!bodiless) {
     char digits[24];
     auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), response.body.size());
@@ -381,6 +385,7 @@ Task<void> ClientConnection::Run() {
       break;
     }
     {
+      request_id.clear();
       ExchangeImpl exchange(*this, *parser, limits);
       bool failed = false;
       try {

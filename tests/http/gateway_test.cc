@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <set>
 #include <boost/json.hpp>
 #include <thread>
 
@@ -81,7 +82,8 @@ class TestIdempotencyHook final : public IdempotencyHook {
     if (ctx.head->path == "/echo/replay") {
       http::Response r;
       r.status = 201;
-      r.headers = {{"Idempotent-Replayed", "true"}, {"Content-Type", "text/plain"}};
+      // A stored response may hold the original request's id.
+      r.headers = {{"Idempotent-Replayed", "true"}, {"Content-Type", "text/plain"}, {"X-Request-Id", "original"}};
       r.body = "stored";
       ctx.log.cache_hit = true;
       co_return IdempotencyDecision::Respond(std::move(r));
@@ -205,6 +207,48 @@ TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
   EXPECT_EQ(second.at("status").as_int64(), 404);
   EXPECT_EQ(second.at("outcome").as_string(), "no_route");
   EXPECT_EQ(second.at("request_id").as_string().size(), 32u);
+  // Each client got the id its line has.
+  EXPECT_EQ(res->Header("X-Request-Id"), "req-77");
+  EXPECT_EQ(missing->Header("X-Request-Id"), std::string(second.at("request_id").as_string()));
+}
+
+// Every answer carries the X-Request-Id its log line has, so that a client
+// holding any of them can quote it: forwarded, made by a hook (a replay of a
+// response that held another id), refused by the gateway (404, 413).
+TEST_F(GatewayTest, EveryResponseCarriesTheRequestIdItIsLoggedUnder) {
+  TestIdempotencyHook hook;
+  auto small = MakeRoute("small", "/small");
+  small.max_request_bytes = 1;
+  Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo"), small}), &hook);
+  HttpRequest with_id{.method = "POST", .target = "/echo/x", .body = "hi"};
+  with_id.headers = {{"X-Request-Id", "req-77"}};
+  const std::vector<HttpRequest> requests = {
+      with_id,
+      HttpRequest{.method = "POST", .target = "/echo/x", .body = "hi"},
+      HttpRequest{.method = "POST", .target = "/echo/replay", .body = "b"},
+      HttpRequest{.target = "/nope"},
+      HttpRequest{.method = "POST", .target = "/small", .body = "too long"},
+  };
+  const std::vector<int> statuses = {200, 200, 201, 404, 413};
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].target);
+    auto res = SendRequest(endpoint_, requests[i]);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, statuses[i]);
+    const std::vector<std::string> values = res->Headers("X-Request-Id");
+    ASSERT_EQ(values.size(), 1u);
+    if (i == 0) {
+      EXPECT_EQ(values[0], "req-77");
+    } else {
+      EXPECT_EQ(values[0].size(), 32u) << values[0];
+    }
+    ids.insert(values[0]);
+  }
+  EXPECT_EQ(ids.size(), requests.size()) << "an id was answered twice";
+  // The upstream was sent the same id as the client got.
+  const auto seen = upstream_.last_echo();
+  EXPECT_TRUE(ids.contains(seen.Values("X-Request-Id").at(0)));
 }
 
 TEST_F(GatewayTest, RouteBodyLimitIs413) {

@@ -6,6 +6,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <sstream>
@@ -83,6 +84,48 @@ TEST_F(IdempotencyTest, ReplayedKeyExecutesOnceAndReplaysTheOriginal) {
             3.0)
       << metrics;
   EXPECT_EQ(MetricValue(metrics, R"(idempotency_stored_total{tenant="_",project="_",route="api"})"), 1.0);
+}
+
+// Every answer carries exactly one X-Request-Id, the id of its log line: the
+// upstream's own X-Request-Id is replaced (the upstream was sent the same id
+// the client gets), and a replay carries the replaying request's id, not the
+// original's, as does a 422.
+TEST_F(IdempotencyTest, EveryAnswerCarriesTheRequestIdOfItsLogLine) {
+  Start({});
+  HttpRequest req = KeyedPost("/echo/rid", "rid-1", R"({"a":1})");
+  req.headers.push_back({"X-Echo-Header", "X-Request-Id: upstream-own"});
+  HttpRequest other = KeyedPost("/echo/rid", "rid-1", R"({"a":2})");
+  std::vector<std::string> answered;
+  for (const auto& [request, status] : {std::pair{&req, 200}, std::pair{&req, 200}, std::pair{&other, 422}}) {
+    const HttpResponse res = Send(*request);
+    EXPECT_EQ(res.status, status) << res.body;
+    const std::vector<std::string> ids = res.Headers("X-Request-Id");
+    ASSERT_EQ(ids.size(), 1u) << res.body;
+    EXPECT_EQ(ids[0].size(), 32u) << ids[0];
+    if (answered.empty()) {
+      auto echo = ParseObject(res.body);
+      EXPECT_EQ(Values(EchoedHeaders(echo), "X-Request-Id"), ids) << "the upstream saw another id";
+    } else {
+      EXPECT_EQ(res.Header("Idempotent-Replayed").has_value(), status == 200);
+    }
+    answered.push_back(ids[0]);
+  }
+  EXPECT_EQ(Executions(), 1u);
+  std::vector<std::string> logged;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        logged.clear();
+        std::istringstream lines(gateway_->Stdout());
+        for (std::string line; std::getline(lines, line);) {
+          if (line.find("\"msg\":\"request\"") == std::string::npos) continue;
+          logged.push_back(std::string(json::parse(line).at("request_id").as_string()));
+        }
+        return logged.size() >= answered.size();
+      },
+      5s));
+  std::sort(logged.begin(), logged.end());
+  std::sort(answered.begin(), answered.end());
+  EXPECT_EQ(logged, answered);
 }
 
 // Mutated requests (bytes dropped, inserted, replaced and repeated, from keyed,

@@ -133,6 +133,9 @@ class ClientConnection final : public SessionNode {
   std::string peer_ip;
   RequestHead head;        // reused per request
   std::string head_out;    // response head being written, reused
+  // Exchange::SetRequestId of the current request (empty: none); kept
+  // across requests so that setting it costs no allocation once warm.
+  std::string request_id;
   bool idle = false;        // waiting for the first byte of a request
   bool must_close = false;  // close after the current response
   bool linger = false;      // unread request bytes may be in flight
@@ -158,6 +161,7 @@ class ExchangeImpl final : public Exchange {
   std::string_view body() const override { return body_; }
   Task<void> Respond(Response response, bool close) override;
   Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) override;  // proxy.cc
+  void SetRequestId(std::string_view id) override { c_.request_id.assign(id); }
   bool stopping() const override { return c_.w.watchdog.killing(); }
   bool responded() const override { return responded_; }
   int status_sent() const override { return status_sent_; }
