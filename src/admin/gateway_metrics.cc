@@ -110,6 +110,15 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
       names::kFailOpen,
       "Requests forwarded without deduplication because the store failed (on_error: fail_open).",
       ScopeLabels(t));
+  requests_refused_ = &registry_.AddCounter(
+      names::kRequestsRefused,
+      "Requests refused before routing, by reason: bad_request (400), uri_too_long (414), "
+      "headers_too_large (431), header_timeout (head not whole within header_timeout; no answer).",
+      {"reason"});
+  // Listed from start-up: a scrape shows 0 rather than no series.
+  for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "header_timeout"}) {
+    requests_refused_->WithLabelValues({reason});
+  }
   request_duration_ = &registry_.AddHistogram(
       names::kRequestDuration,
       "Time from the request's first byte to the end of its response, in seconds.", ScopeLabels(t));
@@ -290,6 +299,10 @@ void GatewayMetrics::StoreError(const MetricScope& scope, StoreOp op) {
 
 void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
   Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
+}
+
+void GatewayMetrics::RequestRefused(std::string_view reason) {
+  requests_refused_->WithLabelValues({reason}).Inc();
 }
 
 void GatewayMetrics::FailOpen(const MetricScope& scope) {

@@ -36,6 +36,7 @@ inline constexpr std::string_view kFailOpen = "idempotency_fail_open_total";
 inline constexpr std::string_view kRequestDuration = "idemgate_request_duration_seconds";
 inline constexpr std::string_view kUpstreamDuration = "idemgate_upstream_duration_seconds";
 inline constexpr std::string_view kRequestsInFlight = "idemgate_requests_in_flight";
+inline constexpr std::string_view kRequestsRefused = "idemgate_requests_refused_total";
 inline constexpr std::string_view kBuildInfo = "idemgate_build_info";
 inline constexpr std::string_view kStoreKeys = "idemgate_store_keys";
 inline constexpr std::string_view kStoreBytes = "idemgate_store_bytes";
@@ -92,6 +93,10 @@ class GatewayMetrics {
   void RequestCompleted(const MetricScope& scope, double seconds);
   // Every upstream exchange, from connect to the end of the response.
   void UpstreamCompleted(const MetricScope& scope, double seconds);
+  // A request the server refused before routing (http::RefusedRequest):
+  // `reason` is "bad_request", "uri_too_long", "headers_too_large" or
+  // "header_timeout". Not in the route stats (no route).
+  void RequestRefused(std::string_view reason);
 
   // A request carried a usable key (or the webhook translation produced one);
   // `idempotency_case` is the policy's case name (e.g. "REQUIRED_A").
@@ -200,6 +205,7 @@ class GatewayMetrics {
   CounterFamily* store_errors_;
   CounterFamily* lease_expired_;
   CounterFamily* fail_open_;
+  CounterFamily* requests_refused_;
   HistogramFamily* request_duration_;
   HistogramFamily* upstream_duration_;
   Gauge* in_flight_;

@@ -299,8 +299,8 @@ void FormatRequestLog(const RequestLogLine& line, std::string& out) {
   LineBuilder b(out, GetLogFormat());
   b.Begin(LogLevel::kInfo, "request");
   b.OptString("route", line.route);
-  b.String("method", line.method);
-  b.String("path", line.path);
+  b.OptString("method", line.method);
+  b.OptString("path", line.path);
   if (line.status != 0) {
     b.Int("status", line.status);
   } else {

@@ -90,8 +90,8 @@ inline void LogError(std::string_view msg, std::initializer_list<LogField> field
 // as null. Views need only live until WriteRequestLog returns.
 struct RequestLogLine {
   std::optional<std::string_view> route;
-  std::string_view method;
-  std::string_view path;
+  std::optional<std::string_view> method;  // null: the request line was not understood
+  std::optional<std::string_view> path;
   int status = 0;
   double duration_ms = 0;
   std::optional<std::string_view> tenant;

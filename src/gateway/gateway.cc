@@ -401,6 +401,30 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
 
 }  // namespace
 
+void Gateway::Refused(const http::RefusedRequest& refused) {
+  if (options_.metrics != nullptr) options_.metrics->RequestRefused(refused.reason);
+  if (refused.status == 0) {
+    LogDebug("request head not received within header_timeout; connection closed",
+             {{"peer", refused.peer_ip}, {"duration_ms", refused.duration_ms}});
+    return;
+  }
+  if (!LogEnabled(LogLevel::kInfo)) return;
+  auto known = [](std::string_view s) -> std::optional<std::string_view> {
+    if (s.empty()) return std::nullopt;
+    return s;
+  };
+  // As for any request that matched no route (SPEC §2.9: one line per request).
+  RequestLogLine line;
+  line.method = known(refused.method);
+  line.path = known(refused.path);
+  line.status = refused.status;
+  line.duration_ms = refused.duration_ms;
+  line.tenant = line.project = line.subject = "_";
+  line.outcome = refused.reason;
+  line.request_id = refused.request_id;
+  WriteRequestLog(line);
+}
+
 Task<void> Gateway::Handle(http::Exchange& ex) {
   const auto started = SteadyClock::now();
   std::shared_ptr<WorkerView> view = ViewFor(ex.worker());

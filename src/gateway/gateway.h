@@ -75,6 +75,12 @@ class Gateway final : public http::Handler {
 
   // The pipeline. Runs on the exchange's worker.
   Task<void> Handle(http::Exchange& exchange) override;
+  // A request the server refused before routing: one request log line
+  // (route null, `outcome` the refusal's reason) and
+  // idemgate_requests_refused_total; a header timeout is counted and
+  // logged at debug only (it sent no answer, and a slow-loris flood must
+  // not flood the log).
+  void Refused(const http::RefusedRequest& refused) override;
 
   std::shared_ptr<const Snapshot> snapshot() const;
 

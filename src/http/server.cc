@@ -270,10 +270,28 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   co_return ok;
 }
 
-Task<void> ClientConnection::RespondAndClose(ProblemCode code, std::string_view detail, int version) {
+Task<void> ClientConnection::Refuse(std::optional<ProblemCode> code, std::string_view detail, std::string_view reason,
+                                    int version, const RequestParser& parser, SteadyTime started) {
+  const auto& msg = parser.get();
+  RefusedRequest refused;
+  refused.status = code ? ProblemDefaultStatus(*code) : 0;
+  refused.reason = reason;
+  // Empty until the request line was parsed whole.
+  refused.method = std::string_view(msg.method_string().data(), msg.method_string().size());
+  const std::string_view target(msg.target().data(), msg.target().size());
+  refused.path = target.substr(0, target.find('?'));
+  request_id.clear();
+  if (code) {
+    AppendRandomHex(32, request_id);  // as NewRequestId, into the connection's buffer
+    refused.request_id = request_id;
+  }
+  refused.peer_ip = peer_ip;
+  refused.duration_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - started).count();
+  handler.Refused(refused);
+  if (!code) co_return;
   must_close = true;
   linger = true;
-  co_await WriteResponse(MakeProblem(code, detail), version, false, true);
+  co_await WriteResponse(MakeProblem(*code, detail), version, false, true);
 }
 
 Task<void> ClientConnection::LingeringClose() {
@@ -339,7 +357,8 @@ Task<void> ClientConnection::Run() {
     first = false;
     // Slow-loris bound: the whole header block within header_timeout of its
     // first byte.
-    deadline.ExpireAfter(limits.header_timeout);
+    const SteadyTime started = SteadyClock::now();
+    deadline.ExpireAt(started + limits.header_timeout);
     parser.emplace();
     parser->header_limit(limits.max_header_bytes);
     parser->body_limit(boost::none);  // checked per route; see Exchange::SetBodyLimit
@@ -366,22 +385,31 @@ Task<void> ClientConnection::Run() {
     deadline.Disarm();
     if (closed || timed_out) {
       linger = false;
-      break;  // a client too slow to send its header gets no answer
+      // A client too slow to send its header gets no answer; it is reported
+      // (unless the cut was the shutdown's).
+      if (timed_out && !w.watchdog.killing()) {
+        co_await Refuse(std::nullopt, "the request head did not arrive within header_timeout", "header_timeout", 11,
+                        *parser, started);
+      }
+      break;
     }
     if (pump.ec) {
       if ((pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) &&
           RequestTargetPastHeaderLimit(buffer, pump, limits.max_header_bytes)) {
-        co_await RespondAndClose(ProblemCode::kUriTooLong, "the request target exceeds the header limit", 11);
+        co_await Refuse(ProblemCode::kUriTooLong, "the request target exceeds the header limit", "uri_too_long", 11,
+                        *parser, started);
       } else if (pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) {
-        co_await RespondAndClose(ProblemCode::kHeadersTooLarge, "the request header block exceeds the limit", 11);
+        co_await Refuse(ProblemCode::kHeadersTooLarge, "the request header block exceeds the limit",
+                        "headers_too_large", 11, *parser, started);
       } else if (!IsClientGone(pump.ec)) {
-        co_await RespondAndClose(ProblemCode::kBadRequest, "malformed HTTP request: " + pump.ec.message(), 11);
+        co_await Refuse(ProblemCode::kBadRequest, "malformed HTTP request: " + pump.ec.message(), "bad_request", 11,
+                        *parser, started);
       }
       break;
     }
     std::string_view why;
     if (!BuildHead(*parser, limits.merge_slashes, head, normalized_target, &why)) {
-      co_await RespondAndClose(ProblemCode::kBadRequest, why, head.version);
+      co_await Refuse(ProblemCode::kBadRequest, why, "bad_request", head.version, *parser, started);
       break;
     }
     {

@@ -38,6 +38,23 @@ struct Limits {
   bool merge_slashes = true;
 };
 
+// A request the server refused before it reached the handler (its head was
+// unacceptable), or one whose head did not arrive in time. Views are valid
+// for the call only.
+struct RefusedRequest {
+  int status = 0;            // the status answered; 0 for header_timeout (no answer)
+  // "bad_request" (400: malformed request line, header or framing, or a head
+  // the server does not accept), "uri_too_long" (414), "headers_too_large"
+  // (431), "header_timeout" (the head was not whole within header_timeout of
+  // its first byte; the connection is closed without an answer).
+  std::string_view reason;
+  std::string_view method;      // empty when the request line was not read whole
+  std::string_view path;        // the request target without its query; empty likewise
+  std::string_view request_id;  // sent back as X-Request-Id; empty for header_timeout
+  std::string_view peer_ip;
+  double duration_ms = 0;       // from the request's first byte
+};
+
 // Handles the requests of one listener. Handle runs on the exchange's worker
 // thread and must leave a response sent (Respond or Forward); if it does
 // not, the server answers 500. Must be safe to call concurrently from all
@@ -46,6 +63,12 @@ class Handler {
  public:
   virtual ~Handler() = default;
   virtual Task<void> Handle(Exchange& exchange) = 0;
+  // A request the server answered itself (400, 414, 431) before Handle, or
+  // a connection it closed because a request's head did not arrive within
+  // header_timeout; called on the worker thread before the answer is
+  // written, so that such requests are logged and counted too. Must not
+  // throw. Default: nothing.
+  virtual void Refused(const RefusedRequest& /*refused*/) {}
 };
 
 // One I/O thread: its io_context, watchdog and connections. Opaque outside

@@ -114,8 +114,12 @@ class ClientConnection final : public SessionNode {
   // Writes a response the gateway made. Returns false when the write failed
   // (the connection is then marked to close).
   Task<bool> WriteResponse(Response response, int version, bool head_only, bool close);
-  // Sends a problem and marks the connection to close.
-  Task<void> RespondAndClose(ProblemCode code, std::string_view detail, int version);
+  // Refuses the request whose head `parser` was reading (started at
+  // `started`): reports it to the handler (Handler::Refused, with a new
+  // request id) and, unless `code` is null (header_timeout), sends a problem
+  // carrying that id and marks the connection to close.
+  Task<void> Refuse(std::optional<ProblemCode> code, std::string_view detail, std::string_view reason,
+                    int version, const RequestParser& parser, std::chrono::steady_clock::time_point started);
   // Half-closes, then reads and discards for a short while, so that a client
   // still sending does not get a reset that destroys our last response.
   Task<void> LingeringClose();
