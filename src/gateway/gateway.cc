@@ -252,10 +252,12 @@ PipelineResult Summarize(const http::ForwardResult& result, const RouteEntry& ro
   out.outcome = http::ForwardOutcomeName(result.outcome);
   out.status = result.status;
   if (result.upstream_status != 0) out.upstream_status = result.upstream_status;
-  if (result.outcome != http::ForwardOutcome::kConnectFailed) {
+  // Whenever the upstream was contacted, answer or not (a 504 timeout
+  // counts): the log's upstream_ms and the histogram agree.
+  if (result.upstream_contacted) {
     out.upstream_ms = std::chrono::duration<double, std::milli>(result.upstream_duration).count();
   }
-  if (options.metrics != nullptr && result.upstream_status != 0) {
+  if (options.metrics != nullptr && result.upstream_contacted) {
     options.metrics->UpstreamCompleted({.route = route.id, .tenant = ctx.tenant, .project = ctx.project},
                                        std::chrono::duration<double>(result.upstream_duration).count());
   }

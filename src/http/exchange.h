@@ -60,6 +60,10 @@ struct ForwardResult {
   bool response_started = false;  // response bytes reached the client socket
   bool captured = false;    // ForwardObserver::OnResponse was called
   std::chrono::microseconds upstream_duration{0};  // from acquiring a connection until the upstream was done with
+  // An upstream connection was obtained and the request went out on it (or
+  // began to): the upstream was contacted, whatever followed (a response,
+  // a timeout, a broken connection). upstream_duration is meaningful then.
+  bool upstream_contacted = false;
   std::uint64_t request_body_bytes = 0;
   std::uint64_t response_body_bytes = 0;
   bool retried = false;     // a stale pooled connection failed and the request was re-sent once

@@ -547,6 +547,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         break;
       }
       conn = std::move(acquired.connection);
+      result.upstream_contacted = true;
       // A reused connection that fails before any response byte was probably
       // closed by the upstream while idle: the request is sent again, once,
       // on a fresh connection, if it is still whole in memory.

@@ -2,7 +2,10 @@
 // test upstream.
 #include "gateway/gateway.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -369,6 +372,73 @@ TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="bad_request"})"), 3.0);
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="header_timeout"})"), 1.0);
   EXPECT_EQ(upstream_.requests(), 0);
+}
+
+// An upstream exchange that timed out (504) is one the upstream was sent:
+// it is in idemgate_upstream_duration_seconds, as its upstream_ms is in the
+// log; one that never got a connection (502) is in neither. Pins a bug: only
+// exchanges with an upstream status were recorded.
+TEST_F(GatewayTest, UpstreamDurationCountsTimeoutsButNotFailedConnects) {
+  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  SetLogFd(fd);
+  SetLogLevel(LogLevel::kInfo);
+  // A port where connections are refused: bound, never listening.
+  const int refusing = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(refusing, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::getsockname(refusing, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  admin::GatewayMetrics metrics;
+  auto dead = MakeRoute("dead", "/dead");
+  dead.upstream = "dead";
+  config::Config config = MakeConfig(upstream_.port(), {MakeRoute("slow", "/slow"), dead});
+  config.upstreams["app"].timeout = 200ms;
+  config::Upstream down = config.upstreams["app"];
+  down.name = "dead";
+  down.port = ntohs(addr.sin_port);
+  config.upstreams["dead"] = down;
+  Start(config, nullptr, &metrics);
+
+  auto timed_out = SendRequest(endpoint_, HttpRequest{.target = "/slow"});
+  ASSERT_TRUE(timed_out.ok()) << timed_out.status().ToString();
+  EXPECT_EQ(timed_out->status, 504);
+  auto refused = SendRequest(endpoint_, HttpRequest{.target = "/dead"});
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->status, 502);
+  ::close(refusing);
+
+  std::vector<json::object> lines;
+  const bool both_logged = PollUntil(
+      [&] {
+        lines = RequestLines(ReadAll(fd));
+        return lines.size() >= 2;
+      },
+      5s);
+  SetLogFd(1);
+  ::close(fd);
+  ::unlink(path);
+  ASSERT_TRUE(both_logged);
+  for (const json::object& line : lines) {
+    SCOPED_TRACE(json::serialize(line));
+    if (line.at("route").as_string() == "slow") {
+      EXPECT_EQ(line.at("outcome").as_string(), "timed_out");
+      EXPECT_GE(line.at("upstream_ms").to_number<double>(), 200.0);
+    } else {
+      EXPECT_EQ(line.at("outcome").as_string(), "connect_failed");
+      EXPECT_TRUE(line.at("upstream_ms").is_null());
+    }
+  }
+  const std::string page = metrics.RenderPrometheus();
+  EXPECT_EQ(CounterValue(page, R"(idemgate_upstream_duration_seconds_count{tenant="_",project="_",route="slow"})"),
+            1.0)
+      << page;
+  EXPECT_EQ(CounterValue(page, R"(idemgate_upstream_duration_seconds_count{tenant="_",project="_",route="dead"})")
+                .value_or(0),
+            0.0);
 }
 
 TEST_F(GatewayTest, RouteBodyLimitIs413) {
