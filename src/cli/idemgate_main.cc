@@ -6,15 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -379,10 +382,30 @@ int Run(const Args& args) {
   }
 
   // The data path drains first while the admin listener keeps serving (/readyz
-  // says shutting-down); then the admin listener stops.
+  // says shutting-down); then the admin listener stops. A second SIGTERM or
+  // SIGINT meanwhile ends the grace at once: what is still running is cut
+  // and its reservations released, as at the end of the grace (the faster
+  // way out that kill -9 is not: that leaves keys reserved until their
+  // leases end).
   api.SetDraining(true);
+  std::atomic<bool> drained{false};
+  std::atomic<bool> cut{false};
+  std::thread second_signal([&] {
+    while (!drained.load()) {
+      const timespec tick{0, 50'000'000};
+      const int sig = sigtimedwait(&signals, nullptr, &tick);
+      if ((sig != SIGTERM && sig != SIGINT) || cut.exchange(true)) continue;
+      LogWarn("second signal: ending the shutdown grace now; requests still running are cut and their "
+              "reservations released",
+              {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+      server.EndGrace();
+      admin_server.EndGrace();
+    }
+  });
   const bool clean = server.Stop(grace);
-  admin_server.Stop(std::min(grace, kAdminStopGrace));
+  admin_server.Stop(cut.load() ? Duration::zero() : std::min(grace, kAdminStopGrace));
+  drained.store(true);
+  second_signal.join();
   gateway->ClosePools();
   LogInfo("stopped", {{"clean", clean}});
   return 0;

@@ -758,21 +758,23 @@ bool Server::Stop(Duration grace) {
       w.sessions.ForEach([](internal::SessionNode& s) { s.OnDrain(); });
     });
   }
-  auto wait_until_closed = [this](std::chrono::steady_clock::time_point deadline) {
-    while (open_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+  auto wait_until_closed = [this](std::chrono::steady_clock::time_point deadline, bool until_grace_ended) {
+    while (open_connections() > 0 && std::chrono::steady_clock::now() < deadline &&
+           !(until_grace_ended && grace_ended_.load(std::memory_order_relaxed))) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return open_connections() == 0;
   };
-  const bool clean = wait_until_closed(std::chrono::steady_clock::now() + grace);
+  const bool clean = wait_until_closed(std::chrono::steady_clock::now() + grace, true);
   if (!clean) {
-    LogWarn("shutdown grace over; closing remaining connections",
+    LogWarn(grace_ended_.load(std::memory_order_relaxed) ? "shutdown grace ended early; closing remaining connections"
+                                                         : "shutdown grace over; closing remaining connections",
             {{"connections", static_cast<std::uint64_t>(open_connections())}});
     for (auto& worker : workers_) {
       Worker::Impl& w = worker->impl();
       asio::post(w.io, [&w] { w.watchdog.KillAll(); });
     }
-    wait_until_closed(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    wait_until_closed(std::chrono::steady_clock::now() + std::chrono::seconds(5), false);
   }
   for (auto& worker : workers_) {
     Worker::Impl& w = worker->impl();

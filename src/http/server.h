@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -138,6 +139,11 @@ class Server {
   // worker thread.
   bool Stop(Duration grace);
 
+  // Ends the grace of a Stop running (or about to run) at once: what
+  // remains is cancelled as when the grace is over. Thread-safe; for a
+  // second SIGTERM during the drain.
+  void EndGrace() { grace_ended_.store(true, std::memory_order_relaxed); }
+
   // New limits for requests that start after the call (config reload).
   // Thread-safe.
   void SetLimits(const Limits& limits);
@@ -153,6 +159,7 @@ class Server {
   std::vector<std::thread> threads_;
   bool started_ = false;
   bool stopped_ = false;
+  std::atomic<bool> grace_ended_{false};
 };
 
 }  // namespace idemgate::http

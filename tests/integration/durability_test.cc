@@ -5,6 +5,8 @@
 // directory that a running gateway holds.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -444,6 +446,46 @@ TEST_F(DurabilityTest, SigtermPastTheGraceForwardsNoWaiterAndReleasesTheKey) {
   EXPECT_EQ(retry.status, 200) << retry.body;
   EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
   EXPECT_EQ(ExecutionsOf(slow.key), 2u);
+}
+
+// docs/operations.md "Signals": a second SIGTERM during the drain ends the
+// grace at once; the request still running is cut, its client gets 503 and
+// its reservation is released (unlike kill -9). Pins a bug: the second
+// signal was ignored, leaving only kill -9 as a faster way out.
+TEST_F(DurabilityTest, SecondSigtermEndsTheGraceAndStillReleasesTheKey) {
+  setup_.lease = "5m";
+  setup_.upstream_timeout = "2m";
+  setup_.shutdown_grace = "2m";
+  Start("first");
+  const Sent slow{"k-second-signal", "/slow?ms=90000", R"({"second":"signal"})"};
+  std::optional<StatusOr<HttpResponse>> answer;
+  std::thread client([&] { answer = SendRequest(gateway_->endpoint(), ToRequest(slow), 150s); });
+  const bool executing = PollUntil([&] { return ExecutionsOf(slow.key) >= 1; }, 20s);
+  ASSERT_TRUE(gateway_->process().Signal(SIGTERM).ok());
+  const bool draining = PollUntil(
+      [&] { return gateway_->Stdout().find("\"msg\":\"stopping\"") != std::string::npos; }, 20s);
+  ASSERT_TRUE(gateway_->process().Signal(SIGTERM).ok());
+  // Far sooner than the two minute grace.
+  const auto exit = gateway_->process().WaitExit(30s);
+  client.join();
+  ASSERT_TRUE(executing);
+  ASSERT_TRUE(draining);
+  ASSERT_TRUE(exit.has_value()) << "the second SIGTERM did not end the grace";
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_TRUE(answer->ok()) << "no answer at all: " << answer->status().ToString();
+  ExpectProblem(**answer, 503, "shutting-down");
+  const std::string log = gateway_->Stdout();
+  EXPECT_NE(log.find("\"msg\":\"second signal: ending the shutdown grace now"), std::string::npos) << log;
+  ExpectShutdownLogged(log, slow.key);
+  first_ = std::move(gateway_);
+  gateway_.reset();
+
+  // Released: the retry runs at once instead of meeting a 5 minute lease.
+  Start("restarted");
+  const HttpResponse retry = Send(gateway_->endpoint(), KeyedPost("/echo", slow.key, slow.body));
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
 }
 
 TEST_F(DurabilityTest, SecondProcessOnAHeldDataDirectoryFailsNamingThePath) {
