@@ -284,6 +284,7 @@ void GatewayMetrics::Conflict(const MetricScope& scope, ConflictReason reason) {
 
 void GatewayMetrics::ReservationReleased(const MetricScope& scope, core::ReleaseReason reason) {
   if (reason == core::ReleaseReason::kNone) return;
+  if (reason == core::ReleaseReason::kShutdown) shutdown_releases_.fetch_add(1, std::memory_order_relaxed);
   Series(kReleasedSeries, *released_, scope, core::ReleaseReasonName(reason)).Inc();
 }
 

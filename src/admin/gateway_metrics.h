@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -121,6 +123,10 @@ class GatewayMetrics {
   // A reservation was deleted so that a retry runs again; the label is
   // core::ReleaseReasonName(reason). kNone (nothing released) is not counted.
   void ReservationReleased(const MetricScope& scope, core::ReleaseReason reason);
+  // ReservationReleased with kShutdown so far, over every scope: the
+  // process logs it as it stops, since the admin listener (and so
+  // /metrics) closes right after those releases.
+  std::uint64_t shutdown_releases() const { return shutdown_releases_.load(std::memory_order_relaxed); }
   // A final response was written to the store. Stats: stored.
   void Stored(const MetricScope& scope);
   // A store operation failed. Stats: store_errors.
@@ -206,6 +212,7 @@ class GatewayMetrics {
   CounterFamily* lease_expired_;
   CounterFamily* fail_open_;
   CounterFamily* requests_refused_;
+  std::atomic<std::uint64_t> shutdown_releases_{0};
   HistogramFamily* request_duration_;
   HistogramFamily* upstream_duration_;
   Gauge* in_flight_;

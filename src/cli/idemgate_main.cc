@@ -406,6 +406,12 @@ int Run(const Args& args) {
   admin_server.Stop(cut.load() ? Duration::zero() : std::min(grace, kAdminStopGrace));
   drained.store(true);
   second_signal.join();
+  // What the shutdown gave up: /metrics is gone by now, so the count of
+  // idempotency_reservation_released_total{reason="shutdown"} is logged.
+  LogInfo("reservations released at shutdown",
+          {{"released", metrics.shutdown_releases()},
+           {"reason", "shutdown"},
+           {"grace", clean ? "drained" : (cut.load() ? "ended_by_second_signal" : "over")}});
   gateway->ClosePools();
   LogInfo("stopped", {{"clean", clean}});
   return 0;

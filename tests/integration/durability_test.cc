@@ -297,6 +297,18 @@ class DurabilityTest : public FakeUpstreamSuite {
 
   // The request log line of `key` says the gateway gave it up at shutdown,
   // and the run ended past its grace.
+  // The shutdown's summary line: `released` reservations given up with
+  // reason shutdown, the grace `grace` (drained, over, ended_by_second_signal).
+  static void ExpectReleasesSummarized(const std::string& log, std::int64_t released, const std::string& grace) {
+    const std::size_t at = log.find("\"msg\":\"reservations released at shutdown\"");
+    ASSERT_NE(at, std::string::npos) << log;
+    const std::size_t begin = log.rfind('\n', at) + 1;
+    const boost::json::value line = boost::json::parse(log.substr(begin, log.find('\n', at) - begin));
+    EXPECT_EQ(line.at("released").as_int64(), released);
+    EXPECT_EQ(line.at("reason").as_string(), "shutdown");
+    EXPECT_EQ(line.at("grace").as_string(), grace);
+  }
+
   static void ExpectShutdownLogged(const std::string& log, const std::string& key) {
     bool found = false;
     std::size_t pos = 0;
@@ -393,6 +405,8 @@ TEST_F(DurabilityTest, SigtermAnswers503ToAKeyedRequestPastTheGraceAndReleasesIt
   ASSERT_TRUE(answer->ok()) << "no answer at all: " << answer->status().ToString();
   ExpectProblem(**answer, 503, "");
   ExpectShutdownLogged(gateway_->Stdout(), slow.key);
+  // /metrics is gone with the process: the count is logged.
+  ExpectReleasesSummarized(gateway_->Stdout(), 1, "over");
   first_ = std::move(gateway_);
   gateway_.reset();
 
@@ -478,6 +492,7 @@ TEST_F(DurabilityTest, SecondSigtermEndsTheGraceAndStillReleasesTheKey) {
   const std::string log = gateway_->Stdout();
   EXPECT_NE(log.find("\"msg\":\"second signal: ending the shutdown grace now"), std::string::npos) << log;
   ExpectShutdownLogged(log, slow.key);
+  ExpectReleasesSummarized(log, 1, "ended_by_second_signal");
   first_ = std::move(gateway_);
   gateway_.reset();
 
