@@ -275,6 +275,13 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
   const RouteEntry* route = snap.routes.Match(ctx.head->method, ctx.head->path);
   if (route == nullptr) co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
   ctx.route = route;
+  const bool webhook = options.webhook != nullptr && options.webhook->Applies(ctx);
+  if (webhook && !options.webhook->KnowsEndpoint(ctx)) {
+    // An id that names no endpoint is an unknown path (SPEC §7): no route
+    // in the log, the metrics or the stats.
+    ctx.route = nullptr;
+    co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
+  }
   if (!ex.SetBodyLimit(route->max_request_bytes)) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
 
   if (options.identity != nullptr) {
@@ -282,7 +289,6 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
     if (answer) co_return co_await Answer(ex, std::move(*answer), "identity_refused");
   }
 
-  const bool webhook = options.webhook != nullptr && options.webhook->Applies(ctx);
   if (webhook || (options.idempotency != nullptr && options.idempotency->WantsBody(ctx))) {
     const http::BodyStatus status = co_await ex.ReadBody();
     if (status == http::BodyStatus::kTooLarge) co_return co_await Refuse(ex, Refusal::kTooLarge, route);

@@ -91,6 +91,11 @@ class WebhookHook {
   // Whether the request is a webhook's: Translate runs only then, after the
   // body is buffered (the signature covers the body).
   virtual bool Applies(const RequestContext& ctx) const = 0;
+  // Of a request it applies to: false when the path names no endpoint of
+  // the route's provider. Such a request is an unknown path like any other
+  // (SPEC §7): 404 no-route, logged and counted without a route, before
+  // identity and the body.
+  virtual bool KnowsEndpoint(const RequestContext& /*ctx*/) const { return true; }
   // nullopt: continue, with the caller's identity set from the endpoint and
   // ctx.webhook_key set to the lifted id; a response: send it instead (404
   // not-found, 401 signature-invalid, 400 translation-failed). Synchronous

@@ -96,14 +96,31 @@ bool WebhookStage::Applies(const RequestContext& ctx) const {
   return ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook;
 }
 
+namespace {
+
+// The endpoint the route's {webhook_id} names, if it is one of the route's provider.
+const ResolvedEndpoint* FindEndpoint(const RequestContext& ctx) {
+  const RouteEntry& route = *ctx.route;
+  const std::string_view id = route.WebhookId(ctx.head->path);
+  const ResolvedEndpoint* endpoint = ctx.webhooks != nullptr ? ctx.webhooks->Find(id) : nullptr;
+  if (endpoint == nullptr || webhooks::ProviderName(endpoint->provider) != route.config->idempotency.provider) {
+    return nullptr;
+  }
+  return endpoint;
+}
+
+}  // namespace
+
+bool WebhookStage::KnowsEndpoint(const RequestContext& ctx) const { return FindEndpoint(ctx) != nullptr; }
+
 std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
   const RouteEntry& route = *ctx.route;
   const std::string& provider_name = route.config->idempotency.provider;
-  const std::string_view id = route.WebhookId(ctx.head->path);
-  const ResolvedEndpoint* endpoint = ctx.webhooks != nullptr ? ctx.webhooks->Find(id) : nullptr;
-  if (endpoint == nullptr || webhooks::ProviderName(endpoint->provider) != provider_name) {
-    // The same answer as for any unknown path: whether an id exists (for
-    // another provider) is not told.
+  const ResolvedEndpoint* endpoint = FindEndpoint(ctx);
+  if (endpoint == nullptr) {
+    // The pipeline refuses an unknown id before this (KnowsEndpoint); this
+    // is for a caller that does not. The same answer as for any unknown
+    // path: whether an id exists (for another provider) is not told.
     ctx.log.outcome = "no_route";
     return http::MakeProblem(http::ProblemCode::kNoRoute,
                              "no route matches " + std::string(ctx.head->method) + " " + std::string(ctx.head->path));
@@ -142,7 +159,7 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
       return http::MakeProblem(http::ProblemCode::kTranslationFailed, provider_name + ": " + t.detail);
   }
   ctx.webhook_key = std::move(t.key);
-  ctx.webhook_endpoint = id;
+  ctx.webhook_endpoint = route.WebhookId(ctx.head->path);
 
   // The identity an authenticating layer would have set: the endpoint's,
   // never what the sender wrote (the signature does not cover headers), in

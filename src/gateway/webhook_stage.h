@@ -71,6 +71,8 @@ class WebhookStage final : public WebhookHook {
   // Every method on a `policy: webhook` route: a sender's request is
   // verified whatever it asks, so none reaches the upstream unsigned.
   bool Applies(const RequestContext& ctx) const override;
+  // Whether the route's {webhook_id} names an endpoint of its provider.
+  bool KnowsEndpoint(const RequestContext& ctx) const override;
 
   // 404 no-route (as for any unknown path) for an id that names no endpoint
   // of the route's provider,

@@ -22,6 +22,8 @@
 namespace idemgate::testing {
 namespace {
 
+namespace json = boost::json;
+
 // The raw HMAC of `data` under `key`.
 std::string Mac(const EVP_MD* md, const std::string& key, const std::string& data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
@@ -237,6 +239,32 @@ TEST_F(WebhookTest, UnknownEndpointsAreNotFound) {
   ExpectProblem(Send(StripeEvent("nobody", kStripeSecret, body)), 404, "no-route");
   // acme-gh exists, but for GitHub: on the Stripe route it is unknown.
   ExpectProblem(Send(StripeEvent("acme-gh", kGithubSecret, body)), 404, "no-route");
+  // Like any unknown path (SPEC §7) in the log, the metrics and the stats
+  // too: no route, no idempotency policy.
+  std::vector<json::object> lines;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        lines.clear();
+        std::istringstream text(gateway_->Stdout());
+        for (std::string line; std::getline(text, line);) {
+          if (line.find("\"msg\":\"request\"") != std::string::npos) lines.push_back(json::parse(line).as_object());
+        }
+        return lines.size() >= 2;
+      },
+      5s));
+  for (const json::object& line : lines) {
+    SCOPED_TRACE(json::serialize(line));
+    EXPECT_TRUE(line.at("route").is_null());
+    EXPECT_TRUE(line.at("idempotency_policy").is_null());
+    EXPECT_EQ(line.at("outcome").as_string(), "no_route");
+  }
+  EXPECT_EQ(
+      MetricValue(Metrics(), R"(idemgate_request_duration_seconds_count{tenant="_",project="_",route="stripe-hooks"})")
+          .value_or(0),
+      0.0);
+  auto stats = SendRequest(gateway_->admin(), HttpRequest{.target = "/admin/stats"});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(ParseObject(stats->body).at("routes").at("stripe-hooks").at("requests").as_int64(), 0) << stats->body;
   // The id is one whole segment: an exact-path route takes nothing below it.
   HttpRequest deeper = StripeEvent("acme", kStripeSecret, body);
   deeper.target = "/echo/stripe/acme/extra";
