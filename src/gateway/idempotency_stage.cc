@@ -472,11 +472,19 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
   core::LookupResult found = co_await engine_.Lookup(std::move(scoped), wait);
   switch (found.outcome) {
     case core::LookupOutcome::kCompleted:
+      // A stored response answered: a cache hit, in the metrics and stats
+      // as in the log.
+      if (options_.metrics != nullptr) options_.metrics->CacheHit(ScopeOf(ctx), found.record->response.status);
       ctx.log.operation_id = found.record->operation_id;
       ctx.log.cache_hit = true;
       co_return IdempotencyDecision::Respond(
           ToResponse(core::BuildReplay(*found.record, rules.replay_header, engine_.clock().NowMillis())));
     case core::LookupOutcome::kInFlight:
+      // A 409 like a keyed request's: after a ?wait= that ran out, a wait timeout.
+      if (options_.metrics != nullptr) {
+        options_.metrics->Conflict(ScopeOf(ctx), wait.count() > 0 ? ConflictReason::kWaitTimeout
+                                                                  : ConflictReason::kInFlight);
+      }
       ctx.log.operation_id = found.record->operation_id;
       co_return Refuse(ctx, http::ProblemCode::kRequestInFlight,
                        "the request with this key is still in flight; retry later", "in_flight",

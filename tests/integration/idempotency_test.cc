@@ -708,15 +708,34 @@ TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec?wait=soon"}), 400, "bad-request");
   EXPECT_EQ(Executions(), 1u);
 
-  // In flight: 409 at once, or the response once it lands with ?wait.
-  std::thread slow([&] { Send(KeyedPost("/slow?ms=1000", "k-rec-slow")); });
+  // In flight: 409 at once (or after a ?wait that runs out), or the
+  // response once it lands with ?wait.
+  std::thread slow([&] { Send(KeyedPost("/slow?ms=3000", "k-rec-slow")); });
   ASSERT_TRUE(PollUntil([&] { return Executions() >= 2; }, 10s));
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec-slow"}), 409, "request-in-flight");
+  ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec-slow?wait=50ms"}), 409, "request-in-flight");
   const HttpResponse waited = Send(HttpRequest{.target = "/by-idempotency-key/k-rec-slow?wait=10s"});
   EXPECT_EQ(waited.status, 200);
-  EXPECT_EQ(ParseObject(waited.body)["slept_ms"], 1000);
+  EXPECT_EQ(ParseObject(waited.body)["slept_ms"], 3000);
   slow.join();
   EXPECT_EQ(Executions(), 2u);
+
+  // The metrics and stats say what the log says: the two recovered
+  // responses are cache hits, the two 409s conflicts.
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_cache_hit_total{tenant="_",project="_",route="api",status="200"})"),
+            2.0)
+      << metrics;
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="in_flight"})"),
+            1.0);
+  EXPECT_EQ(
+      MetricValue(metrics, R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="wait_timeout"})"),
+      1.0);
+  auto stats = SendRequest(gateway_->admin(), HttpRequest{.target = "/admin/stats"});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  json::object routes = ParseObject(stats->body)["routes"].as_object();
+  EXPECT_EQ(routes["api"].at("hits").as_int64(), 2) << stats->body;
+  EXPECT_EQ(routes["api"].at("conflicts").as_int64(), 2) << stats->body;
 }
 
 TEST_F(IdempotencyTest, DedupUpstreamForwardsTheScopedKeyAndRewritesRecovery) {
