@@ -369,6 +369,9 @@ int Run(const Args& args) {
           reloaded->admin.tls.configured != config.admin.tls.configured) {
         LogWarn("listen, tls or admin.tls on or off, admin.listen and workers changes need a restart");
       }
+      if (reloaded->metrics.tenant_labels != config.metrics.tenant_labels) {
+        LogWarn("metrics.tenant_labels changes need a restart; the metrics keep their start-up labels");
+      }
       if (!(reloaded->store == config.store)) {
         LogWarn("store changes (kind, path, sync, max_bytes, on_error, redis) need a restart; the running store "
                 "and its settings are kept");

@@ -395,6 +395,11 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
     line.idempotency_policy = *ctx.log.idempotency_policy;
   } else if (ctx.route != nullptr && ctx.route->config != nullptr) {
     line.idempotency_policy = config::Name(ctx.route->config->idempotency.policy);
+    // The route's case goes with its policy, also for a request refused
+    // before the idempotency step set it (401, 413, a webhook's signature).
+    if (!line.idempotency_case && !ctx.route->idempotency.case_name.empty()) {
+      line.idempotency_case = ctx.route->idempotency.case_name;
+    }
   }
   line.idempotency_source = ctx.log.idempotency_source;
   line.idempotency_key_namespaced = opt(ctx.log.idempotency_key_namespaced);

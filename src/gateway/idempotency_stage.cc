@@ -118,9 +118,10 @@ class Settlement final : public http::ForwardObserver {
       co_return;
     }
     if (stored.code() == StatusCode::kFailedPrecondition) {
-      // Another request took the key over after our lease ended; its outcome wins.
+      // The reservation is gone: another request took the key over after
+      // our lease ended (its outcome wins), or an admin purged it.
       if (metrics_ != nullptr) metrics_->Conflict(scope_, ConflictReason::kLeaseLost);
-      LogWarn("response not stored: the reservation was taken over after its lease ended",
+      LogWarn("response not stored: the reservation is gone (taken over after its lease ended, or purged)",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
       co_return;
     }

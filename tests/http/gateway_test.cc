@@ -441,6 +441,35 @@ TEST_F(GatewayTest, UpstreamDurationCountsTimeoutsButNotFailedConnects) {
             0.0);
 }
 
+// A request refused before the idempotency step (here 413) is logged with
+// its route's policy and that policy's case, never one without the other.
+TEST_F(GatewayTest, RefusedRequestsLogTheRoutesCaseWithItsPolicy) {
+  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  SetLogFd(fd);
+  SetLogLevel(LogLevel::kInfo);
+  auto route = MakeRoute("echo", "/echo");
+  route.max_request_bytes = 1;
+  Start(MakeConfig(upstream_.port(), {route}));
+  auto res = SendRequest(endpoint_, HttpRequest{.method = "POST", .target = "/echo", .body = "too long"});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 413);
+  std::vector<json::object> lines;
+  const bool logged = PollUntil(
+      [&] {
+        lines = RequestLines(ReadAll(fd));
+        return !lines.empty();
+      },
+      5s);
+  SetLogFd(1);
+  ::close(fd);
+  ::unlink(path);
+  ASSERT_TRUE(logged);
+  EXPECT_EQ(lines[0].at("idempotency_policy").as_string(), "optional");
+  EXPECT_EQ(lines[0].at("idempotency_case").as_string(), "ACCEPTED") << json::serialize(lines[0]);
+}
+
 TEST_F(GatewayTest, RouteBodyLimitIs413) {
   auto route = MakeRoute("echo", "/echo");
   route.max_request_bytes = 10;

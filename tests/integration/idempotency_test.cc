@@ -615,19 +615,22 @@ TEST_F(IdempotencyTest, FingerprintHeadersAndJsonFields) {
   EXPECT_EQ(Executions(), 1u);
 }
 
-// The store is built once at start: a reload that changes it keeps the
-// running store and settings, and says so.
+// The store and the metrics' label names are set once at start: a reload that
+// changes them keeps the running ones, and says so.
 TEST_F(IdempotencyTest, AReloadThatChangesTheStoreKeepsTheRunningOneAndWarns) {
   Start({.store = "{ kind: memory, max_bytes: 64B }"});
   ExpectProblem(Send(KeyedPost("/echo", "k-reload")), 503, "store-unavailable");
   ASSERT_TRUE(WriteConfig(dir_,
-                          ConfigYaml(fake_endpoint_, {.store = "{ kind: memory, max_bytes: 64B, on_error: fail_open }"}),
+                          ConfigYaml(fake_endpoint_, {.store = "{ kind: memory, max_bytes: 64B, on_error: fail_open }"}) +
+                              "metrics: { tenant_labels: false }\n",
                           "idemgate.yaml")
                   .ok());
   ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
   ASSERT_TRUE(PollUntil([&] { return gateway_->Stdout().find("config reloaded") != std::string::npos; }, 10s));
   EXPECT_NE(gateway_->Stdout().find("store changes (kind, path, sync, max_bytes, on_error, redis) need a restart"),
             std::string::npos);
+  EXPECT_NE(gateway_->Stdout().find("metrics.tenant_labels changes need a restart"), std::string::npos)
+      << gateway_->Stdout();
   ExpectProblem(Send(KeyedPost("/echo", "k-reload")), 503, "store-unavailable");
   EXPECT_EQ(Executions(), 0u);
 }
