@@ -573,7 +573,8 @@ Task<BodyStatus> ExchangeImpl::ReadBody() {
 }
 
 std::string ExchangeImpl::BodyTimeoutDetail() const {
-  return "no byte of the request body arrived for " + std::to_string(limits_.idle_timeout.count()) + "ms";
+  return "the request body stalled: nothing more of it arrived for " + std::to_string(limits_.idle_timeout.count()) +
+         "ms";
 }
 
 Task<bool> ExchangeImpl::DiscardSmallBody() {

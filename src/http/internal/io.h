@@ -95,16 +95,6 @@ Task<error_code> WaitReadable(tcp::socket& socket, Deadline& deadline);
 // `max_pending` bytes at a time, so that such a line fails the same way when
 // it arrives in one read as when it trickles in: whether a request is
 // accepted must not depend on how the network cut it up.
-// True when `data` holds an LF not preceded by a CR (an LF first counts:
-// what came before it was not a CR of the same line).
-inline bool HasBareLineFeed(const char* data, std::size_t size) {
-  const char* end = data + size;
-  for (const char* p = data; (p = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)))) != nullptr; ++p) {
-    if (p == data || p[-1] != '\r') return true;
-  }
-  return false;
-}
-
 template <bool isRequest>
 error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buffer, bool header_only,
                 std::size_t max_pending = static_cast<std::size_t>(-1)) {
@@ -117,20 +107,7 @@ error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buff
     buffer.consume(used);
     const bool waiting = ec == bhttp::error::need_more ||
                          (!ec && used == 0 && !(header_only ? parser.is_header_done() : parser.is_done()));
-    if (waiting) {
-      if (buffer.size() > max_pending) return bhttp::error::header_limit;
-      // Inside a chunked body the bytes left waiting are framing (a chunk
-      // line, the CRLF after a chunk, the trailer): Beast takes only CRLF
-      // as a line end there, so a bare LF would leave it waiting for a line
-      // end that never comes, until a timeout. Refused at once instead.
-      if (!header_only && parser.is_header_done() && parser.chunked()) {
-        const auto pending = buffer.data();
-        if (HasBareLineFeed(static_cast<const char*>(pending.data()), std::min(pending.size(), max_pending))) {
-          return bhttp::error::bad_chunk;
-        }
-      }
-      return bhttp::error::need_more;
-    }
+    if (waiting) return buffer.size() > max_pending ? bhttp::error::header_limit : bhttp::error::need_more;
     if (ec) return ec;
   }
 }
