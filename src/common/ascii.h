@@ -28,6 +28,19 @@ inline std::uint64_t LowerAscii8(std::uint64_t w) {
   return w | (upper >> 2);
 }
 
+// True when `a` and `b` are equal ignoring ASCII case and counting '-' and
+// '_' as one: header names that CGI-style servers (WSGI, Rack, PHP) read as
+// the same variable (X-Tenant-Id and X_Tenant_Id).
+inline bool EqualsIgnoreCaseDashOrUnderscore(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] == '_' ? '-' : LowerAscii(a[i]);
+    const char y = b[i] == '_' ? '-' : LowerAscii(b[i]);
+    if (x != y) return false;
+  }
+  return true;
+}
+
 // True when `a` and `b` are equal ignoring ASCII case.
 inline bool EqualsIgnoreCaseAscii(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

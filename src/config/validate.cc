@@ -516,6 +516,21 @@ class Validator {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",
               "recovery with dedup: upstream needs recovery_upstream_path");
       }
+      // Under dedup: upstream the key the upstream is sent is the only
+      // deduplication there is, and the only scoping.
+      const bool keyed_policy =
+          idem.policy == Policy::kRequired || idem.policy == Policy::kOptional || idem.policy == Policy::kWebhook;
+      if (idem.dedup == DedupMode::kUpstream && keyed_policy) {
+        Check(idem.forward_key != ForwardKey::kNone, idem_path + ".forward_key",
+              "route " + Quote(r.id) + " leaves deduplication to its upstream (dedup: upstream), which " +
+                  "deduplicates by the key it is sent; forward_key: none sends none, so nothing would be " +
+                  "deduplicated (use namespaced)");
+        const bool one_scope = idem.scope ? *idem.scope == Scope::kGlobal : config_.identity.mode == IdentityMode::kNone;
+        Check(idem.forward_key != ForwardKey::kRaw || one_scope, idem_path + ".forward_key",
+              "route " + Quote(r.id) + " leaves deduplication to its upstream (dedup: upstream); with " +
+                  "forward_key: raw, callers of different scopes who pick the same key would share one " +
+                  "key there (and read each other's outcome through recovery); use namespaced, or scope: global");
+      }
     }
   }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "admin/gateway_metrics.h"
+#include "common/ascii.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "core/decision.h"
@@ -255,6 +256,23 @@ bool IdempotencyStage::WantsBody(const RequestContext& ctx) const {
   return false;
 }
 
+namespace {
+
+// Drops the request's header lines whose names differ from the key header's
+// only by '_' for '-' (Idempotency_Key): CGI-style upstreams (WSGI, Rack,
+// PHP) read them as the key header, so such a line would reach the upstream
+// unscoped beside the gateway's own, or past a prohibited route's refusal.
+void DropKeyLookalikes(RequestContext& ctx, std::string_view header) {
+  for (const http::HeaderView& h : ctx.head->headers) {
+    if (h.name.find('_') == std::string_view::npos) continue;
+    if (EqualsIgnoreCaseDashOrUnderscore(h.name, header) && !core::HeaderNameEquals(h.name, header)) {
+      ctx.remove_headers.emplace_back(h.name);
+    }
+  }
+}
+
+}  // namespace
+
 Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   admin::GatewayMetrics* metrics = options_.metrics;
@@ -267,6 +285,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   if (rules.policy == config::Policy::kPassthrough) co_return IdempotencyDecision::Forward();
   if (rules.policy == config::Policy::kProhibited) {
     // Every method: a key on such a route is a client mistake whatever it asks.
+    DropKeyLookalikes(ctx, rules.header);
     if (ctx.head->Count(rules.header) == 0) co_return IdempotencyDecision::Forward();
     if (metrics != nullptr) metrics->KeyInvalid(scope, "prohibited");
     co_return Refuse(ctx, http::ProblemCode::kKeyProhibited,
@@ -274,6 +293,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                      "key_prohibited");
   }
   if (!rules.HandlesMethod(ctx.head->method)) co_return IdempotencyDecision::Forward();
+  DropKeyLookalikes(ctx, rules.header);
 
   std::string raw;
   if (rules.policy == config::Policy::kWebhook) {
@@ -328,9 +348,10 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       fr.set_headers.push_back({rules.header, core::SerializeKeyAsSfString(scoped)});
       break;
     case config::ForwardKey::kRaw:
-      if (ctx.log.idempotency_source == "webhook") {
-        fr.set_headers.push_back({rules.header, core::SerializeKeyAsSfString(raw)});
-      }
+      // One spelling whatever the client sent ("K" and K are one key, SPEC
+      // §3), so that an upstream deduplicating by the header's value sees
+      // one key, and recovery can name it.
+      fr.set_headers.push_back({rules.header, core::SerializeKeyAsSfString(raw)});
       break;
     case config::ForwardKey::kNone: fr.remove_headers.push_back(rules.header); break;
   }
@@ -441,7 +462,17 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
     co_return Refuse(ctx, http::ProblemCode::kInvalidKey, "the key in the path is not validly percent-encoded",
                      "invalid_key");
   }
-  core::ParsedKey parsed = core::ParseIdempotencyKey({std::string_view(*decoded)}, rules.key);
+  // The segment is the key itself; a client may also give it in its header
+  // spelling (an sf-string, "abc" as %22abc%22), which the default charset
+  // cannot hold.
+  core::ParsedKey parsed;
+  parsed.error = core::ValidateRawKey(*decoded, rules.key);
+  if (parsed.ok()) {
+    parsed.key = std::move(*decoded);
+  } else if (core::ParsedKey spelled = core::ParseIdempotencyKey({std::string_view(*decoded)}, rules.key);
+             spelled.ok() && decoded->starts_with('"')) {
+    parsed = std::move(spelled);
+  }
   if (!parsed.ok()) {
     if (options_.metrics != nullptr) options_.metrics->KeyInvalid(ScopeOf(ctx), core::KeyErrorReason(parsed.error));
     co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error, rules.key), "invalid_key");
@@ -461,10 +492,11 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
   ctx.log.idempotency_source = "recovery";
 
   if (rules.dedup == config::DedupMode::kUpstream) {
-    // The upstream keeps the outcome under the key it was sent.
-    const std::string_view forwarded = rules.forward_key == config::ForwardKey::kNamespaced
-                                           ? std::string_view(scoped)
-                                           : std::string_view(parsed.key);
+    // The upstream keeps the outcome under the key it was sent: the header
+    // value byte for byte (an sf-string, quotes included; Restate's ingress,
+    // for one, takes the value as an opaque string).
+    const std::string forwarded = core::SerializeKeyAsSfString(
+        rules.forward_key == config::ForwardKey::kNamespaced ? std::string_view(scoped) : std::string_view(parsed.key));
     IdempotencyDecision decision;
     decision.forward.target = SubstituteKey(ctx.route->config->recovery_upstream_path, PercentEncode(forwarded));
     co_return decision;

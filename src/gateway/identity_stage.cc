@@ -50,17 +50,6 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
   return *found;
 }
 
-// `a` and `b` are equal ignoring ASCII case and counting '-' and '_' as one.
-bool NameEqualsDashOrUnderscore(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char x = a[i] == '_' ? '-' : LowerAscii(a[i]);
-    const char y = b[i] == '_' ? '-' : LowerAscii(b[i]);
-    if (x != y) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 const config::TrustedHeaders& UpstreamIdentityHeaders(const config::Identity& identity) {
@@ -72,7 +61,7 @@ void DropIdentityLookalikes(RequestContext& ctx, const config::TrustedHeaders& n
   for (const http::HeaderView& h : ctx.head->headers) {
     if (h.name.find('_') == std::string_view::npos) continue;
     for (const std::string* name : {&names.tenant, &names.project, &names.subject}) {
-      if (NameEqualsDashOrUnderscore(h.name, *name) && !core::HeaderNameEquals(h.name, *name)) {
+      if (EqualsIgnoreCaseDashOrUnderscore(h.name, *name) && !core::HeaderNameEquals(h.name, *name)) {
         ctx.remove_headers.emplace_back(h.name);
         break;
       }

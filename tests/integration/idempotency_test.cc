@@ -754,10 +754,73 @@ TEST_F(IdempotencyTest, DedupUpstreamForwardsTheScopedKeyAndRewritesRecovery) {
   }
   // Validation still applies.
   ExpectProblem(Send(KeyedPost("/echo", "")), 400, "missing-key");
+  // Recovery names the key exactly as the upstream was sent it (the
+  // sf-string, quotes included), which is what an upstream that keeps
+  // outcomes by the header's value (Restate's ingress) looks up.
   const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/k-up"});
   EXPECT_EQ(recovered.status, 200);
-  EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/t-_%3A_%3A_%3Aapi%3Ak-up");
+  EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/%22t-_%3A_%3A_%3Aapi%3Ak-up%22");
   EXPECT_EQ(Executions(), 3u);
+}
+
+// forward_key: raw sends the client's key in one spelling, whichever the
+// client used ("K" and K are one key), and recovery names that same value.
+TEST_F(IdempotencyTest, DedupUpstreamWithTheRawKeySendsOneSpellingAndRecoversIt) {
+  Start({.idempotency = "{ policy: required, dedup: upstream, forward_key: raw }",
+         .route_extra = "    recovery: true\n    recovery_upstream_path: /echo/attach/{key}\n"});
+  HttpRequest bare = KeyedPost("/echo", "");
+  bare.headers.push_back({"Idempotency-Key", "k-raw"});
+  for (const HttpRequest& req : {KeyedPost("/echo", "k-raw"), bare}) {
+    const HttpResponse r = Send(req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto echo = ParseObject(r.body);
+    EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"), (std::vector<std::string>{"\"k-raw\""}));
+  }
+  const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/k-raw"});
+  EXPECT_EQ(recovered.status, 200);
+  EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/%22k-raw%22");
+}
+
+// Header names that differ from the key header only by '_' for '-' are the
+// same variable to CGI-style upstreams: they never reach the upstream where
+// the gateway handles the key (beside its own scoped key, or instead of a
+// key on an unkeyed request), and pass untouched where it does not.
+TEST_F(IdempotencyTest, KeyHeaderLookalikesDoNotReachTheUpstream) {
+  Start({.idempotency = "{ policy: optional }"});
+  for (const std::string& key : {std::string("k-look"), std::string()}) {
+    HttpRequest req = KeyedPost("/echo", key);
+    req.headers.push_back({"Idempotency_Key", "t-victim:p:s:api:abc"});
+    req.headers.push_back({"idempotency_key", "other"});
+    const HttpResponse r = Send(req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto echo = ParseObject(r.body);
+    const auto seen = EchoedHeaders(echo);
+    EXPECT_TRUE(Values(seen, "Idempotency_Key").empty()) << key;
+    EXPECT_TRUE(Values(seen, "idempotency_key").empty()) << key;
+  }
+  // A method the route does not deduplicate: the request passes untouched.
+  HttpRequest get{.method = "GET", .target = "/echo"};
+  get.headers.push_back({"Idempotency_Key", "as-sent"});
+  const HttpResponse r = Send(get);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto echo = ParseObject(r.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency_Key"), (std::vector<std::string>{"as-sent"}));
+}
+
+// The recovery path holds the key itself, so a route whose charset allows
+// ',' or ';' can recover such keys (the header needs the sf-string spelling
+// for them); the sf-string spelling in the path still works for a plain key.
+TEST_F(IdempotencyTest, RecoveryTakesTheKeyItselfFromThePath) {
+  Start({.idempotency = "{ policy: required, key: { charset: \",;\" } }", .route_extra = "    recovery: true\n"});
+  const HttpResponse first = Send(KeyedPost("/echo", "a,b;c"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const HttpResponse recovered = Send(HttpRequest{.target = "/by-idempotency-key/a%2Cb%3Bc"});
+  EXPECT_EQ(recovered.status, 200) << recovered.body;
+  EXPECT_EQ(recovered.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(recovered.body, first.body);
+  ASSERT_EQ(Send(KeyedPost("/echo", "plain")).status, 200);
+  EXPECT_EQ(Send(HttpRequest{.target = "/by-idempotency-key/%22plain%22"}).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 2u);
 }
 
 TEST_F(IdempotencyTest, TrustedHeadersScopeKeysPerCaller) {
