@@ -6,6 +6,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "common/secrets.h"
 #include "http/internal/tls_impl.h"
 
 namespace idemgate::http {
@@ -50,6 +51,14 @@ Status ApplyBaseline(SSL_CTX* ctx) {
   return Status::Ok();
 }
 
+// True when `file` holds a PEM private key under a passphrase (PKCS#8
+// "ENCRYPTED PRIVATE KEY", or a traditional key with "Proc-Type: 4,ENCRYPTED").
+bool IsEncryptedPem(const std::string& file) {
+  StatusOr<std::string> text = ReadWholeFile(file);
+  return text.ok() && (text->find("-----BEGIN ENCRYPTED PRIVATE KEY-----") != std::string::npos ||
+                       text->find("Proc-Type: 4,ENCRYPTED") != std::string::npos);
+}
+
 // Loads a certificate chain and its key; `what` names them in errors
 // ("client" or "listener").
 Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::string& key_file,
@@ -57,6 +66,10 @@ Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::st
   if (cert_file.empty() || key_file.empty()) {
     return InvalidArgumentError("TLS: cert_file and key_file go together");
   }
+  // Never ask for a passphrase: OpenSSL's default would prompt on the
+  // controlling terminal and block the start (or a reload, and with it the
+  // signal loop). An encrypted key fails to load instead.
+  SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
   if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
     return InvalidArgumentError("TLS: cannot read " + what + " certificate \"" + cert_file +
                                 "\": " + OpenSslErrors("no certificate in it"));
@@ -64,6 +77,13 @@ Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::st
   if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
     // OpenSSL compares the key with the certificate already loaded here.
     const bool mismatch = ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH;
+    if (!mismatch && IsEncryptedPem(key_file)) {
+      ERR_clear_error();
+      return InvalidArgumentError("TLS: " + what + " key \"" + key_file +
+                                  "\" is encrypted; a passphrase-protected key is not supported (write it "
+                                  "unencrypted, e.g. `openssl pkey -in KEY -out KEY.plain`, readable only by the "
+                                  "gateway's user)");
+    }
     return InvalidArgumentError(
         "TLS: " +
         (mismatch ? what + " key \"" + key_file + "\" does not match certificate \"" + cert_file + "\""
@@ -124,6 +144,17 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options.client_ca_file.c_str());
     if (names != nullptr) SSL_CTX_set_client_CA_list(ctx, names);  // takes ownership
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    // With client certificates OpenSSL resumes a session (a ticket or an id
+    // from an earlier handshake) only under a session id context, and
+    // without one it aborts the handshake: every client that caches sessions
+    // (libcurl, Java, nginx's proxy_ssl_session_reuse) would fail from its
+    // second connection on. A context made by a reload has new ticket keys
+    // and an empty cache, so sessions verified under an older CA list are
+    // not resumed.
+    static constexpr unsigned char kSessionContext[] = "idemgate-listener";
+    if (SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1) != 1) {
+      return InternalError("TLS: cannot set the session id context: " + OpenSslErrors("unknown error"));
+    }
   }
   return std::shared_ptr<const TlsContext>(std::make_shared<TlsContext>(std::move(impl)));
 }

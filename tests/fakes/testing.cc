@@ -1197,6 +1197,7 @@ struct TlsClient::Impl {
     if (!SetTlsPeerName(stream_->native_handle(), options_.verify_name)) {
       return InvalidArgumentError("cannot verify the name \"" + options_.verify_name + "\"");
     }
+    if (session_ != nullptr) SSL_set_session(stream_->native_handle(), session_);
     boost::system::error_code ec;
     const tcp::endpoint to(asio::ip::make_address(endpoint_.host), endpoint_.port);
     ec = Run([&](auto handler) { stream_->next_layer().async_connect(to, std::move(handler)); });
@@ -1262,9 +1263,24 @@ struct TlsClient::Impl {
 
   void Close() {
     if (!stream_) return;
+    if (options_.resume_sessions) {
+      // Kept for the next Connect; TLS 1.3 tickets arrive after the
+      // handshake, so this is taken when the connection ends.
+      if (SSL_SESSION* session = SSL_get1_session(stream_->native_handle())) {
+        if (session_ != nullptr) SSL_SESSION_free(session_);
+        session_ = session;
+      }
+      // Ended as if by close_notify: OpenSSL marks the session of a
+      // connection dropped without one as not resumable.
+      SSL_set_shutdown(stream_->native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    }
     boost::system::error_code ignored;
     stream_->next_layer().close(ignored);
     stream_.reset();
+  }
+
+  ~Impl() {
+    if (session_ != nullptr) SSL_SESSION_free(session_);
   }
 
   int connections() const { return connections_; }
@@ -1299,6 +1315,7 @@ struct TlsClient::Impl {
   std::optional<ssl::stream<tcp::socket>> stream_;
   beast::flat_buffer buffer_;
   int connections_ = 0;
+  SSL_SESSION* session_ = nullptr;  // the last connection's, with resume_sessions
 };
 
 
@@ -1315,6 +1332,9 @@ boost::system::error_code TlsClient::ReadTcpAfterClose() { return impl_->ReadTcp
 StatusOr<FakeStats> TlsClient::Stats() { return impl_->Stats(); }
 void TlsClient::Close() { impl_->Close(); }
 int TlsClient::connections() const { return impl_->connections(); }
+bool TlsClient::resumed() const {
+  return impl_->stream_ && SSL_session_reused(impl_->stream_->native_handle()) == 1;
+}
 std::string TlsClient::alpn() const {
   if (!impl_->stream_) return "";
   const unsigned char* data = nullptr;

@@ -357,6 +357,7 @@ struct TlsClientOptions {
   std::string cert_file, key_file;        // a client certificate, when set
   int max_version = 0;                    // e.g. TLS1_2_VERSION; 0: up to TLS 1.3
   std::vector<std::string> alpn;          // protocols offered by ALPN, in order; empty: no ALPN
+  bool resume_sessions = false;           // offer the last connection's session on the next Connect
 };
 
 // A synchronous HTTPS/1.1 client on one keep-alive connection; every
@@ -385,6 +386,8 @@ class TlsClient {
   int connections() const;
   // The protocol the server chose by ALPN on the current connection, or "".
   std::string alpn() const;
+  // The current connection resumed an earlier session.
+  bool resumed() const;
 
  private:
   struct Impl;

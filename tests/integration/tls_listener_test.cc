@@ -3,6 +3,8 @@
 // upstream is told (X-Forwarded-Proto: https), client certificates, the
 // handshake deadline, certificates renewed by a reload, and start-up errors.
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 
 #include <chrono>
 #include <csignal>
@@ -163,6 +165,31 @@ TEST_F(TlsListenerTest, ClientCertificatesAreRequiredWithClientCaFile) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// Clients that cache sessions (libcurl, Java, nginx upstreams) offer the
+// last one on their next connection: with client certificates required,
+// the listener resumes it (or falls back to a full handshake), never
+// aborting the handshake.
+TEST_F(TlsListenerTest, ClientCertificateSessionsResume) {
+  StartGateway(Yaml(", client_ca_file: \"" + pki_.ca_file + "\""));
+  for (const int version : {TLS1_2_VERSION, 0}) {
+    TlsClientOptions options = Trusting();
+    options.cert_file = pki_.client_cert;
+    options.key_file = pki_.client_key;
+    options.resume_sessions = true;
+    options.max_version = version;
+    TlsClient client(gateway_->endpoint(), options);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(client.Connect().ok()) << "TLS max " << version << ", connection " << i;
+      auto res = client.Send("GET", "/echo/again");
+      ASSERT_TRUE(res.ok()) << "TLS max " << version << ", connection " << i << ": " << res.status().ToString();
+      EXPECT_EQ(res->status, 200);
+      if (i > 0) {
+        EXPECT_TRUE(client.resumed()) << "TLS max " << version << ", connection " << i;
+      }
+    }
+  }
+}
+
 TEST_F(TlsListenerTest, AHandshakeMustFinishWithinHeaderTimeout) {
   StartGateway(Yaml("", "{ header_timeout: 500ms }"));
   auto raw = RawConnection::Connect(gateway_->endpoint());
@@ -217,6 +244,28 @@ TEST_F(TlsListenerTest, AnUnreadableCertificateStopsTheStart) {
   ASSERT_FALSE(mismatched.ok());
   EXPECT_NE(mismatched.status().message().find("does not match"), std::string::npos)
       << mismatched.status().message();
+}
+
+// A passphrase-protected key is refused with a message that says so, and
+// never with a passphrase prompt (which would block a start from a terminal).
+TEST_F(TlsListenerTest, AnEncryptedKeyIsRefusedWithoutAPrompt) {
+  {
+    FILE* in = std::fopen(pki_.server_key.c_str(), "r");
+    ASSERT_NE(in, nullptr);
+    EVP_PKEY* key = PEM_read_PrivateKey(in, nullptr, nullptr, nullptr);
+    std::fclose(in);
+    ASSERT_NE(key, nullptr);
+    FILE* out = std::fopen(key_.c_str(), "w");
+    ASSERT_NE(out, nullptr);
+    static char kPass[] = "secret";
+    ASSERT_EQ(PEM_write_PKCS8PrivateKey(out, key, EVP_aes_128_cbc(), kPass, 6, nullptr, nullptr), 1);
+    std::fclose(out);
+    EVP_PKEY_free(key);
+  }
+  auto g = GatewayProcess::Start(dir_, Yaml());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("is encrypted"), std::string::npos) << g.status().message();
+  EXPECT_EQ(g.status().message().find("pass phrase"), std::string::npos) << g.status().message();
 }
 
 }  // namespace
