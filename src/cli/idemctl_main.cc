@@ -336,15 +336,7 @@ StatusOr<std::unique_ptr<client::DeadLetterQueue>> OpenDlq(const std::string& pa
   return client::DeadLetterQueue::Open(path);
 }
 
-std::string FormatTime(std::int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string FormatTime(std::int64_t unix_ms) { return unix_ms <= 0 ? "-" : client::FormatUtcTime(unix_ms); }
 
 json::object EntryJson(const client::DeadLetter& e, bool whole) {
   json::object o;

@@ -171,6 +171,9 @@ struct DeadLetter {
   std::optional<ReplayClaim> claim;
 };
 
+// A Unix time in milliseconds as UTC, to the second: "2026-01-02T03:04:05Z".
+std::string FormatUtcTime(std::int64_t unix_ms);
+
 class DeadLetterQueue {
  public:
   // Opens (creating when absent) the SQLite file at `path`, with a schema

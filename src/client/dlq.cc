@@ -99,16 +99,6 @@ bool ProcessMayBeAlive(std::int64_t pid) {
 
 std::int64_t NowUnixMs();
 
-// "2026-01-02T03:04:05Z" (UTC), for messages.
-std::string FormatUnixMs(std::int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -630,7 +620,7 @@ Status DeadLetterQueue::Release(std::int64_t id, bool force) {
       const ReplayClaim& c = *current->claim;
       const std::string who = "dead letter " + std::to_string(id) + " is being replayed by process " +
                               std::to_string(c.pid) + " on host " + (c.host.empty() ? "?" : c.host) + " (claimed " +
-                              FormatUnixMs(c.claimed_unix_ms) + ")";
+                              FormatUtcTime(c.claimed_unix_ms) + ")";
       if (c.host == HostName()) {
         if (c.pid == ::getpid() || ProcessMayBeAlive(c.pid)) {
           return FailedPreconditionError(who +
@@ -640,7 +630,7 @@ Status DeadLetterQueue::Release(std::int64_t id, bool force) {
       } else if (c.until_unix_ms == 0 || NowUnixMs() < c.until_unix_ms) {
         return FailedPreconditionError(
             who + ", which cannot be checked from this host and may run until " +
-            (c.until_unix_ms == 0 ? std::string("an unknown time") : FormatUnixMs(c.until_unix_ms)) +
+            (c.until_unix_ms == 0 ? std::string("an unknown time") : FormatUtcTime(c.until_unix_ms)) +
             ": release it once that replay is over (or force it)");
       }
     }
@@ -651,6 +641,15 @@ Status DeadLetterQueue::Release(std::int64_t id, bool force) {
     if (Status s = impl_->Transition(update, id, EntryStatus::kReplaying); !s.ok()) return s;
     return tx.Commit();
   });
+}
+
+std::string FormatUtcTime(std::int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace idemgate::client
