@@ -168,6 +168,25 @@ int CheckConfig(const std::string& path) {
     Print(stderr, config.status().message() + "\n");
     return 1;
   }
+  // The TLS files are read as a start would read them, so that a missing
+  // file, an encrypted key or a key that does not match its certificate is
+  // found here and not at the start.
+  for (auto [settings, name] : {std::pair{&config->tls, "tls"}, std::pair{&config->admin.tls, "admin.tls"}}) {
+    if (!settings->configured) continue;
+    if (auto tls = MakeListenerTls(*settings); !tls.ok()) {
+      Print(stderr, path + ": " + name + ": " + tls.status().message() + "\n");
+      return 1;
+    }
+  }
+  for (const auto& [name, u] : config->upstreams) {
+    if (u.scheme != "https") continue;
+    auto tls = http::MakeUpstreamTls(
+        http::UpstreamTlsOptions{.ca_file = u.tls.ca_file, .cert_file = u.tls.cert_file, .key_file = u.tls.key_file});
+    if (!tls.ok()) {
+      Print(stderr, path + ": upstreams." + name + ".tls: " + tls.status().message() + "\n");
+      return 1;
+    }
+  }
   Print(stdout, path + ": ok\n");
   return 0;
 }

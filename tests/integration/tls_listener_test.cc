@@ -266,6 +266,21 @@ TEST_F(TlsListenerTest, AnEncryptedKeyIsRefusedWithoutAPrompt) {
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("is encrypted"), std::string::npos) << g.status().message();
   EXPECT_EQ(g.status().message().find("pass phrase"), std::string::npos) << g.status().message();
+
+  // check-config reads the TLS files too, and says the same.
+  const std::string file = dir_.Join("encrypted.yaml");
+  ASSERT_TRUE(WriteFile(file, Yaml()).ok());
+  ProcessOptions options;
+  options.stdout_path = dir_.Join("check.out");
+  options.stderr_path = dir_.Join("check.err");
+  auto checker = Process::Start(IDEMGATE_BIN, {"check-config", file}, options);
+  ASSERT_TRUE(checker.ok()) << checker.status().ToString();
+  auto status = checker->WaitExit(30s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->exited && status->code == 1) << status->ToString();
+  const std::string output = ReadFileOrEmpty(dir_.Join("check.out")) + ReadFileOrEmpty(dir_.Join("check.err"));
+  EXPECT_NE(output.find("tls: TLS: listener key"), std::string::npos) << output;
+  EXPECT_NE(output.find("is encrypted"), std::string::npos) << output;
 }
 
 }  // namespace
