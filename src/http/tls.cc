@@ -1,11 +1,15 @@
 #include "http/tls.h"
 
+#include <ctime>
+
+#include <openssl/asn1.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "common/log.h"
 #include "common/secrets.h"
 #include "http/internal/tls_impl.h"
 
@@ -127,6 +131,34 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOpt
   return std::shared_ptr<const TlsContext>(std::make_shared<TlsContext>(std::move(impl)));
 }
 
+namespace {
+
+// "2026-01-02T03:04:05Z", or "" when `t` cannot be read.
+std::string FormatAsn1Time(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return "";
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A certificate outside its validity is served (the operator may have a
+// reason), but every client that verifies it will refuse the handshake:
+// said at start and on every reload, when the files are read.
+void WarnIfOutsideValidity(SSL_CTX* ctx, const std::string& cert_file) {
+  X509* cert = SSL_CTX_get0_certificate(ctx);
+  if (cert == nullptr) return;
+  if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+    LogWarn("TLS: the listener certificate has expired; clients that verify it refuse every connection",
+            {{"cert_file", cert_file}, {"not_after", FormatAsn1Time(X509_get0_notAfter(cert))}});
+  } else if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+    LogWarn("TLS: the listener certificate is not valid yet; clients that verify it refuse every connection",
+            {{"cert_file", cert_file}, {"not_before", FormatAsn1Time(X509_get0_notBefore(cert))}});
+  }
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions& options) {
   ERR_clear_error();
   auto impl = std::make_unique<TlsContext::Impl>(boost::asio::ssl::context::tls_server);
@@ -136,6 +168,7 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
   SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_alpn_select_cb(ctx, &SelectHttp11, nullptr);
   if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "listener"); !s.ok()) return s;
+  WarnIfOutsideValidity(ctx, options.cert_file);
   if (!options.client_ca_file.empty()) {
     if (SSL_CTX_load_verify_file(ctx, options.client_ca_file.c_str()) != 1) {
       return InvalidArgumentError("TLS: cannot read client CA file \"" + options.client_ca_file +

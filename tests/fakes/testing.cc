@@ -988,6 +988,7 @@ struct CertSpec {
   bool ca = false;
   std::string subject_alt_name;    // "DNS:a,IP:1.2.3.4", or empty
   std::string extended_key_usage;  // "serverAuth", "clientAuth", or empty
+  bool expired = false;            // valid from 60 to 30 days ago
 };
 
 // An X.509 v3 certificate for `key` as `spec` describes it, signed by
@@ -1012,8 +1013,10 @@ StatusOr<X509Ptr> MakeCertificate(const CertSpec& spec, EVP_PKEY* key, X509* iss
   // From an hour ago (clock skew) for 30 days.
   constexpr long kHour = 60 * 60;
   std::time_t now = std::time(nullptr);
-  if (X509_time_adj_ex(X509_getm_notBefore(cert.get()), 0, -kHour, &now) == nullptr ||
-      X509_time_adj_ex(X509_getm_notAfter(cert.get()), 30, -kHour, &now) == nullptr) {
+  const int first_day = spec.expired ? -60 : 0;
+  const int last_day = spec.expired ? -30 : 30;
+  if (X509_time_adj_ex(X509_getm_notBefore(cert.get()), first_day, -kHour, &now) == nullptr ||
+      X509_time_adj_ex(X509_getm_notAfter(cert.get()), last_day, -kHour, &now) == nullptr) {
     return OpenSslError("setting the validity of " + what);
   }
   X509NamePtr name(X509_NAME_new());
@@ -1107,6 +1110,8 @@ StatusOr<TestPki> MakeTestPki(const std::string& dir) {
   pki.client_cert = dir + "/client.pem";
   pki.client_key = dir + "/client.key";
   pki.other_ca_file = dir + "/other-ca.pem";
+  pki.expired_cert = dir + "/expired.pem";
+  pki.expired_key = dir + "/expired.key";
 
   struct Issued {
     CertSpec spec;
@@ -1138,6 +1143,13 @@ StatusOr<TestPki> MakeTestPki(const std::string& dir) {
       {.spec = {.what = "the other CA", .common_name = "idemgate other test CA", .ca = true},
        .cert_file = &pki.other_ca_file,
        .self_signed = true},
+      {.spec = {.what = "the expired server certificate",
+                .common_name = "localhost",
+                .subject_alt_name = "DNS:localhost,IP:127.0.0.1",
+                .extended_key_usage = "serverAuth",
+                .expired = true},
+       .cert_file = &pki.expired_cert,
+       .key_file = &pki.expired_key},
   };
 
   // The first entry is the CA that signs the leaf certificates.

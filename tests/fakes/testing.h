@@ -348,6 +348,8 @@ struct TestPki {
   std::string client_cert;    // dir/client.pem
   std::string client_key;     // dir/client.key
   std::string other_ca_file;  // dir/other-ca.pem
+  std::string expired_cert;   // dir/expired.pem: for localhost, expired a month ago
+  std::string expired_key;    // dir/expired.key
 };
 StatusOr<TestPki> MakeTestPki(const std::string& dir);
 

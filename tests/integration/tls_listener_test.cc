@@ -246,6 +246,17 @@ TEST_F(TlsListenerTest, AnUnreadableCertificateStopsTheStart) {
       << mismatched.status().message();
 }
 
+// An expired certificate is served (the start does not fail on it), but
+// the gateway says so: every client that verifies it will refuse.
+TEST_F(TlsListenerTest, AnExpiredCertificateIsServedWithAWarning) {
+  std::filesystem::copy_file(pki_.expired_cert, cert_, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pki_.expired_key, key_, std::filesystem::copy_options::overwrite_existing);
+  StartGateway(Yaml());
+  EXPECT_FALSE(TlsClient(gateway_->endpoint(), Trusting()).Connect().ok());
+  EXPECT_NE(gateway_->Stdout().find("the listener certificate has expired"), std::string::npos)
+      << gateway_->Stdout();
+}
+
 // A passphrase-protected key is refused with a message that says so, and
 // never with a passphrase prompt (which would block a start from a terminal).
 TEST_F(TlsListenerTest, AnEncryptedKeyIsRefusedWithoutAPrompt) {
