@@ -199,10 +199,12 @@ void AppendRandomHex(std::size_t n, std::string& out) {
   }
 }
 
+void AppendNewRequestId(std::string& out) { AppendRandomHex(32, out); }
+
 std::string NewRequestId() {
   std::string id;
   id.reserve(32);
-  AppendRandomHex(32, id);
+  AppendNewRequestId(id);
   return id;
 }
 

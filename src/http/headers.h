@@ -60,6 +60,8 @@ std::string AppendForwardedFor(const std::vector<std::string_view>& existing, st
 bool IsAcceptableRequestId(std::string_view value);
 // 32 lower-case hex characters from 128 random bits.
 std::string NewRequestId();
+// The same, appended to `out` (no allocation once `out` has room).
+void AppendNewRequestId(std::string& out);
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/) traceparent:
 // "00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>", lower-case hex,

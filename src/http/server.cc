@@ -282,7 +282,7 @@ Task<void> ClientConnection::Refuse(std::optional<ProblemCode> code, std::string
   refused.path = target.substr(0, target.find('?'));
   request_id.clear();
   if (code) {
-    AppendRandomHex(32, request_id);  // as NewRequestId, into the connection's buffer
+    AppendNewRequestId(request_id);  // into the connection's buffer
     refused.request_id = request_id;
   }
   refused.peer_ip = peer_ip;
