@@ -79,23 +79,6 @@ UnixMillis SweepDeadline(const core::Record& r) {
   return r.lease_expires_ms + MemoryStore::kReservationGrace.count();
 }
 
-// `completed` without its body, as a response over max_response_bytes is
-// kept (replays answer `Idempotency-Replay: omitted`).
-core::Record WithoutBody(const core::Record& completed) {
-  core::Record slim;
-  slim.state = completed.state;
-  slim.fingerprint = completed.fingerprint;
-  slim.owner = completed.owner;
-  slim.operation_id = completed.operation_id;
-  slim.created_ms = completed.created_ms;
-  slim.lease_expires_ms = completed.lease_expires_ms;
-  slim.expires_ms = completed.expires_ms;
-  slim.response.status = completed.response.status;
-  slim.response.headers = completed.response.headers;
-  slim.response.body_omitted = true;
-  return slim;
-}
-
 }  // namespace
 
 // A linear-probing hash table of entries with backward-shift deletion.
@@ -375,8 +358,7 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
   return result;
 }
 
-Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
-                                const core::Record& completed) {
+Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner, core::Record completed) {
   if (completed.state != core::RecordState::kCompleted) {
     return InvalidArgumentError("memory store: a completed record must be completed");
   }
@@ -400,20 +382,20 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
     }
     const std::int64_t old_charged = static_cast<std::int64_t>(e->charged());
     std::size_t value_size = core::EncodedSize(completed);
-    const core::Record* stored = &completed;
-    std::optional<core::Record> slim;
     if (!AdmitGrowth(static_cast<std::int64_t>(key.size() + value_size) - old_charged, &shard, now)) {
       // The upstream ran the request: refusing the completion would leave
       // the key reserved until its lease ends and then let a retry run it
       // again. The status and headers are kept whatever the room, past
       // max_bytes if need be; that adds at most one such record per
-      // reservation in flight, each admitted within max_bytes.
-      std::uint64_t dropped = 0;
-      if (!completed.response.body.empty()) {
-        dropped = completed.response.body.size();
-        slim.emplace(WithoutBody(completed));
-        stored = &*slim;
-        value_size = core::EncodedSize(*slim);
+      // reservation in flight, each admitted within max_bytes. The body is
+      // dropped as a response over max_response_bytes is (replays answer
+      // `Idempotency-Replay: omitted`).
+      const std::uint64_t dropped = completed.response.body.size();
+      if (dropped > 0) {
+        completed.response.body.clear();
+        completed.response.body.shrink_to_fit();
+        completed.response.body_omitted = true;
+        value_size = core::EncodedSize(completed);
       }
       ForceCharge(static_cast<std::int64_t>(key.size() + value_size) - old_charged);
       if (dropped > 0) {
@@ -430,7 +412,7 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner,
     // The entry is not past its sweep deadline at `now` (checked above), so
     // a sweep kept it, but it may have moved it.
     index = shard.Find(hash, key);
-    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, *stored, value_size, SweepDeadline(*stored))));
+    Entry::Free(shard.ReplaceAt(index, Entry::Make(key, completed, value_size, SweepDeadline(completed))));
   }
   watchers_.Notify(key);
   return Status::Ok();
@@ -536,7 +518,7 @@ core::Task<StatusOr<core::ReserveResult>> MemoryStore::Reserve(std::string key,
 
 core::Task<Status> MemoryStore::Complete(std::string key, std::string owner,
                                          core::Record completed) {
-  co_return CompleteNow(key, owner, completed);
+  co_return CompleteNow(key, owner, std::move(completed));
 }
 
 core::Task<Status> MemoryStore::Release(std::string key, std::string owner) {

@@ -74,7 +74,7 @@ class MemoryStore final : public core::Store {
   // callers without a coroutine, e.g. tools and benchmarks).
   StatusOr<core::ReserveResult> ReserveNow(std::string_view key, const core::Record& reservation,
                                            UnixMillis now);
-  Status CompleteNow(std::string_view key, std::string_view owner, const core::Record& completed);
+  Status CompleteNow(std::string_view key, std::string_view owner, core::Record completed);
   Status ReleaseNow(std::string_view key, std::string_view owner);
   StatusOr<std::optional<core::Record>> GetNow(std::string_view key, UnixMillis now);
   bool PurgeNow(std::string_view key);
