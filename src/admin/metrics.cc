@@ -422,7 +422,7 @@ void Registry::SetCallback(MetricType type, std::string_view name, std::string_v
   }
   callbacks_.insert_or_assign(
       std::string(name),
-      CallbackGauge{type, std::string(help), std::make_shared<std::function<double()>>(std::move(read))});
+      Callback{type, std::string(help), std::make_shared<std::function<double()>>(std::move(read))});
 }
 
 FamilyBase* Registry::FindFamily(std::string_view name) {
@@ -494,7 +494,7 @@ Histogram& Registry::GetHistogram(std::string_view name, std::span<const LabelPa
 
 std::vector<FamilySnapshot> Registry::Collect() const {
   std::vector<const FamilyBase*> families;
-  std::vector<std::pair<std::string, CallbackGauge>> callbacks;
+  std::vector<std::pair<std::string, Callback>> callbacks;
   {
     std::shared_lock lock(mu_);
     families.reserve(families_.size());

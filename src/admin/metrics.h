@@ -275,7 +275,7 @@ class Registry {
   std::vector<FamilySnapshot> Collect() const;
 
  private:
-  struct CallbackGauge {
+  struct Callback {  // a gauge or counter read at each collection
     MetricType type = MetricType::kGauge;
     std::string help;
     std::shared_ptr<std::function<double()>> read;
@@ -297,7 +297,7 @@ class Registry {
 
   mutable std::shared_mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>, std::less<>> families_;
-  std::map<std::string, CallbackGauge, std::less<>> callbacks_;
+  std::map<std::string, Callback, std::less<>> callbacks_;
 };
 
 }  // namespace idemgate::admin
