@@ -64,6 +64,10 @@ ALTER TABLE dead_letters ADD COLUMN claimed_unix_ms INTEGER;
 ALTER TABLE dead_letters ADD COLUMN claim_until_unix_ms INTEGER;
 )sql";
 
+// SET assignments that forget an entry's claim (it is replaying no more).
+constexpr std::string_view kClearClaim =
+    "claim_token = NULL, claim_host = NULL, claim_pid = NULL, claimed_unix_ms = NULL, claim_until_unix_ms = NULL";
+
 // "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`.
 std::string SelectEntries(std::string_view rest) {
   return "SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
@@ -76,18 +80,6 @@ std::string HostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "";
   return name;
-}
-
-// 128 random bits as hex, for a claim token.
-std::string NewClaimToken() {
-  std::random_device device;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 8; ++i) {
-    const unsigned v = device();
-    for (int j = 0; j < 4; ++j) out.push_back(kHex[(v >> (4 * j)) & 15]);
-  }
-  return out;
 }
 
 // True unless process `pid` of this host is known to be gone.
@@ -534,7 +526,7 @@ StatusOr<DeadLetter> DeadLetterQueue::Get(std::int64_t id) const {
 // the row as claimed.
 StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis longest) {
   return Guarded<StatusOr<DeadLetter>>([&]() -> StatusOr<DeadLetter> {
-    const std::string token = NewClaimToken();
+    const std::string token = NewKeyV4();  // random, this claim's own
     const std::int64_t now = NowUnixMs();
     std::lock_guard lock(impl_->mu);
     Statement update(impl_->db.get(),
@@ -565,9 +557,8 @@ Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string
     const auto mine = impl_->claims.find(id);
     Statement update(impl_->db.get(),
                      "UPDATE dead_letters SET status = ?, error = ?, attempts = attempts + ?, last_status = ?, "
-                     "last_attempt_unix_ms = ?, claim_token = NULL, claim_host = NULL, claim_pid = NULL, "
-                     "claimed_unix_ms = NULL, claim_until_unix_ms = NULL "
-                     "WHERE id = ? AND status = ? AND claim_token IS ?");
+                     "last_attempt_unix_ms = ?, " +
+                         std::string(kClearClaim) + " WHERE id = ? AND status = ? AND claim_token IS ?");
     update.Text(EntryStatusName(replayed ? EntryStatus::kReplayed : EntryStatus::kPending))
         .Text(error)
         .Int(attempts)
@@ -635,8 +626,8 @@ Status DeadLetterQueue::Release(std::int64_t id, bool force) {
       }
     }
     Statement update(impl_->db.get(),
-                     "UPDATE dead_letters SET status = ?, claim_token = NULL, claim_host = NULL, claim_pid = NULL, "
-                     "claimed_unix_ms = NULL, claim_until_unix_ms = NULL WHERE id = ? AND status = ?");
+                     "UPDATE dead_letters SET status = ?, " + std::string(kClearClaim) +
+                         " WHERE id = ? AND status = ?");
     update.Text(EntryStatusName(EntryStatus::kPending)).Int(id).Text(EntryStatusName(EntryStatus::kReplaying));
     if (Status s = impl_->Transition(update, id, EntryStatus::kReplaying); !s.ok()) return s;
     return tx.Commit();
