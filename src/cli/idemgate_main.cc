@@ -180,10 +180,8 @@ int CheckConfig(const std::string& path) {
   }
   for (const auto& [name, u] : config->upstreams) {
     if (u.scheme != "https") continue;
-    auto tls = http::MakeUpstreamTls(
-        http::UpstreamTlsOptions{.ca_file = u.tls.ca_file, .cert_file = u.tls.cert_file, .key_file = u.tls.key_file});
-    if (!tls.ok()) {
-      Print(stderr, path + ": upstreams." + name + ".tls: " + tls.status().message() + "\n");
+    if (auto tls = gateway::UpstreamTlsFromConfig(name, u); !tls.ok()) {
+      Print(stderr, path + ": " + tls.status().message() + "\n");
       return 1;
     }
   }

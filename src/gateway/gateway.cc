@@ -69,6 +69,14 @@ http::Limits LimitsFromConfig(const config::Config& config) {
   return limits;
 }
 
+StatusOr<std::shared_ptr<const http::TlsContext>> UpstreamTlsFromConfig(const std::string& name,
+                                                                        const config::Upstream& upstream) {
+  auto tls = http::MakeUpstreamTls(http::UpstreamTlsOptions{
+      .ca_file = upstream.tls.ca_file, .cert_file = upstream.tls.cert_file, .key_file = upstream.tls.key_file});
+  if (!tls.ok()) return Status(tls.status().code(), "upstreams." + name + ".tls: " + tls.status().message());
+  return tls;
+}
+
 http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, std::size_t workers) {
   http::UpstreamTarget t;
   t.name = upstream.name;
@@ -127,9 +135,8 @@ StatusOr<std::shared_ptr<const Snapshot>> Gateway::BuildSnapshot(const config::C
     http::UpstreamTarget target = UpstreamTargetFromConfig(u, slots_.size());
     if (target.name.empty()) target.name = name;
     if (u.scheme == "https") {
-      auto tls = http::MakeUpstreamTls(
-          http::UpstreamTlsOptions{.ca_file = u.tls.ca_file, .cert_file = u.tls.cert_file, .key_file = u.tls.key_file});
-      if (!tls.ok()) return Status(tls.status().code(), "upstreams." + name + ".tls: " + tls.status().message());
+      auto tls = UpstreamTlsFromConfig(name, u);
+      if (!tls.ok()) return tls.status();
       target.tls = std::move(*tls);
       target.tls_server_name = u.tls.server_name;
     }

@@ -58,6 +58,10 @@ http::Limits LimitsFromConfig(const config::Config& config);
 // The pool settings of one worker for `upstream` (max_connections divided
 // among `workers`, rounded up, at least 1).
 http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, std::size_t workers);
+// The TLS context of an `https` upstream (its ca_file, cert_file, key_file
+// read now); errors name `upstreams.NAME.tls`.
+StatusOr<std::shared_ptr<const http::TlsContext>> UpstreamTlsFromConfig(const std::string& name,
+                                                                        const config::Upstream& upstream);
 
 class Gateway final : public http::Handler {
  public:
