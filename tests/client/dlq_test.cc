@@ -60,6 +60,22 @@ void RawExec(const std::string& path, const std::string& sql) {
   ASSERT_EQ(rc, SQLITE_OK) << message;
 }
 
+// The first column of the first row `sql` gives on the database at `path`,
+// read without the DLQ code; "" when there is none.
+std::string RawSingle(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  std::string out;
+  if (sqlite3_open(path.c_str(), &db) == SQLITE_OK) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
 TEST(EntryStatusTest, NamesRoundTrip) {
   for (EntryStatus s : {EntryStatus::kPending, EntryStatus::kReplaying, EntryStatus::kReplayed,
                         EntryStatus::kDiscarded}) {
@@ -396,20 +412,8 @@ TEST_F(DlqTest, ReopeningKeepsEntries) {
 }
 
 TEST_F(DlqTest, UsesWalAndRecordsTheSchemaVersion) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  auto single = [&](const char* sql) {
-    sqlite3_stmt* stmt = nullptr;
-    std::string out;
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    return out;
-  };
-  EXPECT_EQ(single("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(single("PRAGMA user_version"), "2");
-  sqlite3_close(db);
+  EXPECT_EQ(RawSingle(path_, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawSingle(path_, "PRAGMA user_version"), "2");
 }
 
 TEST_F(DlqTest, RefusesAFutureSchemaVersion) {
@@ -492,21 +496,9 @@ TEST(DlqOpenTest, RefusesAnotherProgramsDatabaseAndLeavesItAlone) {
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition) << opened.status().ToString();
   EXPECT_NE(opened.status().message().find("something else"), std::string::npos) << opened.status().message();
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  auto single = [&](const char* sql) {
-    sqlite3_stmt* stmt = nullptr;
-    std::string out;
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    return out;
-  };
-  EXPECT_EQ(single("SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'"), "users");
-  EXPECT_EQ(single("PRAGMA journal_mode"), "delete");
-  EXPECT_EQ(single("PRAGMA user_version"), "0");
-  sqlite3_close(db);
+  EXPECT_EQ(RawSingle(path, "SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'"), "users");
+  EXPECT_EQ(RawSingle(path, "PRAGMA journal_mode"), "delete");
+  EXPECT_EQ(RawSingle(path, "PRAGMA user_version"), "0");
   // An empty SQLite file (made by hand, say) is still taken.
   const std::string empty = dir.Join("empty.db");
   RawExec(empty, "PRAGMA user_version = 0");
