@@ -124,6 +124,22 @@ class DurabilityTest : public FakeUpstreamSuite {
     gateway_.emplace(std::move(*g));
   }
 
+  // Keeps the stopped gateway (for its logs) as first_ and starts another on
+  // the same store.
+  void Restart() {
+    first_ = std::move(gateway_);
+    gateway_.reset();
+    Start("restarted");
+  }
+
+  // A retry of a request whose key was released runs at once: 200, not a
+  // replay (nor a 409 for a lease the stopped gateway left).
+  void ExpectRetryRunsAtOnce(const HttpRequest& request) {
+    const HttpResponse retry = Send(gateway_->endpoint(), request);
+    EXPECT_EQ(retry.status, 200) << retry.body;
+    EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
+  }
+
   FakeStats Stats() {
     auto stats = FetchFakeStats(fake_endpoint_);
     EXPECT_TRUE(stats.ok()) << stats.status().ToString();
@@ -346,10 +362,7 @@ TEST_F(DurabilityTest, KillNineLosesNoReceivedResponseAndStrandsNoKey) {
   ASSERT_TRUE(sentinel.has_value());
   EXPECT_FALSE(sentinel->ok()) << "the sentinel was answered before the kill: "
                                << sentinel->value().status;
-  first_ = std::move(gateway_);
-  gateway_.reset();
-
-  Start("restarted");
+  Restart();
   ExpectReceivedResponsesReplay(out);
   // Reservations cut by the kill stay until their 5 s lease ends (409 until
   // then), then a retry takes them over.
@@ -375,10 +388,7 @@ TEST_F(DurabilityTest, SigtermLosesNoReceivedResponseAndReleasesWhatItCannotFini
   EXPECT_FALSE(sentinel->ok() && (*sentinel)->status == 200)
       << "the sentinel finished within shutdown_grace";
   ExpectShutdownLogged(gateway_->Stdout(), kSentinelKey);
-  first_ = std::move(gateway_);
-  gateway_.reset();
-
-  Start("restarted");
+  Restart();
   ExpectReceivedResponsesReplay(out);
   ExpectUnansweredKeysAreFree(out, Sent{kSentinelKey, kSentinelTarget, R"({"sentinel":true})"},
                               /*must_run_at_once=*/true);
@@ -407,14 +417,9 @@ TEST_F(DurabilityTest, SigtermAnswers503ToAKeyedRequestPastTheGraceAndReleasesIt
   ExpectShutdownLogged(gateway_->Stdout(), slow.key);
   // /metrics is gone with the process: the count is logged.
   ExpectReleasesSummarized(gateway_->Stdout(), 1, "over");
-  first_ = std::move(gateway_);
-  gateway_.reset();
-
   // Released, not left for a 5 minute lease: the retry runs at once.
-  Start("restarted");
-  const HttpResponse retry = Send(gateway_->endpoint(), ToRequest(slow));
-  EXPECT_EQ(retry.status, 200) << retry.body;
-  EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
+  Restart();
+  ExpectRetryRunsAtOnce(ToRequest(slow));
   EXPECT_EQ(ExecutionsOf(slow.key), 2u);
 }
 
@@ -451,14 +456,9 @@ TEST_F(DurabilityTest, SigtermPastTheGraceForwardsNoWaiterAndReleasesTheKey) {
   }
   EXPECT_EQ(ExecutionsOf(slow.key), 1u) << "the waiter ran the request again at shutdown";
   ExpectShutdownLogged(gateway_->Stdout(), slow.key);
-  first_ = std::move(gateway_);
-  gateway_.reset();
-
   // Released, not held by the waiter: the retry runs at once.
-  Start("restarted");
-  const HttpResponse retry = Send(gateway_->endpoint(), ToRequest(slow));
-  EXPECT_EQ(retry.status, 200) << retry.body;
-  EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
+  Restart();
+  ExpectRetryRunsAtOnce(ToRequest(slow));
   EXPECT_EQ(ExecutionsOf(slow.key), 2u);
 }
 
@@ -493,14 +493,9 @@ TEST_F(DurabilityTest, SecondSigtermEndsTheGraceAndStillReleasesTheKey) {
   EXPECT_NE(log.find("\"msg\":\"second signal: ending the shutdown grace now"), std::string::npos) << log;
   ExpectShutdownLogged(log, slow.key);
   ExpectReleasesSummarized(log, 1, "ended_by_second_signal");
-  first_ = std::move(gateway_);
-  gateway_.reset();
-
   // Released: the retry runs at once instead of meeting a 5 minute lease.
-  Start("restarted");
-  const HttpResponse retry = Send(gateway_->endpoint(), KeyedPost("/echo", slow.key, slow.body));
-  EXPECT_EQ(retry.status, 200) << retry.body;
-  EXPECT_FALSE(retry.HasHeader("Idempotent-Replayed"));
+  Restart();
+  ExpectRetryRunsAtOnce(KeyedPost("/echo", slow.key, slow.body));
 }
 
 TEST_F(DurabilityTest, SecondProcessOnAHeldDataDirectoryFailsNamingThePath) {
