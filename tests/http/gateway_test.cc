@@ -161,12 +161,72 @@ TEST_F(GatewayTest, UnmatchedPathIs404NoRoute) {
   EXPECT_EQ(upstream_.requests(), 0);
 }
 
+// Everything written to `fd` so far.
+std::string ReadAll(int fd) {
+  std::string text;
+  char buf[8192];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = ::pread(fd, buf, sizeof(buf), off)) > 0) {
+    text.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  return text;
+}
+
+// The request lines in `text`, parsed.
+std::vector<json::object> RequestLines(const std::string& text) {
+  std::vector<json::object> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    json::value v = json::parse(text.substr(pos, end - pos));
+    if (v.at("msg").as_string() == "request") out.push_back(v.as_object());
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The log sent to a temporary file at info level while this lives; then
+// back to stdout, the file removed.
+class LogCapture {
+ public:
+  LogCapture() : fd_(::mkstemp(path_)) {
+    if (fd_ < 0) return;
+    SetLogFd(fd_);
+    SetLogLevel(LogLevel::kInfo);
+  }
+  ~LogCapture() {
+    SetLogFd(1);
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(path_);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  std::string Text() const { return ReadAll(fd_); }
+  // Polls (up to 5 s) until at least `n` request lines were logged; false
+  // if they were not. `lines` holds the request lines read last.
+  bool WaitForRequestLines(std::size_t n, std::vector<json::object>& lines) const {
+    return PollUntil(
+        [&] {
+          lines = RequestLines(Text());
+          return lines.size() >= n;
+        },
+        5s);
+  }
+
+ private:
+  char path_[40] = "/tmp/idemgate-gateway-log-XXXXXX";
+  int fd_;
+};
+
 TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
-  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  SetLogFd(fd);
-  SetLogLevel(LogLevel::kInfo);
+  LogCapture log;
+  ASSERT_TRUE(log.ok());
   Start(MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")}));
   HttpRequest req{.method = "POST", .target = "/echo/x?q=1", .body = "hi"};
   req.headers = {{"X-Request-Id", "req-77"}};
@@ -178,20 +238,10 @@ TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
   std::string text;
   const bool two_lines = PollUntil(
       [&] {
-        text.clear();
-        char buf[8192];
-        ssize_t n;
-        off_t off = 0;
-        while ((n = ::pread(fd, buf, sizeof(buf), off)) > 0) {
-          text.append(buf, static_cast<std::size_t>(n));
-          off += n;
-        }
+        text = log.Text();
         return std::count(text.begin(), text.end(), '\n') >= 2;
       },
       5s);
-  SetLogFd(1);
-  ::close(fd);
-  ::unlink(path);
   ASSERT_TRUE(two_lines) << text;
   // Each line is written once its response went out, by the worker that
   // served it: the second request's line may come first.
@@ -257,19 +307,6 @@ TEST_F(GatewayTest, EveryResponseCarriesTheRequestIdItIsLoggedUnder) {
   EXPECT_TRUE(ids.contains(seen.Values("X-Request-Id").at(0)));
 }
 
-// Everything written to `fd` so far.
-std::string ReadAll(int fd) {
-  std::string text;
-  char buf[8192];
-  ssize_t n;
-  off_t off = 0;
-  while ((n = ::pread(fd, buf, sizeof(buf), off)) > 0) {
-    text.append(buf, static_cast<std::size_t>(n));
-    off += n;
-  }
-  return text;
-}
-
 // The value of the series `series` (its exact text) in a Prometheus page.
 std::optional<double> CounterValue(const std::string& page, const std::string& series) {
   const std::size_t at = page.find("\n" + series + " ");
@@ -277,30 +314,13 @@ std::optional<double> CounterValue(const std::string& page, const std::string& s
   return std::stod(page.substr(at + series.size() + 2));
 }
 
-// The request lines in `text`, parsed.
-std::vector<json::object> RequestLines(const std::string& text) {
-  std::vector<json::object> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    json::value v = json::parse(text.substr(pos, end - pos));
-    if (v.at("msg").as_string() == "request") out.push_back(v.as_object());
-    pos = end + 1;
-  }
-  return out;
-}
-
 // SPEC §2.9: one log line per request, also for those the server refuses
 // before routing (their answer carries the logged request id), and a
 // metric for them; a header timeout is counted too (logged at debug only).
 // Pins a bug: none of these left a log line or a metric.
 TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
-  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  SetLogFd(fd);
-  SetLogLevel(LogLevel::kInfo);
+  LogCapture log;
+  ASSERT_TRUE(log.ok());
   admin::GatewayMetrics metrics;
   config::Config config = MakeConfig(upstream_.port(), {MakeRoute("echo", "/echo")});
   config.limits.max_header_bytes = 1024;
@@ -342,16 +362,7 @@ TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
   EXPECT_TRUE(slow->closed());
 
   std::vector<json::object> lines;
-  const bool all_logged = PollUntil(
-      [&] {
-        lines = RequestLines(ReadAll(fd));
-        return lines.size() >= cases.size();
-      },
-      5s);
-  SetLogFd(1);
-  ::close(fd);
-  ::unlink(path);
-  ASSERT_TRUE(all_logged);
+  ASSERT_TRUE(log.WaitForRequestLines(cases.size(), lines));
   ASSERT_EQ(lines.size(), cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].outcome);
@@ -379,11 +390,8 @@ TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
 // log; one that never got a connection (502) is in neither. Pins a bug: only
 // exchanges with an upstream status were recorded.
 TEST_F(GatewayTest, UpstreamDurationCountsTimeoutsButNotFailedConnects) {
-  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  SetLogFd(fd);
-  SetLogLevel(LogLevel::kInfo);
+  LogCapture log;
+  ASSERT_TRUE(log.ok());
   // A port where connections are refused: bound, never listening.
   const int refusing = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -412,16 +420,7 @@ TEST_F(GatewayTest, UpstreamDurationCountsTimeoutsButNotFailedConnects) {
   ::close(refusing);
 
   std::vector<json::object> lines;
-  const bool both_logged = PollUntil(
-      [&] {
-        lines = RequestLines(ReadAll(fd));
-        return lines.size() >= 2;
-      },
-      5s);
-  SetLogFd(1);
-  ::close(fd);
-  ::unlink(path);
-  ASSERT_TRUE(both_logged);
+  ASSERT_TRUE(log.WaitForRequestLines(2, lines));
   for (const json::object& line : lines) {
     SCOPED_TRACE(json::serialize(line));
     if (line.at("route").as_string() == "slow") {
@@ -444,11 +443,8 @@ TEST_F(GatewayTest, UpstreamDurationCountsTimeoutsButNotFailedConnects) {
 // A request refused before the idempotency step (here 413) is logged with
 // its route's policy and that policy's case, never one without the other.
 TEST_F(GatewayTest, RefusedRequestsLogTheRoutesCaseWithItsPolicy) {
-  char path[] = "/tmp/idemgate-gateway-log-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  SetLogFd(fd);
-  SetLogLevel(LogLevel::kInfo);
+  LogCapture log;
+  ASSERT_TRUE(log.ok());
   auto route = MakeRoute("echo", "/echo");
   route.max_request_bytes = 1;
   Start(MakeConfig(upstream_.port(), {route}));
@@ -456,16 +452,7 @@ TEST_F(GatewayTest, RefusedRequestsLogTheRoutesCaseWithItsPolicy) {
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->status, 413);
   std::vector<json::object> lines;
-  const bool logged = PollUntil(
-      [&] {
-        lines = RequestLines(ReadAll(fd));
-        return !lines.empty();
-      },
-      5s);
-  SetLogFd(1);
-  ::close(fd);
-  ::unlink(path);
-  ASSERT_TRUE(logged);
+  ASSERT_TRUE(log.WaitForRequestLines(1, lines));
   EXPECT_EQ(lines[0].at("idempotency_policy").as_string(), "optional");
   EXPECT_EQ(lines[0].at("idempotency_case").as_string(), "ACCEPTED") << json::serialize(lines[0]);
 }
