@@ -38,6 +38,12 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
          "    idempotency: " + s.idempotency + "\n";
 }
 
+// KeyedPost(target, key) as bytes, for a client that must control its reads.
+std::string RawKeyedPost(const std::string& target, const std::string& key) {
+  return "POST " + target + " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"" + key +
+         "\"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+}
+
 class IdempotencyTest : public GatewaySuite {
  protected:
   void Start(const GatewaySetup& setup) { StartGateway(ConfigYaml(fake_endpoint_, setup)); }
@@ -503,10 +509,7 @@ TEST_F(IdempotencyTest, ASlowClientPastTheLeaseStillGetsAndStoresTheWholeRespons
   constexpr std::size_t kBytes = 12 * 1024 * 1024;  // beyond the socket buffers in between (about 4 MiB here)
   const std::string target = "/large?bytes=" + std::to_string(kBytes);
   RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
-  ASSERT_TRUE(conn.Write("POST " + target +
-                         " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"k-slow-reader\"\r\n"
-                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
-                  .ok());
+  ASSERT_TRUE(conn.Write(RawKeyedPost(target, "k-slow-reader")).ok());
   std::this_thread::sleep_for(5s);  // past the lease
   std::string raw;
   const auto give_up = std::chrono::steady_clock::now() + 60s;
@@ -539,10 +542,7 @@ TEST_F(IdempotencyTest, ARelayToAStalledClientDoesNotOutliveTheLease) {
   constexpr std::size_t kBytes = 48 * 1024 * 1024;  // far beyond the socket buffers in between
   const std::string target = "/large?bytes=" + std::to_string(kBytes);
   RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
-  ASSERT_TRUE(conn.Write("POST " + target +
-                         " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"k-stalled-reader\"\r\n"
-                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
-                  .ok());
+  ASSERT_TRUE(conn.Write(RawKeyedPost(target, "k-stalled-reader")).ok());
   std::this_thread::sleep_for(2500ms);  // past the lease
   const HttpResponse retry = Send(KeyedPost(target, "k-stalled-reader"));
   EXPECT_EQ(retry.status, 200);
