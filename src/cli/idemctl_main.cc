@@ -332,8 +332,9 @@ void PrintResponse(const client::Response& r, bool include) {
   if (!r.body.empty() && r.body.back() != '\n' && isatty(fileno(stdout))) Print(stdout, "\n");
 }
 
-StatusOr<std::unique_ptr<client::DeadLetterQueue>> OpenDlq(const std::string& path) {
-  return client::DeadLetterQueue::Open(path);
+StatusOr<std::unique_ptr<client::DeadLetterQueue>> OpenDlq(
+    const std::string& path, client::DeadLetterQueue::Access access = client::DeadLetterQueue::Access::kCreate) {
+  return client::DeadLetterQueue::Open(path, access);
 }
 
 std::string FormatTime(std::int64_t unix_ms) { return unix_ms <= 0 ? "-" : client::FormatUtcTime(unix_ms); }
@@ -467,9 +468,11 @@ std::optional<std::int64_t> ParseEntryId(const std::string& text) {
   return id;
 }
 
+constexpr std::string_view kListHeader = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\tCLAIMED BY\n";
+
 int Dlq(const std::string& verb, const Options& o) {
   if (o.no_dlq) return Usage("--no-dlq makes no sense with dlq commands");
-  // The arguments are checked before the queue is opened (which creates it).
+  // The arguments are checked before the queue is opened.
   if (verb != "list" && verb != "show" && verb != "replay" && verb != "discard" && verb != "release") {
     return Usage("unknown dlq command " + verb + " (list, show, replay, discard, release)");
   }
@@ -490,8 +493,22 @@ int Dlq(const std::string& verb, const Options& o) {
     }
   }
   const std::string path = DlqPath(o.dlq);
-  auto opened = OpenDlq(path);
-  if (!opened.ok()) return Fail(opened.status().message());
+  // list and show only read (they work on a queue the user may not write);
+  // no command but send creates a queue.
+  const bool reads = verb == "list" || verb == "show";
+  auto opened = OpenDlq(path, reads ? client::DeadLetterQueue::Access::kRead : client::DeadLetterQueue::Access::kExisting);
+  if (!opened.ok()) {
+    if (verb == "list" && opened.status().code() == StatusCode::kNotFound) {
+      // Nothing parked yet: an empty list, and a word on stderr in case the path is mistyped.
+      Print(stderr, "idemctl: " + opened.status().message() + "\n");
+      Print(stdout, o.json ? std::string("[]\n") : std::string(kListHeader));
+      return 0;
+    }
+    if (id && opened.status().code() == StatusCode::kNotFound) {
+      return Fail("no dead letter " + std::to_string(*id) + " (" + opened.status().message() + ")");
+    }
+    return Fail(opened.status().message());
+  }
   client::DeadLetterQueue& dlq = **opened;
   if (verb == "list") {
     auto entries = dlq.List(filter);
@@ -502,7 +519,7 @@ int Dlq(const std::string& verb, const Options& o) {
       Print(stdout, json::serialize(out) + "\n");
       return 0;
     }
-    std::string text = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\tCLAIMED BY\n";
+    std::string text(kListHeader);
     for (const auto& e : *entries) {
       // Who is replaying it (host:pid since when), for `dlq release`.
       const std::string claim = e.claim ? e.claim->host + ":" + std::to_string(e.claim->pid) + " since " +

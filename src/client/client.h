@@ -176,10 +176,18 @@ std::string FormatUtcTime(std::int64_t unix_ms);
 
 class DeadLetterQueue {
  public:
-  // Opens (creating when absent) the SQLite file at `path`, with a schema
-  // version check; WAL journal, busy timeout of 5 s (the switch of a new
-  // file to WAL, which SQLite does not wait for by itself, included).
-  static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path);
+  // How Open treats the file.
+  enum class Access {
+    kCreate,    // read and write; a missing file is created (parking)
+    kExisting,  // read and write; a missing file is NotFound (replay, discard, release)
+    kRead,      // read only; a missing file is NotFound (list, show). Needs no write
+                // access to the file, only to its directory while no writer has it open
+                // (SQLite's WAL index); a version 1 file is read as it is, not migrated
+  };
+  // Opens the SQLite file at `path`, with a schema version check; WAL journal,
+  // busy timeout of 5 s (the switch of a new file to WAL, which SQLite does not
+  // wait for by itself, included).
+  static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path, Access access = Access::kCreate);
   ~DeadLetterQueue();
   DeadLetterQueue(const DeadLetterQueue&) = delete;
   DeadLetterQueue& operator=(const DeadLetterQueue&) = delete;

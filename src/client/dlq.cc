@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cerrno>
@@ -68,12 +69,15 @@ ALTER TABLE dead_letters ADD COLUMN claim_until_unix_ms INTEGER;
 constexpr std::string_view kClearClaim =
     "claim_token = NULL, claim_host = NULL, claim_pid = NULL, claimed_unix_ms = NULL, claim_until_unix_ms = NULL";
 
-// "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`.
-std::string SelectEntries(std::string_view rest) {
-  return "SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
-         "last_attempt_unix_ms, created_unix_ms, status, claim_token, claim_host, claim_pid, claimed_unix_ms, "
-         "claim_until_unix_ms FROM dead_letters " +
-         std::string(rest);
+// "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`. A
+// version 1 file (`with_claims` false: read, not migrated) has no claim
+// columns; they read as NULL.
+std::string SelectEntries(std::string_view rest, bool with_claims = true) {
+  return std::string("SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
+                     "last_attempt_unix_ms, created_unix_ms, status, ") +
+         (with_claims ? "claim_token, claim_host, claim_pid, claimed_unix_ms, claim_until_unix_ms"
+                      : "NULL, NULL, NULL, NULL, NULL") +
+         " FROM dead_letters " + std::string(rest);
 }
 
 std::string HostName() {
@@ -297,6 +301,18 @@ StatusOr<DeadLetter> ReadEntry(const Statement& row) {
   return entry;
 }
 
+Status UnsupportedVersion(std::int64_t version) {
+  return FailedPreconditionError("dead-letter queue: schema version " + std::to_string(version) +
+                                 " is not supported (this build knows version " + std::to_string(kSchemaVersion) +
+                                 ")");
+}
+
+Status ForeignDatabase(const std::string& path, std::string_view more) {
+  return FailedPreconditionError("dead-letter queue: " + path +
+                                 " is a SQLite database of something else (it has tables but no dead-letter queue)" +
+                                 std::string(more));
+}
+
 // Creates the schema on a new file; refuses a version this code does not know.
 Status Migrate(sqlite3* db) {
   Transaction tx(db);
@@ -316,9 +332,7 @@ Status Migrate(sqlite3* db) {
     return tx.Commit();
   }
   if (version != 0) {
-    return FailedPreconditionError("dead-letter queue: schema version " + std::to_string(version) +
-                                   " is not supported (this build knows version " +
-                                   std::to_string(kSchemaVersion) + ")");
+    return UnsupportedVersion(version);
   }
   if (Status s = Exec(db, kCreateSchema); !s.ok()) return s;
   const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
@@ -365,11 +379,78 @@ Status CheckNotForeign(sqlite3* db, const std::string& path) {
   if (!row.ok()) return row.status();
   // Version 0 with tables: another program's. Another version is ours, or refused by Migrate.
   if (*row && query.ColumnInt(0) == 0 && query.ColumnInt(1) > 0) {
-    return FailedPreconditionError("dead-letter queue: " + path +
-                                   " is a SQLite database of something else (it has tables but no dead-letter "
-                                   "queue); refusing to add one to it");
+    return ForeignDatabase(path, "; refusing to add one to it");
   }
   return Status::Ok();
+}
+
+// For a file opened to read: what CheckNotForeign and Migrate check, without
+// changing anything. Sets `no_table` for a file with no schema yet and
+// `with_claims` false for a version 1 file.
+Status CheckReadable(sqlite3* db, const std::string& path, bool& no_table, bool& with_claims, int& failed_code) {
+  Statement query(db,
+                  "SELECT (SELECT user_version FROM pragma_user_version), "
+                  "(SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%')");
+  auto row = query.Step();
+  if (!row.ok()) {
+    failed_code = sqlite3_extended_errcode(db);
+    return row.status();
+  }
+  const std::int64_t version = *row ? query.ColumnInt(0) : 0;
+  const std::int64_t tables = *row ? query.ColumnInt(1) : 0;
+  if (version == 0) {
+    if (tables > 0) {
+      return ForeignDatabase(path, "");
+    }
+    no_table = true;
+    return Status::Ok();
+  }
+  if (version != 1 && version != kSchemaVersion) {
+    return UnsupportedVersion(version);
+  }
+  with_claims = version == kSchemaVersion;
+  return Status::Ok();
+}
+
+// The main file's identity and last change: a read without SQLite's locks is
+// good only when no writer touched the file meanwhile.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+std::optional<FileStamp> Stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{st.st_dev, st.st_ino, st.st_size,
+                   static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+bool WalExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path + "-wal", ec) || ec;  // unknown counts as present
+}
+
+// "file:" + `path` percent-encoded, "?immutable=1": SQLite reads the file
+// without locks and without its WAL index.
+std::string ImmutableUri(const std::string& path) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (char c : std::filesystem::absolute(path).string()) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 'A' && u <= 'Z') || (u >= 'a' && u <= 'z') || (u >= '0' && u <= '9') || c == '/' || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      uri.push_back(c);
+    } else {
+      uri.push_back('%');
+      uri.push_back(kHex[u >> 4]);
+      uri.push_back(kHex[u & 15]);
+    }
+  }
+  return uri + "?immutable=1";
 }
 
 // Runs `body`, turning anything thrown into an error Status.
@@ -411,9 +492,26 @@ struct DeadLetterQueue::Impl {
   std::mutex mu;
   // The token of each claim this object made and has not finished.
   std::map<std::int64_t, std::string> claims;
+  // Opened to read: a file without the table yet (no entries), or a
+  // version 1 file (no claim columns).
+  bool no_table = false;
+  bool with_claims = true;
+  // Set when the file is read without SQLite's locks (see Open): its stamp
+  // then, which every read checks afterwards.
+  std::string path;
+  std::optional<FileStamp> unlocked;
+
+  // After a read without locks: an error when a writer may have changed the
+  // file meanwhile (it then has a -wal file, or a new stamp).
+  Status CheckUnchanged() const {
+    if (!unlocked || (!WalExists(path) && Stamp(path) == unlocked)) return Status::Ok();
+    return UnavailableError("dead-letter queue: " + path +
+                            " was written to while it was read without write access; try again");
+  }
 
   StatusOr<DeadLetter> GetLocked(std::int64_t id) {
-    Statement select(db.get(), SelectEntries("WHERE id = ?"));
+    if (no_table) return NotFoundError("no dead letter " + std::to_string(id));
+    Statement select(db.get(), SelectEntries("WHERE id = ?", with_claims));
     select.Int(id);
     auto row = select.Step();
     if (!row.ok()) return row.status();
@@ -437,8 +535,9 @@ struct DeadLetterQueue::Impl {
 DeadLetterQueue::DeadLetterQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeadLetterQueue::~DeadLetterQueue() = default;
 
-// Opens the file (serialized mode), sets WAL and the busy timeout, checks the schema.
-StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::string& path) {
+// Opens the file (serialized mode), sets WAL and the busy timeout, checks the
+// schema; opened to read, only checks it.
+StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::string& path, Access access) {
   return Guarded<StatusOr<std::unique_ptr<DeadLetterQueue>>>([&]() -> StatusOr<std::unique_ptr<DeadLetterQueue>> {
     // SQLite says only "unable to open database file" for a missing directory.
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -447,17 +546,54 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
       return UnavailableError("dead-letter queue: cannot open " + path + ": the directory " + parent.string() +
                               (std::filesystem::exists(parent, ec) ? " is not a directory" : " does not exist"));
     }
+    // Only parking creates a queue: a mistyped --dlq given to list or replay
+    // must not leave an empty file behind.
+    if (access != Access::kCreate && !std::filesystem::exists(path, ec)) {
+      return NotFoundError("dead-letter queue: there is none at " + path + " (nothing has been parked there)");
+    }
     sqlite3* raw = nullptr;
-    constexpr int kFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
-    const int rc = sqlite3_open_v2(path.c_str(), &raw, kFlags, nullptr);
+    const int flags = SQLITE_OPEN_FULLMUTEX | (access == Access::kRead     ? SQLITE_OPEN_READONLY
+                                               : access == Access::kCreate ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                                                           : SQLITE_OPEN_READWRITE);
+    const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
     DbPtr db(raw);
     if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
     sqlite3_extended_result_codes(db.get(), 1);
     sqlite3_busy_timeout(db.get(), static_cast<int>(kBusyTimeout.count()));
-    if (Status s = CheckNotForeign(db.get(), path); !s.ok()) return s;
-    if (Status s = EnableWal(db.get()); !s.ok()) return s;
-    if (Status s = Migrate(db.get()); !s.ok()) return s;
     auto impl = std::make_unique<Impl>();
+    if (access == Access::kRead) {
+      int code = SQLITE_OK;
+      Status s = CheckReadable(db.get(), path, impl->no_table, impl->with_claims, code);
+      const bool no_index = (code & 0xff) == SQLITE_READONLY || (code & 0xff) == SQLITE_CANTOPEN;
+      if (!s.ok() && no_index && !WalExists(path)) {
+        // A WAL file that no connection has open has no index (-shm), and a
+        // reader may create one only where it may write. With no -wal file
+        // every committed entry is in the main file, so it is read as it
+        // is, without locks, and each read checks afterwards that no writer
+        // came meanwhile (Impl::CheckUnchanged).
+        impl->path = path;
+        impl->unlocked = Stamp(path);
+        if (!impl->unlocked) return UnavailableError("dead-letter queue: cannot stat " + path);
+        db.reset();
+        raw = nullptr;
+        const int reopened = sqlite3_open_v2(ImmutableUri(path).c_str(), &raw,
+                                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, nullptr);
+        db.reset(raw);
+        if (reopened != SQLITE_OK) return SqliteError(raw, reopened, "open " + path);
+        sqlite3_extended_result_codes(db.get(), 1);
+        s = CheckReadable(db.get(), path, impl->no_table, impl->with_claims, code);
+        if (s.ok()) s = impl->CheckUnchanged();
+      }
+      if (!s.ok()) {
+        return no_index ? FailedPreconditionError(s.message() + " (reading " + path +
+                                                  " needs write access to its directory, for SQLite's -shm file)")
+                        : s;
+      }
+    } else {
+      if (Status s = CheckNotForeign(db.get(), path); !s.ok()) return s;
+      if (Status s = EnableWal(db.get()); !s.ok()) return s;
+      if (Status s = Migrate(db.get()); !s.ok()) return s;
+    }
     impl->db = std::move(db);
     return std::unique_ptr<DeadLetterQueue>(new DeadLetterQueue(std::move(impl)));
   });
@@ -501,13 +637,18 @@ StatusOr<std::int64_t> DeadLetterQueue::Park(const Request& request, std::string
 StatusOr<std::vector<DeadLetter>> DeadLetterQueue::List(std::optional<EntryStatus> status) const {
   return Guarded<StatusOr<std::vector<DeadLetter>>>([&]() -> StatusOr<std::vector<DeadLetter>> {
     std::lock_guard lock(impl_->mu);
-    Statement select(impl_->db.get(), SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id"));
-    if (status) select.Text(EntryStatusName(*status));
     std::vector<DeadLetter> entries;
+    if (impl_->no_table) return entries;
+    Statement select(impl_->db.get(),
+                     SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id", impl_->with_claims));
+    if (status) select.Text(EntryStatusName(*status));
     for (;;) {
       auto row = select.Step();
       if (!row.ok()) return row.status();
-      if (!*row) return entries;
+      if (!*row) {
+        if (Status s = impl_->CheckUnchanged(); !s.ok()) return s;
+        return entries;
+      }
       auto entry = ReadEntry(select);
       if (!entry.ok()) return entry.status();
       entries.push_back(std::move(*entry));
@@ -518,7 +659,9 @@ StatusOr<std::vector<DeadLetter>> DeadLetterQueue::List(std::optional<EntryStatu
 StatusOr<DeadLetter> DeadLetterQueue::Get(std::int64_t id) const {
   return Guarded<StatusOr<DeadLetter>>([&]() -> StatusOr<DeadLetter> {
     std::lock_guard lock(impl_->mu);
-    return impl_->GetLocked(id);
+    auto entry = impl_->GetLocked(id);
+    if (Status s = impl_->CheckUnchanged(); !s.ok()) return s;
+    return entry;
   });
 }
 

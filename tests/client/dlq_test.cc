@@ -10,6 +10,8 @@
 #include <map>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -503,6 +505,157 @@ TEST(DlqOpenTest, RefusesAnotherProgramsDatabaseAndLeavesItAlone) {
   const std::string empty = dir.Join("empty.db");
   RawExec(empty, "PRAGMA user_version = 0");
   EXPECT_TRUE(DeadLetterQueue::Open(empty).ok());
+}
+
+// Only kCreate makes a file: reading or changing a queue that is not there
+// is NotFound, and leaves nothing behind (a mistyped --dlq).
+TEST(DlqOpenTest, OnlyParkingCreatesAQueue) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  for (const auto access : {DeadLetterQueue::Access::kRead, DeadLetterQueue::Access::kExisting}) {
+    const auto opened = DeadLetterQueue::Open(path, access);
+    ASSERT_FALSE(opened.ok());
+    EXPECT_EQ(opened.status().code(), StatusCode::kNotFound) << opened.status().ToString();
+    EXPECT_NE(opened.status().message().find("there is none at " + path), std::string::npos)
+        << opened.status().message();
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+  auto created = OpenOrDie(path);
+  ASSERT_NE(created, nullptr);
+  ASSERT_TRUE(created->Park(SampleRequest(), "e", 1, 503).ok());
+  created.reset();
+  auto existing = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kExisting);
+  ASSERT_TRUE(existing.ok()) << existing.status().ToString();
+  EXPECT_TRUE((*existing)->Discard(1).ok());
+}
+
+// Reading changes nothing: a version 1 file is read as it is (its entries
+// without claims), not migrated, and writes through a reader fail.
+TEST(DlqReadTest, AVersion1QueueIsReadWithoutMigrating) {
+  TempDir dir;
+  const std::string path = dir.Join("v1.sqlite");
+  RawExec(path, R"sql(
+CREATE TABLE dead_letters (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, method TEXT NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
+  body BLOB NOT NULL, "key" TEXT NOT NULL, key_header TEXT NOT NULL, error TEXT NOT NULL,
+  attempts INTEGER NOT NULL, last_status INTEGER NOT NULL, last_attempt_unix_ms INTEGER NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded')));
+INSERT INTO dead_letters (method, url, headers, body, "key", key_header, error, attempts, last_status,
+  last_attempt_unix_ms, created_unix_ms, status)
+  VALUES ('POST', 'http://h/x', '[]', x'', 'k1', 'Idempotency-Key', 'e', 1, 503, 1, 1, 'replaying');
+PRAGMA user_version = 1;
+)sql");
+  auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const auto listed = (*reader)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].request.key, "k1");
+  EXPECT_EQ((*listed)[0].status, EntryStatus::kReplaying);
+  EXPECT_FALSE((*listed)[0].claim.has_value());
+  EXPECT_EQ((*reader)->Get(1)->request.url, "http://h/x");
+  EXPECT_FALSE((*reader)->Park(SampleRequest(), "e", 1, 503).ok());
+  EXPECT_FALSE((*reader)->Release(1).ok());
+  EXPECT_EQ(RawSingle(path, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawSingle(path, "SELECT count(*) FROM dead_letters"), "1");
+  EXPECT_EQ(RawSingle(path, "SELECT status FROM dead_letters"), "replaying");
+}
+
+TEST(DlqReadTest, AnEmptyFileReadsAsAnEmptyQueueAndAnotherProgramsIsRefused) {
+  TempDir dir;
+  const std::string empty = dir.Join("empty.db");
+  RawExec(empty, "PRAGMA user_version = 0");
+  auto reader = DeadLetterQueue::Open(empty, DeadLetterQueue::Access::kRead);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE((*reader)->List()->empty());
+  EXPECT_EQ((*reader)->Get(1).status().code(), StatusCode::kNotFound);
+  const std::string app = dir.Join("app.db");
+  RawExec(app, "CREATE TABLE users (id INTEGER PRIMARY KEY);");
+  const auto refused = DeadLetterQueue::Open(app, DeadLetterQueue::Access::kRead);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("something else"), std::string::npos) << refused.status().message();
+}
+
+// Runs `body` in a child process that cannot write `dir` (as nobody when the
+// test runs as root, else with the directory made read-only); returns the
+// child's exit code (`body`'s result), or -1. `meanwhile` runs in this
+// process while the child does.
+int AsReaderWithoutWriteAccess(const std::string& dir, const std::function<int()>& body,
+                               const std::function<void()>& meanwhile) {
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                        std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                        std::filesystem::perms::others_exec);
+  const bool root = ::geteuid() == 0;
+  if (!root) std::filesystem::permissions(dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::remove);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (root && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(100);
+    ::_exit(body());
+  }
+  if (pid > 0) meanwhile();
+  int status = 0;
+  const bool waited = pid > 0 && ::waitpid(pid, &status, 0) == pid;
+  if (!root) std::filesystem::permissions(dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  return waited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A reader without write access to the directory cannot make the WAL index
+// (-shm) of an idle queue, so SQLite would refuse it; the queue is then read
+// from the main file alone, and a read during which a writer came (a -wal
+// file appeared) is refused rather than trusted.
+TEST(DlqReadTest, AReaderWithoutWriteAccessReadsAnIdleQueue) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  {
+    auto writer = OpenOrDie(path);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_TRUE(writer->Park(SampleRequest("k-a"), "e", 1, 503).ok());
+    ASSERT_TRUE(writer->Park(SampleRequest("k-b"), "e", 2, 502).ok());
+  }
+  ASSERT_FALSE(std::filesystem::exists(path + "-wal"));  // the last connection checkpointed it away
+  ASSERT_FALSE(std::filesystem::exists(path + "-shm"));
+  int to_child[2];
+  int to_parent[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(to_parent), 0);
+  // The child reads, lets the parent write, and reads again.
+  auto read_twice = [&]() -> int {
+    ::close(to_child[1]);
+    ::close(to_parent[0]);
+    auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
+    if (!reader.ok()) return 1;
+    const auto listed = (*reader)->List();
+    if (!listed.ok() || listed->size() != 2 || (*listed)[1].request.key != "k-b" ||
+        (*listed)[1].request.body != SampleRequest().body || !(*reader)->Get(2).ok()) {
+      return 2;
+    }
+    char byte = 1;
+    if (::write(to_parent[1], &byte, 1) != 1 || ::read(to_child[0], &byte, 1) != 1) return 3;
+    if ((*reader)->List().status().code() != StatusCode::kUnavailable) return 4;
+    if ((*reader)->Get(1).status().code() != StatusCode::kUnavailable) return 5;
+    return 0;
+  };
+  // Once the child has read once, a writer comes; it stays open (its -wal
+  // file present) until the child is done.
+  std::unique_ptr<DeadLetterQueue> writer;
+  auto write_between = [&] {
+    ::close(to_child[0]);
+    ::close(to_parent[1]);
+    char byte = 0;
+    if (::read(to_parent[0], &byte, 1) == 1) {
+      writer = OpenOrDie(path);
+      if (writer != nullptr) {
+        EXPECT_TRUE(writer->Park(SampleRequest("k-c"), "e", 1, 503).ok());
+      }
+    }
+    EXPECT_TRUE(std::filesystem::exists(path + "-wal"));
+    (void)!::write(to_child[1], &byte, 1);
+    ::close(to_child[1]);
+    ::close(to_parent[0]);
+  };
+  const int code = AsReaderWithoutWriteAccess(dir.path(), read_twice, write_between);
+  EXPECT_EQ(code, 0) << "1: not opened, 2: first read wrong, 4/5: a read across a writer was trusted";
 }
 
 TEST_F(DlqTest, TwoThreadsClaimingOneEntryExactlyOneWins) {

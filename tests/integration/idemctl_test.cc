@@ -342,6 +342,15 @@ TEST_F(IdemctlTest, DlqArgumentsAreCheckedStrictlyBeforeTheQueueIsOpened) {
   const CliRun largest = Idemctl({"dlq", "show", "9223372036854775807"});
   EXPECT_EQ(largest.code, 1) << largest.err;
   EXPECT_NE(largest.err.find("no dead letter 9223372036854775807"), std::string::npos) << largest.err;
+  // Only send creates a queue: the commands on entries, and list, leave none behind.
+  EXPECT_EQ(Idemctl({"dlq", "replay", "1"}).code, 1);
+  EXPECT_EQ(Idemctl({"dlq", "discard", "1"}).code, 1);
+  EXPECT_EQ(Idemctl({"dlq", "release", "1"}).code, 1);
+  const CliRun none = Idemctl({"dlq", "list", "--json"});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(none.out, "[]\n");
+  EXPECT_NE(none.err.find("there is none at " + dlq), std::string::npos) << none.err;
+  EXPECT_FALSE(std::filesystem::exists(dlq));
   // A queue in a missing directory names the directory.
   const CliRun missing = Idemctl({"dlq", "list", "--dlq", dir_.Join("nowhere/dlq.sqlite")});
   EXPECT_EQ(missing.code, 1);
