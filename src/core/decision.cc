@@ -151,8 +151,10 @@ StoredResponse BuildReplay(const Record& record, std::string_view replay_header_
   out.status = original.status;
   out.headers.reserve(original.headers.size() + 4);
   for (const Header& h : original.headers) {
-    if (IsHopByHopHeader(h.name) || HeaderNameEquals(h.name, "date") ||
-        HeaderNameEquals(h.name, replay_header_name)) {
+    // The only Content-Length a record holds is a HEAD response's (the
+    // length a GET would get), which its replay keeps.
+    if ((IsHopByHopHeader(h.name) && !HeaderNameEquals(h.name, "content-length")) ||
+        HeaderNameEquals(h.name, "date") || HeaderNameEquals(h.name, replay_header_name)) {
       continue;
     }
     if (set_operation_id && HeaderNameEquals(h.name, kOperationIdHeader)) continue;

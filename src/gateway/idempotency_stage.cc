@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -234,6 +235,17 @@ http::Response ToResponse(core::StoredResponse stored) {
   r.status = stored.status;
   r.headers = std::move(stored.headers);
   r.body = std::move(stored.body);
+  // A recorded HEAD response keeps the length a GET would get (the only
+  // Content-Length a record holds), for the server to send to HEAD.
+  for (auto it = r.headers.begin(); it != r.headers.end(); ++it) {
+    if (!core::HeaderNameEquals(it->name, "content-length")) continue;
+    std::uint64_t length = 0;
+    const std::string& v = it->value;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), length);
+    if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) r.head_length = length;
+    r.headers.erase(it);
+    break;
+  }
   return r;
 }
 

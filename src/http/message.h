@@ -21,8 +21,11 @@ using Header = core::Header;
 // `headers` are ignored: the writer frames the body and manages Connection.
 struct Response {
   int status = 200;
-  std::vector<Header> headers;
+  std::vector<Header> headers;  // framing fields (Content-Length, ...) among them are ignored
   std::string body;
+  // Sent as Content-Length instead of the body's size in answer to HEAD:
+  // the length a GET would get (a replay of a recorded HEAD response).
+  std::optional<std::uint64_t> head_length;
 };
 
 // One header line as parsed (views into the parser's storage).

@@ -722,6 +722,12 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     if (const auto length = up.content_length()) content_length = *length;
     WriteClientResponseHead(res, fr, c_.request_id, version, chunked_back, content_length, !client_close,
                             s.response_head, s.captured, observer != nullptr);
+    if (observer != nullptr && c_.head.method == "HEAD" && content_length && !chunked_back &&
+        res.result_int() != 204) {
+      // A HEAD response's length is the one a GET would get (RFC 9110
+      // section 9.3.2), not the empty body's: the record keeps it for replays.
+      s.captured.response.headers.push_back({"Content-Length", std::to_string(*content_length)});
+    }
 
     bool head_sent = false;
     bool client_gone = false;

@@ -246,7 +246,8 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   if (with_request_id) AppendField(head_out, "X-Request-Id", request_id);
   if (!bodiless) {
     char digits[24];
-    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), response.body.size());
+    const std::uint64_t length = head_only && response.head_length ? *response.head_length : response.body.size();
+    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), length);
     (void)ec;
     AppendField(head_out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
   }

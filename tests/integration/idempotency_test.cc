@@ -355,6 +355,43 @@ TEST_F(IdempotencyTest, FinalStatusesAreStoredAndServerErrorsAreNot) {
       << metrics;
 }
 
+// A HEAD response's Content-Length is the length a GET would get (RFC 9110
+// section 9.3.2): its replay carries the same, not the empty stored body's.
+TEST_F(IdempotencyTest, AHeadReplayKeepsTheLengthAGetWouldGet) {
+  Start({.idempotency = "{ policy: required, methods: [POST, HEAD] }"});
+  HttpRequest head{.method = "HEAD", .target = "/echo/h", .headers = {{"Idempotency-Key", "h-1"}}};
+  const HttpResponse first = Send(head);
+  ASSERT_EQ(first.status, 200);
+  const auto length = first.Header("Content-Length");
+  ASSERT_TRUE(length.has_value());
+  ASSERT_NE(*length, "0");
+  const HttpResponse again = Send(head);
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(again.Header("Content-Length"), length);
+  EXPECT_TRUE(again.body.empty());
+  EXPECT_EQ(Executions(), 1u);
+}
+
+// A status Beast has no name for goes out with an empty reason phrase on a
+// replay, never the library's "<unknown-status>" placeholder.
+TEST_F(IdempotencyTest, AReplayedStatusWithoutANameHasNoPlaceholderReason) {
+  Start({});
+  ASSERT_EQ(Send(KeyedPost("/status/418", "k-418")).status, 418);
+  RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
+  ASSERT_TRUE(conn.Write(RawKeyedPost("/status/418", "k-418")).ok());
+  std::string raw;
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (raw.find("\r\n\r\n") == std::string::npos && !conn.closed() &&
+         std::chrono::steady_clock::now() < give_up) {
+    auto piece = conn.ReadSome(1s);
+    if (piece.ok()) raw += *piece;
+  }
+  EXPECT_TRUE(raw.starts_with("HTTP/1.1 418 \r\n")) << raw.substr(0, 100);
+  EXPECT_NE(raw.find("Idempotent-Replayed: true"), std::string::npos) << raw.substr(0, 300);
+  EXPECT_EQ(Executions(), 1u);
+}
+
 TEST_F(IdempotencyTest, StoreServerErrorsStoresA500) {
   Start({.idempotency = "{ policy: required, store_server_errors: true }"});
   EXPECT_EQ(Send(KeyedPost("/status/500", "k-500s")).status, 500);

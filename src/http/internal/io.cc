@@ -59,8 +59,10 @@ void AppendStatusLine(std::string& out, int version, unsigned status, std::strin
   out.append(digits, end);
   out += ' ';
   if (reason.empty()) {
+    // Beast names the codes it knows and says "<unknown-status>" for the
+    // rest (418, 299): those go out with the empty reason HTTP allows.
     const auto r = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
-    reason = std::string_view(r.data(), r.size());
+    if (!r.starts_with('<')) reason = std::string_view(r.data(), r.size());
   }
   out.append(reason);
   out.append("\r\n", 2);
