@@ -69,6 +69,17 @@ void DropIdentityLookalikes(RequestContext& ctx, const config::TrustedHeaders& n
   }
 }
 
+void DropClientIdentity(RequestContext& ctx, const config::TrustedHeaders& names) {
+  for (const http::HeaderView& h : ctx.head->headers) {
+    for (const std::string* name : {&names.tenant, &names.project, &names.subject}) {
+      if (EqualsIgnoreCaseDashOrUnderscore(h.name, *name)) {
+        ctx.remove_headers.emplace_back(h.name);
+        break;
+      }
+    }
+  }
+}
+
 void SetUpstreamIdentity(RequestContext& ctx, const config::TrustedHeaders& names) {
   DropIdentityLookalikes(ctx, names);
   for (const std::string* name : {&names.tenant, &names.project, &names.subject}) ctx.remove_headers.push_back(*name);
@@ -141,9 +152,14 @@ IdentityStage::IdentityStage(IdentityStageOptions options) : options_(options) {
 
 std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   const config::Identity& identity = ctx.config->identity;
-  if (identity.mode == config::IdentityMode::kNone) return std::nullopt;
   // A webhook's sender is identified by its endpoint and signature (webhook_stage.h).
   if (ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook) return std::nullopt;
+  if (identity.mode == config::IdentityMode::kNone) {
+    // SPEC §6: client-sent identity headers are dropped in every mode; here
+    // nothing takes their place, and an upstream reading them sees none.
+    DropClientIdentity(ctx, kUpstreamIdentityHeaders);
+    return std::nullopt;
+  }
 
   auto refuse = [&ctx, &identity](const std::string& why) {
     ctx.log.outcome = "unauthenticated";

@@ -43,6 +43,10 @@ const config::TrustedHeaders& UpstreamIdentityHeaders(const config::Identity& id
 // `names` spelled with '_' for '-' (or mixed), keeping the names themselves.
 void DropIdentityLookalikes(RequestContext& ctx, const config::TrustedHeaders& names);
 
+// Removes the identity headers under `names` the client sent, in any
+// spelling (`_` for `-`), putting nothing in their place (identity mode none).
+void DropClientIdentity(RequestContext& ctx, const config::TrustedHeaders& names);
+
 // Replaces the identity headers the client sent (and their look-alikes) with
 // ctx's caller under `names`.
 void SetUpstreamIdentity(RequestContext& ctx, const config::TrustedHeaders& names);

@@ -193,6 +193,11 @@ TEST_F(ProxyTest, RequestPassesThroughWithEndToEndHeadersAndBodyUnchanged) {
       {"X-Hop-Only", "must not reach the upstream"},
       {"Keep-Alive", "timeout=5"},
       {"Proxy-Authorization", "Basic c2VjcmV0"},
+      // Identity headers a client sent (SPEC §6), in any spelling: with
+      // identity mode none nothing verified takes their place.
+      {"X-Tenant-Id", "evil"},
+      {"x-project-id", "evilp"},
+      {"X_Subject", "user:admin"},
   };
   req.body = body;
   auto res = SendRequest(endpoint_, req);
@@ -220,6 +225,9 @@ TEST_F(ProxyTest, RequestPassesThroughWithEndToEndHeadersAndBodyUnchanged) {
   EXPECT_TRUE(Values(seen, "X-Hop-Only").empty());
   EXPECT_TRUE(Values(seen, "Keep-Alive").empty());
   EXPECT_TRUE(Values(seen, "Proxy-Authorization").empty());
+  for (const char* name : {"X-Tenant-Id", "X-Project-Id", "X-Subject", "X_Subject"}) {
+    EXPECT_TRUE(Values(seen, name).empty()) << name;
+  }
   for (const auto& v : Values(seen, "Connection"))
     EXPECT_EQ(v.find("X-Hop-Only"), std::string::npos) << v;
 
