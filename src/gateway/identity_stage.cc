@@ -121,6 +121,13 @@ StatusOr<std::shared_ptr<const IdentityCredentials>> IdentityCredentials::Load(c
         return InvalidArgumentError("identity.jwt: the HS256 secret is shorter than " +
                                     std::to_string(kMinHs256SecretBytes) + " bytes");
       }
+      // A key given as the HMAC secret makes whoever holds it (a public key:
+      // anyone) able to sign tokens with HS256.
+      if (secret->find("-----BEGIN") != std::string::npos || secret->find("\"kty\"") != std::string::npos) {
+        return InvalidArgumentError(
+            "identity.jwt: the HS256 secret is a PEM or JWK key; give RSA and EC keys as public_keys or a JWKS, "
+            "never as the HMAC secret (anyone holding a public key could then sign HS256 tokens)");
+      }
       keys.push_back(identity::JwtVerifier::KeyFromSecret(std::move(*secret)));
     }
     identity::JwtRules rules;

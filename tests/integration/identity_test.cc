@@ -260,6 +260,19 @@ TEST_F(IdentityTest, UnreadableKeysStopTheStart) {
                                  {{"SHORT", "only-20-bytes-long.."}}, "third");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().ToString().find("shorter than 32 bytes"), std::string::npos) << s.status().ToString();
+  // A public key as the HMAC secret would let anyone sign HS256 tokens.
+  rsa_.reset(EVP_RSA_gen(2048));
+  ASSERT_NE(rsa_, nullptr);
+  auto p = GatewayProcess::Start(dir_, Yaml("  mode: jwt\n  jwt: { algorithms: [HS256, RS256], secret_env: PEM }\n"),
+                                 {{"PEM", PublicPem(rsa_.get())}}, "fourth");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().ToString().find("the HS256 secret is a PEM or JWK key"), std::string::npos)
+      << p.status().ToString();
+  auto k = GatewayProcess::Start(
+      dir_, Yaml("  mode: jwt\n  jwt: { algorithms: [HS256], secret_env: JWK }\n"),
+      {{"JWK", R"({"kty":"RSA","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1Wl","e":"AQAB"})"}}, "fifth");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().ToString().find("PEM or JWK"), std::string::npos) << k.status().ToString();
 }
 
 // identity.jwt.jwks_url (an extension of SPEC §6): the JWKS is fetched from the identity provider
