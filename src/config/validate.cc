@@ -219,6 +219,31 @@ class Validator {
     Check(IsToken(name), path, "invalid header name " + Quote(name));
   }
 
+  // An identity header must not be one the gateway reads or writes for
+  // something else: framing and hop-by-hop fields, Host, the forwarding and
+  // tracing fields, Authorization (JWT and api_key read it) and any route's
+  // idempotency key header. `Host` as the API key's header, say, would take
+  // the Host line from the upstream request and send the key on as
+  // X-Forwarded-Host.
+  void CheckIdentityHeaderName(std::string_view name, const std::string& path) {
+    CheckHeaderName(name, path);
+    static constexpr std::string_view kReserved[] = {
+        "host",          "content-length",  "transfer-encoding", "connection",        "keep-alive",
+        "te",            "trailer",         "upgrade",           "proxy-connection",  "proxy-authorization",
+        "expect",        "authorization",   "x-forwarded-for",   "x-forwarded-proto", "x-forwarded-host",
+        "x-request-id",  "traceparent",     "tracestate",        "forwarded",         "cookie"};
+    for (std::string_view reserved : kReserved) {
+      if (EqualsIgnoreCaseDashOrUnderscore(name, reserved)) {
+        Check(false, path, Quote(name) + " is a header the gateway uses for something else; pick another name");
+        return;
+      }
+    }
+    auto key_header = [&](const Idempotency& i) { return EqualsIgnoreCaseDashOrUnderscore(name, i.header); };
+    bool clash = key_header(config_.defaults);
+    for (const Route& r : config_.routes) clash = clash || key_header(r.idempotency);
+    Check(!clash, path, Quote(name) + " is a route's idempotency key header; pick another name");
+  }
+
   void CheckEnvName(std::string_view name, const std::string& path) {
     if (name.empty()) return;
     Check(IsEnvName(name), path,
@@ -289,14 +314,14 @@ class Validator {
     if (id.mode == IdentityMode::kApiKey) {
       Check(!id.api_key.keys_file.empty(), "identity.api_key.keys_file",
             "missing (identity.mode api_key needs a keys file)");
-      CheckHeaderName(id.api_key.header, "identity.api_key.header");
+      CheckIdentityHeaderName(id.api_key.header, "identity.api_key.header");
       return;
     }
     if (id.mode != IdentityMode::kTrustedHeaders) return;
     const TrustedHeaders& th = id.trusted_headers;
-    CheckHeaderName(th.tenant, "identity.trusted_headers.tenant");
-    CheckHeaderName(th.project, "identity.trusted_headers.project");
-    CheckHeaderName(th.subject, "identity.trusted_headers.subject");
+    CheckIdentityHeaderName(th.tenant, "identity.trusted_headers.tenant");
+    CheckIdentityHeaderName(th.project, "identity.trusted_headers.project");
+    CheckIdentityHeaderName(th.subject, "identity.trusted_headers.subject");
     auto lower = [](std::string s) {
       std::transform(s.begin(), s.end(), s.begin(),
                      [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

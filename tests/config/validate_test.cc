@@ -68,6 +68,37 @@ TEST(ValidateTest, ExpectsNormalisedMethodsAndHeaders) {
             std::string::npos);
 }
 
+// Identity header names the gateway uses for something else are refused:
+// `Host` as the API key's header would take the Host line from the upstream
+// request; a route's key header would make the API key the idempotency key.
+TEST(ValidateTest, IdentityHeadersMustNotBeHeadersTheGatewayUsesOtherwise) {
+  for (const std::string name : {"Host", "Connection", "x_forwarded_host", "Authorization", "Idempotency-Key"}) {
+    Config api = CodeConfig();
+    api.identity.mode = IdentityMode::kApiKey;
+    api.identity.api_key.keys_file = "/etc/keys.yaml";
+    api.identity.api_key.header = name;
+    EXPECT_NE(Validate(api).message().find("identity.api_key.header: \"" + name + "\" is a"), std::string::npos)
+        << name << ": " << Validate(api).message();
+    Config trusted = CodeConfig();
+    trusted.identity.mode = IdentityMode::kTrustedHeaders;
+    trusted.identity.trusted_headers.project = name;
+    EXPECT_NE(Validate(trusted).message().find("identity.trusted_headers.project: \"" + name + "\" is a"),
+              std::string::npos)
+        << name << ": " << Validate(trusted).message();
+  }
+  Config custom_key = CodeConfig();
+  custom_key.routes[0].idempotency.header = "X-Idem";
+  custom_key.identity.mode = IdentityMode::kTrustedHeaders;
+  custom_key.identity.trusted_headers.subject = "x-idem";
+  EXPECT_NE(Validate(custom_key).message().find("is a route's idempotency key header"), std::string::npos)
+      << Validate(custom_key).message();
+  Config fine = CodeConfig();
+  fine.identity.mode = IdentityMode::kApiKey;
+  fine.identity.api_key.keys_file = "/etc/keys.yaml";
+  fine.identity.api_key.header = "X-Client-Key";
+  EXPECT_TRUE(Validate(fine).ok()) << Validate(fine).message();
+}
+
 // Requests are matched after their path is normalised, so a route path
 // that is not in that form could never match: refused, naming the form.
 TEST(ValidateTest, RoutePathsMustBeInTheFormRequestsAreMatchedIn) {
