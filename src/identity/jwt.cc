@@ -226,6 +226,14 @@ std::optional<JwtKey> KeyFromJwk(const json::value& member) {
     const json::string* use = StringMember(*jwk, "use");
     if (use == nullptr || *use != "sig") return std::nullopt;
   }
+  // RFC 7517 §4.3: with key_ops, the key verifies only when "verify" is among them.
+  if (jwk->contains("key_ops")) {
+    const json::array* ops = jwk->at("key_ops").if_array();
+    if (ops == nullptr) return std::nullopt;
+    bool verify = false;
+    for (const json::value& op : *ops) verify = verify || (op.is_string() && op.get_string() == "verify");
+    if (!verify) return std::nullopt;
+  }
   JwtKey key;
   if (jwk->contains("kid")) {
     const json::string* kid = StringMember(*jwk, "kid");

@@ -871,6 +871,9 @@ TEST(JwtKeysFromJwksTest, SkipsKeysThatAreNotUsableSignatureKeys) {
   const std::vector<std::string> unusable = {
       Jwk(kRsaBPublic, R"("kid":"enc","use":"enc")"),
       Jwk(kRsaBPublic, R"("kid":"use-number","use":1)"),
+      Jwk(kRsaBPublic, R"("kid":"encrypt-only","key_ops":["encrypt","wrapKey"])"),
+      Jwk(kRsaBPublic, R"("kid":"no-ops","key_ops":[])"),
+      Jwk(kRsaBPublic, R"("kid":"ops-string","key_ops":"verify")"),
       Jwk(kRsaBPublic, R"("kid":"rs512","alg":"RS512")"),
       Jwk(kRsaBPublic, R"("kid":"ps256","alg":"PS256")"),
       Jwk(kRsaBPublic, R"("kid":"es256-on-rsa","alg":"ES256")"),
@@ -902,10 +905,12 @@ TEST(JwtKeysFromJwksTest, SkipsKeysThatAreNotUsableSignatureKeys) {
   // Together with one good key, only that one is kept.
   std::vector<std::string> all = unusable;
   all.push_back(Jwk(kRsaAPublic, R"("kid":"good","use":"sig")"));
+  all.push_back(Jwk(kRsaAPublic, R"("kid":"good-ops","key_ops":["sign","verify"])"));
   auto keys = JwtVerifier::KeysFromJwks(Jwks(all));
   ASSERT_TRUE(keys.ok()) << keys.status().ToString();
-  ASSERT_EQ(keys->size(), 1u);
+  ASSERT_EQ(keys->size(), 2u);
   EXPECT_EQ((*keys)[0].kid, "good");
+  EXPECT_EQ((*keys)[1].kid, "good-ops");
 }
 
 TEST(JwtKeysFromJwksTest, RefusesTextThatIsNotAJwks) {
