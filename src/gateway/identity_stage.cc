@@ -168,13 +168,16 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
     return std::nullopt;
   }
 
-  auto refuse = [&ctx, &identity](const std::string& why) {
+  // `invalid`: a credential was presented and is not good (RFC 6750 §3:
+  // error="invalid_token"); otherwise none was, and the challenge has no error.
+  auto refuse = [&ctx, &identity](const std::string& why, bool invalid = false) {
     ctx.log.outcome = "unauthenticated";
     http::Response r = http::MakeProblem(http::ProblemCode::kUnauthenticated, why);
     // RFC 9110 §11.6.1: a 401 carries a challenge. trusted_headers has none
     // to offer: its caller authenticates with the layer in front.
     if (identity.mode == config::IdentityMode::kJwt || identity.mode == config::IdentityMode::kApiKey) {
-      r.headers.push_back({"WWW-Authenticate", "Bearer realm=\"idemgate\""});
+      r.headers.push_back(
+          {"WWW-Authenticate", invalid ? "Bearer realm=\"idemgate\", error=\"invalid_token\"" : "Bearer realm=\"idemgate\""});
     }
     return r;
   };
@@ -201,7 +204,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
           verifier->Verify(*token, options_.clock->NowMillis() / 1000, fetched.get(), &unknown_kid);
       if (!claims.ok()) {
         if (unknown_kid && jwks != nullptr) jwks->RequestRefresh();
-        return refuse("the bearer token is not valid: " + claims.status().message());
+        return refuse("the bearer token is not valid: " + claims.status().message(), true);
       }
       caller = identity::CallerFromClaims(*claims, identity.jwt);
       break;
@@ -229,7 +232,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
         return refuse("an API key is needed (" + identity.api_key.header + " or Authorization: Bearer)");
       }
       const core::Caller* found = ctx.identity->FindApiKey(*key);
-      if (found == nullptr) return refuse("unknown API key");
+      if (found == nullptr) return refuse("unknown API key", true);
       caller = *found;
       break;
     }

@@ -180,7 +180,10 @@ TEST_F(IdentityTest, JwtRefusals) {
   ExpectProblem(anonymous, 401, "unauthenticated");
   // RFC 9110 §11.6.1: a 401 carries a challenge.
   EXPECT_EQ(anonymous.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\"");
-  ExpectProblem(Send(Authorized(Hs256Token("wrong-secret", Claims("acme", "alice")), "k2")), 401, "unauthenticated");
+  // A token that does not verify: RFC 6750 §3's invalid_token.
+  const HttpResponse forged = Send(Authorized(Hs256Token("wrong-secret", Claims("acme", "alice")), "k2"));
+  ExpectProblem(forged, 401, "unauthenticated");
+  EXPECT_EQ(forged.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\", error=\"invalid_token\"");
   ExpectProblem(Send(Authorized(Hs256Token(kSecret, Claims("acme", "alice", Now() - 60)), "k2")), 401,
                 "unauthenticated");
   // Another issuer or audience.
@@ -238,7 +241,9 @@ TEST_F(IdentityTest, ApiKeysIdentifyTheCallerAndStayAwayFromTheUpstream) {
 
   HttpRequest unknown = KeyedPost("/echo/pay", "k3");
   unknown.headers.push_back({"X-API-Key", "k_live_nobody"});
-  ExpectProblem(Send(unknown), 401, "unauthenticated");
+  const HttpResponse refused = Send(unknown);
+  ExpectProblem(refused, 401, "unauthenticated");
+  EXPECT_EQ(refused.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\", error=\"invalid_token\"");
   HttpRequest two = acme;
   two.headers.push_back({"Authorization", "Bearer k_live_globex"});
   ExpectProblem(Send(two), 401, "unauthenticated");
