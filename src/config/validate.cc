@@ -256,7 +256,10 @@ class Validator {
       bool upper = std::none_of(m.begin(), m.end(),
                                 [](char c) { return std::islower(static_cast<unsigned char>(c)); });
       Check(IsToken(m) && upper, Index(path, i),
-            "invalid method " + Quote(m) + " (expected an upper-case HTTP method such as POST)");
+            "invalid method " + Quote(m) + " (expected an HTTP method such as POST)");
+      Check(std::find(methods.begin(), methods.begin() + static_cast<std::ptrdiff_t>(i), m) ==
+                methods.begin() + static_cast<std::ptrdiff_t>(i),
+            Index(path, i), "method " + Quote(m) + " is listed twice");
     }
   }
 
@@ -338,6 +341,9 @@ class Validator {
     for (std::size_t i = 0; i < j.algorithms.size(); ++i) {
       Check(OneOf(j.algorithms[i], kJwtAlgorithms), Index(path + ".algorithms", i),
             "unknown algorithm " + Quote(j.algorithms[i]) + " (expected " + Join(kJwtAlgorithms) + ")");
+      Check(std::find(j.algorithms.begin(), j.algorithms.begin() + static_cast<std::ptrdiff_t>(i), j.algorithms[i]) ==
+                j.algorithms.begin() + static_cast<std::ptrdiff_t>(i),
+            Index(path + ".algorithms", i), "algorithm " + Quote(j.algorithms[i]) + " is listed twice");
     }
     const auto allowed = [&j](std::string_view alg) {
       return std::find(j.algorithms.begin(), j.algorithms.end(), alg) != j.algorithms.end();

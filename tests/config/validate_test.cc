@@ -68,6 +68,21 @@ TEST(ValidateTest, ExpectsNormalisedMethodsAndHeaders) {
             std::string::npos);
 }
 
+TEST(ValidateTest, MethodsAndAlgorithmsAreListedOnce) {
+  Config methods = CodeConfig();
+  methods.routes[0].idempotency.methods = {"POST", "GET", "POST"};
+  EXPECT_NE(Validate(methods).message().find("routes[0].idempotency.methods[2]: method \"POST\" is listed twice"),
+            std::string::npos)
+      << Validate(methods).message();
+  Config algorithms = CodeConfig();
+  algorithms.identity.mode = IdentityMode::kJwt;
+  algorithms.identity.jwt.algorithms = {"HS256", "HS256"};
+  algorithms.identity.jwt.secret_env = "JWT_SECRET";
+  EXPECT_NE(Validate(algorithms).message().find("identity.jwt.algorithms[1]: algorithm \"HS256\" is listed twice"),
+            std::string::npos)
+      << Validate(algorithms).message();
+}
+
 // Identity header names the gateway uses for something else are refused:
 // `Host` as the API key's header would take the Host line from the upstream
 // request; a route's key header would make the API key the idempotency key.
