@@ -82,8 +82,10 @@ struct Translation {
 //    a form body (application/x-www-form-urlencoded), by every parameter's
 //    name and value sorted by name (then value); when the URL's query has
 //    `bodySHA256`, of the URL alone, and that parameter must equal the hex
-//    SHA-256 of the body. A URL with an explicit default port (:443, :80)
-//    and one without it are both tried, as senders differ. Key "twilio-" +
+//    SHA-256 of the body. A non-empty body that is not a form (or does not
+//    parse as one) is refused without `bodySHA256`, which alone would sign
+//    it. A URL with an explicit default port (:443, :80) and one without it
+//    are both tried, as senders differ. Key "twilio-" +
 //    the form's MessageSid + "-" + MessageStatus (SmsStatus when there is
 //    no MessageStatus; just the sid when there is neither).
 //  - twilio_event_streams: signature as twilio; key "twilio-" +

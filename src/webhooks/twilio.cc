@@ -71,7 +71,13 @@ std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const
   if (body_sha256.count > 1) return "the URL has more than one bodySHA256";
   std::string suffix;  // what follows the URL in the signed text
   if (body_sha256.count == 0) {
-    if (auto form = FormBody(request)) {
+    auto form = FormBody(request);
+    // Twilio signs a body that is not a form through the URL's bodySHA256;
+    // without it the signature (over the URL alone) would cover none of it.
+    if (!form && !request.body.empty()) {
+      return "the body is not a form and the URL has no bodySHA256 to sign it";
+    }
+    if (form) {
       std::sort(form->begin(), form->end());
       for (const auto& [name, value] : *form) suffix.append(name).append(value);
     }

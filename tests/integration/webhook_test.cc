@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/digest.h"
 #include "common/hex.h"
 #include "integration/harness.h"
 
@@ -78,6 +79,10 @@ class WebhookTest : public GatewaySuite {
       << "    match: { path: \"/echo/twilio/{webhook_id}\" }\n"
       << "    upstream: fake\n"
       << "    idempotency: { policy: webhook, provider: twilio }\n"
+      << "  - id: twilio-es-hooks\n"
+      << "    match: { path: \"/echo/twilio-es/{webhook_id}\" }\n"
+      << "    upstream: fake\n"
+      << "    idempotency: { policy: webhook, provider: twilio_event_streams }\n"
       << "  - id: generic-hooks\n"
       << "    match: { path: \"/echo/generic/{webhook_id}\" }\n"
       << "    upstream: fake\n"
@@ -98,6 +103,8 @@ class WebhookTest : public GatewaySuite {
       << "    - { id: acme-gh, tenant: acme, project: ci, provider: github, secret_env: GITHUB_SECRET }\n"
       << "    - { id: acme-sms, tenant: acme, project: sms, provider: twilio, secret_env: TWILIO_TOKEN,\n"
       << "        public_url: \"https://hooks.example.com\" }\n"
+      << "    - { id: acme-es, tenant: acme, project: events, provider: twilio_event_streams,\n"
+      << "        secret_env: TWILIO_TOKEN, public_url: \"https://hooks.example.com\" }\n"
       << "    - id: acme-generic\n"
       << "      tenant: acme\n"
       << "      project: misc\n"
@@ -333,6 +340,31 @@ TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
   req.headers[1].value = HmacSha1Base64(kTwilioToken, "http://127.0.0.1/echo/twilio/acme-sms" +
                                                           signed_text.substr(signed_text.find("From")));
   ExpectProblem(Send(req), 401, "signature-invalid");
+}
+
+// Twilio signs a body that is not a form only through the URL's bodySHA256:
+// a signature over the URL alone covers no such body.
+TEST_F(WebhookTest, TwilioEventStreamsBodyMustBeSignedThroughBodySha256) {
+  Start();
+  const std::string body = R"([{"type":"com.twilio.messaging.message.delivered","id":"EZ1"}])";
+  const std::string url = "https://hooks.example.com/echo/twilio-es/acme-es";
+  HttpRequest unsigned_body{.method = "POST", .target = "/echo/twilio-es/acme-es"};
+  unsigned_body.headers = {{"Content-Type", "application/json"},
+                           {"I-Twilio-Idempotency-Token", "idem-1"},
+                           {"X-Twilio-Signature", HmacSha1Base64(kTwilioToken, url)}};
+  unsigned_body.body = body;
+  const HttpResponse refused = Send(unsigned_body);
+  ExpectProblem(refused, 401, "signature-invalid");
+  EXPECT_NE(refused.body.find("bodySHA256"), std::string::npos) << refused.body;
+  EXPECT_EQ(Executions(), 0u);
+
+  const std::string query = "?bodySHA256=" + Sha256Hex(body);
+  HttpRequest signed_body = unsigned_body;
+  signed_body.target += query;
+  signed_body.headers[2].value = HmacSha1Base64(kTwilioToken, url + query);
+  const HttpResponse ok = Send(signed_body);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(Executions(), 1u);
 }
 
 TEST_F(WebhookTest, GenericSenderWithAJsonPointerId) {

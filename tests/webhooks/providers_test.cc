@@ -538,14 +538,30 @@ TEST(TwilioTest, RefusesMalformedSignature) {
   }
 }
 
-TEST(TwilioTest, NonFormBodyIsSignedAsUrlAloneAndHasNoId) {
-  // printf '%s' 'https://example.com/hook' | openssl dgst -sha1 -hmac token -binary | base64
-  constexpr std::string_view kUrlOnly = "tMcfjLrUB7eIjpvVwlMoqV6FM40=";
-  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SM123", kUrlOnly, "application/json"));
+// printf '%s' 'https://example.com/hook' | openssl dgst -sha1 -hmac token -binary | base64
+constexpr std::string_view kTwilioUrlOnlySig = "tMcfjLrUB7eIjpvVwlMoqV6FM40=";
+
+// A signature over the URL alone covers no body: one that is not a form is
+// signed only through the URL's bodySHA256.
+TEST(TwilioTest, NonFormBodyWithoutBodySha256IsRefused) {
+  for (const std::string_view type : {"application/json", "text/plain"}) {
+    SCOPED_TRACE(type);
+    const Translation t = Twilio("https://example.com/hook", "MessageSid=SM123", kTwilioUrlOnlySig, type);
+    ExpectInvalid(t);
+    EXPECT_NE(t.detail.find("bodySHA256"), std::string::npos) << t.detail;
+  }
   // A bad percent escape: the body is not a form.
-  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SM123&Body=%zz", kUrlOnly));
-  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SM123&Body=%4", kUrlOnly));
+  ExpectInvalid(Twilio("https://example.com/hook", "MessageSid=SM123&Body=%zz", kTwilioUrlOnlySig));
+  ExpectInvalid(Twilio("https://example.com/hook", "MessageSid=SM123&Body=%4", kTwilioUrlOnlySig));
   ExpectInvalid(Twilio("https://example.com/hook", "MessageSid=SM123&Body=%zz", kTwilioSidOnlySig));
+  // No Content-Type at all.
+  ExpectInvalid(Translate(Provider::kTwilio, nullptr, kTwilioToken,
+                          Request("MessageSid=SM123", {{"X-Twilio-Signature", kTwilioUrlOnlySig}},
+                                  "https://example.com/hook")));
+}
+
+TEST(TwilioTest, EmptyNonFormBodyIsSignedAsUrlAloneAndHasNoId) {
+  ExpectNoId(Twilio("https://example.com/hook", "", kTwilioUrlOnlySig, "application/json"));
 }
 
 TEST(TwilioTest, MissingMessageSidIsNoId) {
@@ -608,6 +624,28 @@ TEST(TwilioEventStreamsTest, TriesUrlWithDefaultPort) {
   ExpectKey(EventStreams({{"X-Twilio-Signature", kEventSig}, {"I-Twilio-Idempotency-Token", "t"}},
                          "https://example.com:443/events?"
                          "bodySHA256=4c0daa6f2ed6584b2bd802c54e4081b69b6a0ec5c3874bbd612ce08ba01e6907"),
+            "twilio-t");
+}
+
+// printf '%s' 'https://example.com/events' | openssl dgst -sha1 -hmac token -binary | base64
+constexpr std::string_view kEventUrlOnlySig = "3eCkkJ+Ni3TCZ2ehcIJBvijSS7o=";
+
+TEST(TwilioEventStreamsTest, BodyWithoutBodySha256IsRefused) {
+  // Signed over the URL alone, so the body is covered by nothing: a JSON or
+  // text body, or a form Content-Type whose body does not parse as one.
+  for (const std::string_view type : {"application/json", "text/plain", "application/x-www-form-urlencoded"}) {
+    SCOPED_TRACE(type);
+    const Translation t = EventStreams(
+        {{"Content-Type", type}, {"X-Twilio-Signature", kEventUrlOnlySig}, {"I-Twilio-Idempotency-Token", "t"}},
+        "https://example.com/events", type == "text/plain" ? "anything" : R"({"data":{"sid":"%zz"}})");
+    ExpectInvalid(t);
+    EXPECT_NE(t.detail.find("bodySHA256"), std::string::npos) << t.detail;
+  }
+  // Without a body there is nothing to cover.
+  ExpectKey(EventStreams({{"Content-Type", "application/json"},
+                          {"X-Twilio-Signature", kEventUrlOnlySig},
+                          {"I-Twilio-Idempotency-Token", "t"}},
+                         "https://example.com/events", ""),
             "twilio-t");
 }
 
