@@ -289,6 +289,10 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
     ctx.route = nullptr;
     co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
   }
+  if (webhook) {
+    std::optional<http::Response> answer = options.webhook->RefuseMethod(ctx);
+    if (answer) co_return co_await Answer(ex, std::move(*answer), "webhook_refused");
+  }
   if (!ex.SetBodyLimit(route->max_request_bytes)) co_return co_await Refuse(ex, Refusal::kTooLarge, route);
 
   if (options.identity != nullptr) {

@@ -96,6 +96,10 @@ class WebhookHook {
   // (SPEC §7): 404 no-route, logged and counted without a route, before
   // identity and the body.
   virtual bool KnowsEndpoint(const RequestContext& /*ctx*/) const { return true; }
+  // Of a request it applies to whose endpoint is known: a response when the
+  // route does not take its method (405 method-not-allowed), sent before
+  // identity and the body; nullopt to go on.
+  virtual std::optional<http::Response> RefuseMethod(RequestContext& /*ctx*/) const { return std::nullopt; }
   // nullopt: continue, with the caller's identity set from the endpoint and
   // ctx.webhook_key set to the lifted id; a response: send it instead (404
   // not-found, 401 signature-invalid, 400 translation-failed). Synchronous

@@ -113,6 +113,19 @@ const ResolvedEndpoint* FindEndpoint(const RequestContext& ctx) {
 
 bool WebhookStage::KnowsEndpoint(const RequestContext& ctx) const { return FindEndpoint(ctx) != nullptr; }
 
+std::optional<http::Response> WebhookStage::RefuseMethod(RequestContext& ctx) const {
+  const RouteIdempotency& rules = ctx.route->idempotency;
+  if (rules.HandlesMethod(ctx.head->method)) return std::nullopt;
+  std::string allow;
+  for (const std::string& method : rules.methods) allow.append(allow.empty() ? "" : ", ").append(method);
+  ctx.log.outcome = "method_not_allowed";
+  http::Response r = http::MakeProblem(http::ProblemCode::kMethodNotAllowed,
+                                       "webhook route " + ctx.route->id + " takes " + allow + ", not " +
+                                           std::string(ctx.head->method));
+  r.headers.push_back({"Allow", std::move(allow)});
+  return r;
+}
+
 std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
   const RouteEntry& route = *ctx.route;
   const std::string& provider_name = route.config->idempotency.provider;

@@ -69,10 +69,16 @@ class WebhookStage final : public WebhookHook {
   explicit WebhookStage(WebhookStageOptions options = {});
 
   // Every method on a `policy: webhook` route: a sender's request is
-  // verified whatever it asks, so none reaches the upstream unsigned.
+  // verified, or refused, whatever it asks, so none reaches the upstream
+  // unsigned.
   bool Applies(const RequestContext& ctx) const override;
   // Whether the route's {webhook_id} names an endpoint of its provider.
   bool KnowsEndpoint(const RequestContext& ctx) const override;
+  // 405 method-not-allowed, with an Allow header, for a method outside the
+  // route's idempotency `methods`: the signatures do not cover the method,
+  // so a signed request re-sent with another one would otherwise be
+  // verified and forwarded without a key, and run again.
+  std::optional<http::Response> RefuseMethod(RequestContext& ctx) const override;
 
   // 404 no-route (as for any unknown path) for an id that names no endpoint
   // of the route's provider,

@@ -33,6 +33,7 @@ ProblemInfo Info(ProblemCode code) {
     case ProblemCode::kHeadersTooLarge: return {"headers-too-large", 431, "Request header fields too large"};
     case ProblemCode::kUriTooLong: return {"uri-too-long", 414, "Request target too long"};
     case ProblemCode::kRequestTimeout: return {"request-timeout", 408, "Request body timed out"};
+    case ProblemCode::kMethodNotAllowed: return {"method-not-allowed", 405, "Method not allowed"};
     case ProblemCode::kShuttingDown: return {"shutting-down", 503, "Gateway shutting down"};
     case ProblemCode::kInternal: return {"internal-error", 500, "Internal error"};
   }

@@ -36,6 +36,7 @@ enum class ProblemCode {
   kHeadersTooLarge,      // 431 headers-too-large
   kUriTooLong,           // 414 uri-too-long: the request target alone passes the header limit
   kRequestTimeout,       // 408 request-timeout: the request body stalled past idle_timeout
+  kMethodNotAllowed,     // 405 method-not-allowed: a method a webhook route does not take
   kShuttingDown,         // 503 shutting-down
   kInternal,             // 500 internal-error
 };

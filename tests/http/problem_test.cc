@@ -18,6 +18,7 @@ constexpr ProblemCode kAll[] = {
     ProblemCode::kRequestTooLarge,  ProblemCode::kNoRoute,             ProblemCode::kNotFound,
     ProblemCode::kBadRequest,       ProblemCode::kHeadersTooLarge,     ProblemCode::kShuttingDown,
     ProblemCode::kUriTooLong,       ProblemCode::kRequestTimeout,      ProblemCode::kInternal,
+    ProblemCode::kMethodNotAllowed,
 };
 
 TEST(ProblemTest, TransportCodesBeyondTheSpec) {
@@ -25,6 +26,8 @@ TEST(ProblemTest, TransportCodesBeyondTheSpec) {
   EXPECT_EQ(ProblemDefaultStatus(ProblemCode::kUriTooLong), 414);
   EXPECT_EQ(ProblemCodeName(ProblemCode::kRequestTimeout), "request-timeout");
   EXPECT_EQ(ProblemDefaultStatus(ProblemCode::kRequestTimeout), 408);
+  EXPECT_EQ(ProblemCodeName(ProblemCode::kMethodNotAllowed), "method-not-allowed");
+  EXPECT_EQ(ProblemDefaultStatus(ProblemCode::kMethodNotAllowed), 405);
 }
 
 TEST(ProblemTest, SpecCodesAndStatuses) {

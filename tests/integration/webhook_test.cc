@@ -192,15 +192,42 @@ TEST_F(WebhookTest, BadSignaturesAreRefusedBeforeTheUpstream) {
   HttpRequest tampered = StripeEvent("acme", kStripeSecret, body);
   tampered.body = R"({"id":"evt_3"})";
   ExpectProblem(Send(tampered), 401, "signature-invalid");
-  // No signature at all, on any method: nothing reaches the upstream unsigned.
-  HttpRequest unsigned_get{.method = "GET", .target = "/echo/stripe/acme"};
-  ExpectProblem(Send(unsigned_get), 401, "signature-invalid");
+  // No signature at all.
+  HttpRequest unsigned_post = StripeEvent("acme", kStripeSecret, body);
+  unsigned_post.headers.pop_back();
+  ExpectProblem(Send(unsigned_post), 401, "signature-invalid");
   EXPECT_EQ(Executions(), 0u);
   const std::string metrics = Metrics();
   EXPECT_EQ(MetricValue(metrics,
                         R"(transport_translation_failed_total{tenant="acme",project="shop",route="stripe-hooks",provider="stripe"})"),
             5.0)
       << metrics;
+}
+
+// No signature covers the method: a signed event re-sent with a method the
+// route does not deduplicate would be verified and forwarded without a key,
+// and run again each time. Such methods are refused before anything else.
+TEST_F(WebhookTest, MethodsTheRouteDoesNotDeduplicateAreRefused) {
+  Start();
+  const std::string body = R"({"id":"evt_method"})";
+  for (const std::string method : {"PUT", "DELETE", "GET", "OPTIONS"}) {
+    SCOPED_TRACE(method);
+    HttpRequest resent = StripeEvent("acme", kStripeSecret, body);
+    resent.method = method;
+    const HttpResponse res = Send(resent);
+    ExpectProblem(res, 405, "method-not-allowed");
+    EXPECT_EQ(res.Header("Allow"), "POST, PATCH");
+  }
+  EXPECT_EQ(Executions(), 0u);
+  ASSERT_EQ(Send(StripeEvent("acme", kStripeSecret, body)).status, 200);
+  HttpRequest resent = StripeEvent("acme", kStripeSecret, body);
+  resent.method = "PUT";
+  ExpectProblem(Send(resent), 405, "method-not-allowed");
+  EXPECT_EQ(Executions(), 1u);
+  // An id that names no endpoint is still an unknown path, whatever the method.
+  HttpRequest unknown = StripeEvent("nobody", kStripeSecret, body);
+  unknown.method = "PUT";
+  ExpectProblem(Send(unknown), 404, "no-route");
 }
 
 // Another spelling of a webhook path (an encoded letter, doubled slashes)
