@@ -1,6 +1,7 @@
 #include "gateway/webhook_stage.h"
 
 #include "admin/gateway_metrics.h"
+#include "common/ascii.h"
 #include "core/key.h"
 #include "gateway/identity_stage.h"
 #include "gateway/route_table.h"
@@ -44,8 +45,11 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
     std::optional<std::string_view> host = head.Find("x-forwarded-host");
     if (!host && !head.authority.empty()) host = head.authority;  // an absolute-form target's, not Host's
     if (!host) host = head.Find("host");
-    url = proto && !FirstItem(*proto).empty() ? std::string(FirstItem(*proto))
-                                              : std::string(head.secure ? "https" : "http");
+    if (proto && !FirstItem(*proto).empty()) {
+      for (const char c : FirstItem(*proto)) url.push_back(LowerAscii(c));  // "HTTPS" is the https Twilio signs
+    } else {
+      url = head.secure ? "https" : "http";
+    }
     url += "://";
     if (host) url += FirstItem(*host);
   }

@@ -41,8 +41,8 @@ struct HeaderField {
 // The request as the sender made it.
 struct WebhookRequest {
   // The URL the sender called: scheme, host, port if any, path and query.
-  // Only Twilio signs it (and senders differ on writing a default port, so
-  // both forms are tried).
+  // Only Twilio signs it (and senders differ on writing a port, so the forms
+  // with and without one are tried).
   std::string_view url;
   std::vector<HeaderField> headers;  // every header line, as received
   std::string_view body;
@@ -84,8 +84,9 @@ struct Translation {
 //    `bodySHA256`, of the URL alone, and that parameter must equal the hex
 //    SHA-256 of the body. A non-empty body that is not a form (or does not
 //    parse as one) is refused without `bodySHA256`, which alone would sign
-//    it. A URL with an explicit default port (:443, :80) and one without it
-//    are both tried, as senders differ. Key "twilio-" +
+//    it. The URL is tried as given and with its port removed (any port), or
+//    with the default port (:443, :80) added when it has none, as senders
+//    differ (Twilio drops an https URL's port before signing). Key "twilio-" +
 //    the form's MessageSid + "-" + MessageStatus (SmsStatus when there is
 //    no MessageStatus; just the sid when there is neither).
 //  - twilio_event_streams: signature as twilio; key "twilio-" +

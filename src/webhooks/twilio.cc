@@ -13,8 +13,11 @@ namespace idemgate::webhooks::internal {
 // Twilio: `X-Twilio-Signature`, base64 HMAC-SHA1 of the URL and the sorted
 // form, or of the URL alone with the body's SHA-256 in its bodySHA256.
 
-// The URL with its default port removed when it has it, or added when it has
-// no port; nothing when the scheme has no default port or another is given.
+// The URL with its port removed when it has one (whatever the port), or its
+// scheme's default port added when it has none; nothing when the scheme has
+// no default port. Twilio drops the port of an https URL before signing some
+// callbacks, and its own validators accept the URL with the port or without
+// any port.
 namespace {
 
 std::optional<std::string> OtherPortForm(std::string_view url) {
@@ -40,10 +43,8 @@ std::optional<std::string> OtherPortForm(std::string_view url) {
   const bool has_port = colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket);
   if (!has_port) {
     other.append(port);
-  } else if (authority.substr(colon) == port) {
-    other.resize(other.size() - port.size());
   } else {
-    return std::nullopt;
+    other.resize(other.size() - (authority.size() - colon));
   }
   other.append(url.substr(host_end));
   return other;

@@ -103,6 +103,7 @@ class WebhookTest : public GatewaySuite {
       << "    - { id: acme-gh, tenant: acme, project: ci, provider: github, secret_env: GITHUB_SECRET }\n"
       << "    - { id: acme-sms, tenant: acme, project: sms, provider: twilio, secret_env: TWILIO_TOKEN,\n"
       << "        public_url: \"https://hooks.example.com\" }\n"
+      << "    - { id: acme-sms-fwd, tenant: acme, project: sms, provider: twilio, secret_env: TWILIO_TOKEN }\n"
       << "    - { id: acme-es, tenant: acme, project: events, provider: twilio_event_streams,\n"
       << "        secret_env: TWILIO_TOKEN, public_url: \"https://hooks.example.com\" }\n"
       << "    - id: acme-generic\n"
@@ -367,6 +368,28 @@ TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
   req.headers[1].value = HmacSha1Base64(kTwilioToken, "http://127.0.0.1/echo/twilio/acme-sms" +
                                                           signed_text.substr(signed_text.find("From")));
   ExpectProblem(Send(req), 401, "signature-invalid");
+}
+
+// Without public_url the signed URL is what the proxy in front reports: its
+// scheme in any case (Twilio signs "https"), and its host with a port that
+// Twilio may have left out of what it signed.
+TEST_F(WebhookTest, TwilioWithoutPublicUrlSignsTheForwardedSchemeAndHost) {
+  Start();
+  const std::string body = "MessageStatus=sent&MessageSid=SM777";
+  const std::string params = "MessageSidSM777MessageStatussent";
+  HttpRequest req{.method = "POST", .target = "/echo/twilio/acme-sms-fwd"};
+  req.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                 {"X-Forwarded-Proto", "HTTPS"},
+                 {"X-Forwarded-Host", "hooks.example.com"},
+                 {"X-Twilio-Signature",
+                  HmacSha1Base64(kTwilioToken, "https://hooks.example.com/echo/twilio/acme-sms-fwd" + params)}};
+  req.body = body;
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  // Called on another port, signed without it.
+  req.headers[2].value = "hooks.example.com:8443";
+  EXPECT_EQ(Send(req).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
 }
 
 // Twilio signs a body that is not a form only through the URL's bodySHA256:

@@ -493,9 +493,18 @@ TEST(TwilioTest, TriesUrlWithDefaultPort) {
   ExpectKey(Twilio("http://example.com/hook", "MessageSid=SM123", "9P2YtgnW3fLhIl+FLezWvUnRdTU="), "twilio-SM123");
 }
 
-TEST(TwilioTest, DoesNotDropOtherPorts) {
-  ExpectInvalid(Twilio("https://example.com:8443/hook", "MessageSid=SM123", kTwilioSidOnlySig));
-  ExpectInvalid(Twilio("https://example.com:80/hook", "MessageSid=SM123", kTwilioSidOnlySig));
+TEST(TwilioTest, TriesUrlWithoutAnyPort) {
+  // Twilio drops an https URL's port before signing (its validators accept
+  // both forms): signed without the port, called with another one.
+  ExpectKey(Twilio("https://example.com:8443/hook", "MessageSid=SM123", kTwilioSidOnlySig), "twilio-SM123");
+  ExpectKey(Twilio("https://example.com:80/hook", "MessageSid=SM123", kTwilioSidOnlySig), "twilio-SM123");
+  // Still signed with the port.
+  // printf '%s' 'https://example.com:8443/hookMessageSidSM123' | openssl dgst -sha1 -hmac token -binary | base64
+  ExpectKey(Twilio("https://example.com:8443/hook", "MessageSid=SM123", "56xqwabnig9CtcYpJQsUNlukBHM="),
+            "twilio-SM123");
+  // Neither form is another port, nor another scheme.
+  ExpectInvalid(Twilio("https://example.com:9443/hook", "MessageSid=SM123", "56xqwabnig9CtcYpJQsUNlukBHM="));
+  ExpectInvalid(Twilio("https://example.com/hook", "MessageSid=SM123", "56xqwabnig9CtcYpJQsUNlukBHM="));
   ExpectInvalid(Twilio("http://example.com:443/hook", "MessageSid=SM123", kTwilioSidOnlySig));
 }
 
@@ -623,6 +632,13 @@ TEST(TwilioEventStreamsTest, AcceptsUpperCaseBodySha256) {
 TEST(TwilioEventStreamsTest, TriesUrlWithDefaultPort) {
   ExpectKey(EventStreams({{"X-Twilio-Signature", kEventSig}, {"I-Twilio-Idempotency-Token", "t"}},
                          "https://example.com:443/events?"
+                         "bodySHA256=4c0daa6f2ed6584b2bd802c54e4081b69b6a0ec5c3874bbd612ce08ba01e6907"),
+            "twilio-t");
+}
+
+TEST(TwilioEventStreamsTest, TriesUrlWithoutAnyPort) {
+  ExpectKey(EventStreams({{"X-Twilio-Signature", kEventSig}, {"I-Twilio-Idempotency-Token", "t"}},
+                         "https://example.com:8443/events?"
                          "bodySHA256=4c0daa6f2ed6584b2bd802c54e4081b69b6a0ec5c3874bbd612ce08ba01e6907"),
             "twilio-t");
 }
