@@ -14,6 +14,7 @@
 #include <memory_resource>
 
 #include "common/ascii.h"
+#include "common/json_limits.h"
 
 namespace idemgate::core {
 
@@ -21,7 +22,6 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::size_t kMaxJsonDepth = 64;
 constexpr std::size_t kNoIndex = std::numeric_limits<std::size_t>::max();
 constexpr std::size_t kMaxPlainIntegerDigits = 21;
 constexpr std::size_t kMaxExponentDigits = 15;

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/ascii.h"
+#include "common/json_limits.h"
 
 // The parts every provider uses: text, encodings, MACs, headers, forms, JSON.
 namespace idemgate::webhooks::internal {
@@ -232,7 +233,9 @@ std::optional<Form> FormBody(const WebhookRequest& request) {
 
 std::optional<json::value> ParseJson(std::string_view text) {
   boost::system::error_code ec;
-  json::value value = json::parse(json::string_view(text.data(), text.size()), ec);
+  json::parse_options options;
+  options.max_depth = kMaxJsonDepth;  // as the fingerprint's; Boost.JSON's default is 32
+  json::value value = json::parse(json::string_view(text.data(), text.size()), ec, {}, options);
   if (ec) return std::nullopt;
   return value;
 }

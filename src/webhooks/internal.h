@@ -68,7 +68,7 @@ std::optional<Form> ParseForm(std::string_view text);
 // The body's fields when it is declared (once) as a form and parses as one.
 std::optional<Form> FormBody(const WebhookRequest& request);
 
-// JSON.
+// JSON, nested up to kMaxJsonDepth (common/json_limits.h) levels, as the fingerprint takes it.
 std::optional<json::value> ParseJson(std::string_view text);
 
 // The providers (SPEC §7; the rules are in providers.h).

@@ -310,6 +310,24 @@ TEST(StripeTest, EmptyIdIsNoId) {
   ExpectNoId(Stripe(StripeHeader("e78ef8dbf07b477e08ae82215fb706bdc64f072f3bb9140326d3f055d3e2e10e"), R"({"id":""})"));
 }
 
+// A body nested `levels` deep: an object holding `levels - 1` arrays.
+std::string DeepStripeBody(int levels) {
+  return R"({"id":"evt_deep","data":)" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "}";
+}
+
+TEST(StripeTest, BodiesNestUpToTheFingerprintsDepth) {
+  // B='{"id":"evt_deep","data":'$(printf '[%.0s' $(seq 63))$(printf ']%.0s' $(seq 63))'}'
+  // printf '%s' "1700000000.$B" | openssl dgst -sha256 -hmac whsec_test
+  ExpectKey(Stripe(StripeHeader("86da71ee6857e64a75ceb6b07ed77d479fdcedf9a0d26b5cdd41bded7d276883"),
+                   DeepStripeBody(64)),
+            "stripe-evt_deep");
+  // The same with 64 arrays: one level too deep.
+  const Translation t = Stripe(StripeHeader("d9bc1494ede4f2527e601faa358e848cf32016301df87580dde58e51928789a9"),
+                               DeepStripeBody(65));
+  ExpectNoId(t);
+  EXPECT_EQ(t.detail, "body is not JSON");
+}
+
 TEST(StripeTest, BadSignatureWinsOverMissingId) { ExpectInvalid(Stripe(StripeHeader(kStripeSig), "not json")); }
 
 // ---------------------------------------------------------------------------
