@@ -516,6 +516,10 @@ class Validator {
               "a webhook route's path needs one whole segment " + std::string(kWebhookIdPlaceholder) +
                   " (e.g. /webhooks/stripe/" + std::string(kWebhookIdPlaceholder) + ")");
         Check(!r.recovery, path + ".recovery", "recovery is not available on webhook routes");
+        Check(r.match.path_prefix.empty(), path + ".match.path_prefix",
+              "a webhook route matches an exact path (match: { path: " + Quote(r.match.path_prefix) +
+                  " }); path_prefix would take every path below its " + std::string(kWebhookIdPlaceholder) +
+                  " segment too");
       } else {
         Check(match_path.find('{') == std::string::npos && match_path.find('}') == std::string::npos, match_key,
               "only policy: webhook routes may hold " + std::string(kWebhookIdPlaceholder) +
@@ -611,6 +615,10 @@ class Validator {
             "set exactly one of secret_env and secret_file");
       CheckEnvName(w.secret_env, path + ".secret_env");
       if (!w.public_url.empty()) {
+        // Only Twilio signs the URL it calls; any other provider would ignore it.
+        Check(w.provider == "twilio" || w.provider == "twilio_event_streams", path + ".public_url",
+              "only providers twilio and twilio_event_streams sign the URL they call, so only they take public_url "
+              "(provider is " + Quote(w.provider) + ")");
         Check(IsPublicUrl(w.public_url), path + ".public_url",
               "expected scheme://host[:port] with scheme http or https and no path (got " + Quote(w.public_url) +
                   ")");

@@ -30,8 +30,8 @@
 //  - A webhook route's path holds one whole segment `{webhook_id}` (SPEC §7):
 //    it matches any one non-empty segment there, which names the webhook
 //    endpoint ("/hooks/{webhook_id}" matches "/hooks/acme" and "/hooks/acme/",
-//    not "/hooks/" nor "/hooks/a/b" for `path`; `path_prefix` allows
-//    "/hooks/a/b").
+//    not "/hooks/" nor "/hooks/a/b" for `path`; `path_prefix`, which config
+//    validation refuses on webhook routes, would allow "/hooks/a/b").
 //  - `match.methods`: when set, the method must be one of them (exact,
 //    case-sensitive, as HTTP methods are); a path that fits with another
 //    method goes on to the next route.

@@ -325,6 +325,11 @@ std::vector<BadConfig> BadConfigs() {
        HookRoute("/h/{webhook_id}", "    recovery: true\n    idempotency: { policy: webhook, provider: stripe }\n",
                  "path_prefix"),
        7, "routes[0].recovery", "recovery is not available on webhook routes"},
+      // The id is one whole segment of an exact path: a prefix would take "/h/acme/extra" too.
+      {"WebhookRouteWithPathPrefix",
+       HookRoute("/h/{webhook_id}", "    idempotency: { policy: webhook, provider: stripe }\n", "path_prefix"), 5,
+       "routes[0].match.path_prefix",
+       "a webhook route matches an exact path (match: { path: \"/h/{webhook_id}\" })"},
       {"ProviderOnNonWebhookRoute", WithIdempotency("      provider: stripe\n"), 8,
        "routes[0].idempotency.provider", "provider is only used with policy: webhook"},
 
@@ -415,6 +420,13 @@ std::vector<BadConfig> BadConfigs() {
        "webhooks.endpoints[0].generic", "only provider generic takes generic settings"},
       {"PublicUrlWithPath", Endpoint("twilio", "      public_url: \"https://hooks.example.com/x\"\n"), 14,
        "webhooks.endpoints[0].public_url", "expected scheme://host[:port]"},
+      {"PublicUrlOnStripe", Endpoint("stripe", "      public_url: \"https://hooks.example.com\"\n"), 14,
+       "webhooks.endpoints[0].public_url",
+       "only providers twilio and twilio_event_streams sign the URL they call, so only they take public_url "
+       "(provider is \"stripe\")"},
+      {"PublicUrlOnGeneric",
+       Endpoint("generic", "      generic: { header: X-S, id_header: X-Id }\n      public_url: \"https://h.example\"\n"),
+       15, "webhooks.endpoints[0].public_url", "only they take public_url (provider is \"generic\")"},
       {"PublicUrlWithoutScheme", Endpoint("twilio", "      public_url: hooks.example.com\n"), 14,
        "webhooks.endpoints[0].public_url", "expected scheme://host[:port]"},
       {"DuplicateEndpointId",

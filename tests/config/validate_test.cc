@@ -206,6 +206,29 @@ TEST(ValidateTest, RecoveryNeedsGetAmongTheRoutesMethods) {
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
 }
 
+// Only Twilio signs the URL it calls, so only its providers take a public_url.
+TEST(ValidateTest, PublicUrlIsForTwilioEndpointsOnly) {
+  Config c = CodeConfig();
+  WebhookEndpoint w;
+  w.id = "w1";
+  w.tenant = "t";
+  w.project = "p";
+  w.secret_env = "SECRET";
+  w.public_url = "https://hooks.example.com:8443";
+  c.webhooks.push_back(w);
+  for (const std::string provider : {"twilio", "twilio_event_streams"}) {
+    c.webhooks[0].provider = provider;
+    EXPECT_TRUE(Validate(c).ok()) << provider << ": " << Validate(c).message();
+  }
+  for (const std::string provider : {"stripe", "github", "standard_webhooks"}) {
+    c.webhooks[0].provider = provider;
+    EXPECT_EQ(Validate(c).message().rfind("webhooks.endpoints[0].public_url: only providers twilio and ", 0), 0u)
+        << Validate(c).message();
+  }
+  c.webhooks[0].public_url.clear();
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+}
+
 // No lease renewal: a lease shorter than the upstream's timeout lets a retry
 // take over (and run again) a request that is still within its timeout.
 TEST(ValidateTest, LeaseMustLastAsLongAsTheUpstreamTimeout) {

@@ -72,7 +72,7 @@ class WebhookTest : public GatewaySuite {
       << "    upstream: fake\n"
       << "    idempotency: { policy: webhook, provider: stripe }\n"
       << "  - id: github-hooks\n"
-      << "    match: { path_prefix: \"/echo/github/{webhook_id}\" }\n"
+      << "    match: { path: \"/echo/github/{webhook_id}\" }\n"
       << "    upstream: fake\n"
       << "    idempotency: { policy: webhook, provider: github }\n"
       << "  - id: twilio-hooks\n"
@@ -313,7 +313,7 @@ TEST_F(WebhookTest, UnknownEndpointsAreNotFound) {
 TEST_F(WebhookTest, GithubDeliveryIsTheKey) {
   Start();
   const std::string body = R"({"action":"opened","number":7})";
-  HttpRequest req{.method = "POST", .target = "/echo/github/acme-gh/events"};
+  HttpRequest req{.method = "POST", .target = "/echo/github/acme-gh"};
   req.headers = {{"Content-Type", "application/json"},
                  {"X-GitHub-Event", "pull_request"},
                  {"X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"},
