@@ -95,7 +95,7 @@ std::optional<Args> ParseArgs(int argc, char** argv, std::string* error) {
     const std::string_view arg = a[i];
     auto value = [&](std::string_view name) -> std::optional<std::string> {
       if (i + 1 >= a.size()) {
-        *error = std::string(name) + " needs a value";
+        *error = std::string(name) + (name == "check-config" ? " needs the config FILE to check" : " needs a value");
         return std::nullopt;
       }
       return std::string(a[++i]);

@@ -27,6 +27,12 @@ bool MultiplyChecked(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return true;
 }
 
+// A unit that holds a digit or a point is a fraction ("1.5s") or several
+// numbers with units ("1h30m"), which the parsers do not read.
+bool LooksCompound(std::string_view unit) {
+  return unit.find_first_of("0123456789.,") != std::string_view::npos;
+}
+
 }  // namespace
 
 StatusOr<Duration> ParseDuration(std::string_view text) {
@@ -49,6 +55,11 @@ StatusOr<Duration> ParseDuration(std::string_view text) {
       }
       return Duration(static_cast<Duration::rep>(ms));
     }
+  }
+  if (LooksCompound(unit)) {
+    return InvalidArgumentError("invalid duration \"" + std::string(text) +
+                                "\" (one whole number and one unit, such as 1500ms or 90m: no fractions, no "
+                                "combined units)");
   }
   return InvalidArgumentError("invalid duration \"" + std::string(text) +
                               "\" (unit must be one of ms, s, m, h, d)");
@@ -74,6 +85,10 @@ StatusOr<std::uint64_t> ParseSize(std::string_view text) {
       }
       return bytes;
     }
+  }
+  if (LooksCompound(unit)) {
+    return InvalidArgumentError("invalid size \"" + std::string(text) +
+                                "\" (one whole number and one unit, such as 1536KiB: no fractions)");
   }
   return InvalidArgumentError("invalid size \"" + std::string(text) +
                               "\" (unit must be one of B, KiB, MiB, GiB, KB, MB, GB)");

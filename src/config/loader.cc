@@ -273,7 +273,12 @@ class Loader {
         !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
     if (!digits || ec != std::errc() || ptr != s.data() + s.size() || value > max) {
-      Fail(f, "expected a whole number in 0.." + std::to_string(max) + ", got \"" + s + "\"");
+      // A type's own limit is no range worth naming (the validation names the real one).
+      const bool type_limit =
+          max == std::numeric_limits<std::uint32_t>::max() || max == std::numeric_limits<std::uint64_t>::max();
+      Fail(f, (type_limit ? std::string("expected a whole number (0 or more)")
+                          : "expected a whole number in 0.." + std::to_string(max)) +
+                  ", got \"" + s + "\"");
     }
     return value;
   }

@@ -26,6 +26,17 @@ TEST(ParseDuration, RejectsMalformed) {
   }
 }
 
+// A fraction or a combined form is named as such, not as an unknown unit.
+TEST(ParseDuration, SaysWhyAFractionOrACombinedFormIsRefused) {
+  for (const char* bad : {"1.5s", "1h30m", "2m30s"}) {
+    EXPECT_NE(ParseDuration(bad).status().message().find("no fractions, no combined units"), std::string::npos)
+        << bad << ": " << ParseDuration(bad).status().message();
+  }
+  EXPECT_NE(ParseDuration("10sec").status().message().find("unit must be one of"), std::string::npos);
+  EXPECT_NE(ParseSize("1.5MiB").status().message().find("no fractions"), std::string::npos)
+      << ParseSize("1.5MiB").status().message();
+}
+
 TEST(ParseSize, AcceptsEveryUnit) {
   EXPECT_EQ(ParseSize("512").value(), 512u);
   EXPECT_EQ(ParseSize("64B").value(), 64u);

@@ -90,7 +90,7 @@ std::vector<BadConfig> BadConfigs() {
       {"FractionalSize", WithIdempotency("      max_response_bytes: 1.5MiB\n"), 8,
        "routes[0].idempotency.max_response_bytes", "invalid size \"1.5MiB\""},
       {"NotANumber", m + "workers: many\n", 7, "workers", "expected a whole number"},
-      {"NegativeNumber", m + "workers: -1\n", 7, "workers", "expected a whole number"},
+      {"NegativeNumber", m + "workers: -1\n", 7, "workers", "expected a whole number (0 or more), got \"-1\""},
       {"NotABool",
        "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
        "    match: { path_prefix: / }\n    upstream: app\n    recovery: yes\n",
