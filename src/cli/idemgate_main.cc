@@ -272,6 +272,20 @@ int Run(const Args& args) {
   admin::AdminApi::Options api_options;
   if (!config.admin.token_env.empty()) {
     if (const char* token = std::getenv(config.admin.token_env.c_str())) api_options.token = token;
+    // A token that no Authorization header carries intact (white space at
+    // its ends is trimmed from the header, control characters are refused)
+    // would lock every caller out without a word.
+    const std::string& t = api_options.token;
+    const bool bad_char = std::any_of(t.begin(), t.end(), [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return u < 0x20 || u == 0x7f;
+    });
+    if (!t.empty() && (bad_char || t.front() == ' ' || t.back() == ' ')) {
+      Print(stderr, "idemgate: admin.token_env: the token in " + config.admin.token_env +
+                        " starts or ends with a space or holds a control character, so no Authorization header "
+                        "could carry it; fix the variable\n");
+      return 1;
+    }
   }
   api_options.metrics = &metrics;
   api_options.stats = &metrics.stats();

@@ -141,6 +141,13 @@ TEST_F(IdemctlTest, AFailureIsParkedAndItsReplayRunsOnceUnderTheOriginalKey) {
 }
 
 TEST_F(IdemctlTest, AdminCommandsReadAndPurgeKeys) {
+  // A token no Authorization header could carry stops the start.
+  for (const std::string bad : {"s3cret ", " s3cret", "s3c\tret"}) {
+    auto g = GatewayProcess::Start(dir_, Yaml(), {{"TEST_ADMIN_TOKEN", bad}}, "bad-token");
+    ASSERT_FALSE(g.ok()) << "'" << bad << "'";
+    EXPECT_NE(g.status().ToString().find("admin.token_env: the token in TEST_ADMIN_TOKEN"), std::string::npos)
+        << g.status().ToString();
+  }
   StartGateway(Yaml(), {{"TEST_ADMIN_TOKEN", "s3cret"}});
   ASSERT_EQ(Idemctl({"send", "-k", "k-admin", "-d", "{}", Url("/echo/pay")}).code, 0);
   const std::string stored = "t-_:_:_:api:k-admin";
