@@ -19,7 +19,11 @@
 // status Asio's own operations use to stop speculating: the next read waits
 // for epoll's next edge, which the kernel raises for any later byte or FIN.
 // The reactor records that status under its descriptor lock in the same step
-// as the receive, so no arrival can be missed between the two. Without the
+// as the receive, so no arrival can be missed between the two. One arrival
+// the count does not show: a reset (the kernel marks only a FIN). A reset
+// that came right behind the bytes just read raises no further edge, so a
+// reader that got part of a message and waits for the rest first tries one
+// receive without waiting (ReceiveNow in http/internal/io.h). Without the
 // hint (option not set, other kernels) the count is absent and reads behave
 // exactly as Asio's.
 //

@@ -635,14 +635,14 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (c_.head.method == "HEAD") up.skip(true);
         const bool nothing_yet = conn->buffer.size() == 0;
         Pump pump;
-        for (;;) {
+        for (bool partial = false;; partial = true) {
           ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
           if (!pump.need_more) break;
           error_code read_ec;
           std::size_t n = 0;
           if (conn->tls) {
             n = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kHeaderReadSize), read_ec);
-          } else {
+          } else if (!partial || !ReceiveNow(conn->socket, conn->buffer.prepare(kHeaderReadSize), read_ec, n)) {
             std::tie(read_ec, n) =
                 co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
           }
@@ -785,7 +785,8 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           std::size_t got = 0;
           if (conn->tls) {
             got = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kBodyReadSize), read_ec);
-          } else {
+          } else if (!ReceiveNow(conn->socket, conn->buffer.prepare(kBodyReadSize), read_ec, got)) {
+            // Every read here follows one that left the body incomplete.
             std::tie(read_ec, got) =
                 co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kBodyReadSize)), kTuple);
           }

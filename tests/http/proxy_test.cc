@@ -743,6 +743,30 @@ TEST(InProcessProxyTest, SlowUpstreamIs504) {
   EXPECT_EQ(results[0].outcome, http::ForwardOutcome::kTimedOut);
 }
 
+// A reset that arrives right behind the last bytes an upstream sent (the
+// kernel's queue-length hint counts a FIN but not a reset, and no further
+// epoll edge comes) is seen at once, not after the upstream timeout.
+TEST(InProcessProxyTest, AnUpstreamResetRightBehindItsBytesIsSeenAtOnce) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 4s;
+  options.capture = true;
+  Harness h(options);
+  constexpr int kRounds = 6;
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string target = i % 2 == 0 ? "/reset?at=head" : "/reset?at=body";
+    auto conn = RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("GET " + target + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok());
+    (void)conn->ReadUntilClosed(10s);
+  }
+  ASSERT_TRUE(h.handler().WaitForResults(kRounds));
+  for (const auto& r : h.handler().results()) {
+    EXPECT_EQ(r.outcome, http::ForwardOutcome::kUpstreamFailed) << http::ForwardOutcomeName(r.outcome);
+  }
+}
+
 TEST(InProcessProxyTest, UpstreamDyingMidResponseCutsTheClientConnection) {
   TestUpstream upstream;
   HandlerOptions options;

@@ -286,6 +286,18 @@ struct TestUpstream::Impl {
         (void)sn;
         if (s_ec) co_return;
         u.stray_written_.fetch_add(1);
+      } else if (target.starts_with("/reset")) {
+        // Part of a response, then a reset (SO_LINGER 0) right behind it:
+        // both reach the gateway before it reads.
+        const bool in_head = target.find("at=head") != std::string::npos;
+        static constexpr std::string_view kHeadPart = "HTTP/1.1 200 OK\r\nContent-Le";
+        static constexpr std::string_view kBodyPart = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789";
+        const std::string_view part = in_head ? kHeadPart : kBodyPart;
+        boost::system::error_code ignored;
+        s.set_option(asio::socket_base::linger(true, 0), ignored);
+        (void)::send(s.native_handle(), part.data(), part.size(), MSG_NOSIGNAL);
+        s.close(ignored);
+        co_return;
       } else if (target.starts_with("/die")) {
         static constexpr std::string_view kTorso = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789";
         co_await asio::async_write(s, asio::buffer(kTorso.data(), kTorso.size()), kTuple);

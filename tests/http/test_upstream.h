@@ -20,6 +20,8 @@
 //   /slow             answers after 20 s (never, in a test)
 //   /close            200 "closing" (no Connection: close), then closes the socket
 //   /die              Content-Length 1000, 10 bytes, then closes
+//   /reset?at=head|body  part of a response (the head cut short, or a whole
+//                     head with 10 of 1000 body bytes), then a reset at once
 //   /eof              HTTP/1.0 200 whose body ends with the connection (one
 //                     write, then close)
 //   /canned/NAME      a fixed response as written (test_upstream.cc has the

@@ -112,6 +112,23 @@ error_code Feed(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buff
   }
 }
 
+// One receive without waiting, for a read that follows one which left its
+// message incomplete: the kernel's queue-length hint (common/receive.h)
+// counts a FIN but not a reset, so a reset that arrived right behind the
+// bytes just read raises no further epoll edge, and a wait for the rest
+// would last until its timeout. False when the receive would block (the
+// caller then waits); otherwise `n` and `ec` are the receive's result. The
+// socket must be in non-blocking mode.
+inline bool ReceiveNow(tcp::socket& socket, asio::mutable_buffer into, error_code& ec, std::size_t& n) {
+  n = socket.receive(into, 0, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec.clear();
+    return false;
+  }
+  if (!ec && n == 0) ec = asio::error::eof;
+  return true;
+}
+
 // State of one parse-and-receive loop. Reads go through async_read_some
 // into a DrainAwareBuffer (not a direct receive plus async_wait, whose wait
 // costs an epoll_ctl): the receive tells Asio when it emptied the socket, and
