@@ -75,6 +75,13 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
     *why = "a method with lower-case letters (methods are case-sensitive: POST, not post)";
     return false;
   }
+  // CONNECT asks for a tunnel (RFC 9110 section 9.3.6), which the gateway
+  // does not open; forwarded on a pooled connection, it could make an
+  // upstream that is itself a proxy open one.
+  if (head.method == "CONNECT") {
+    *why = "CONNECT is not supported (the gateway opens no tunnels)";
+    return false;
+  }
   head.headers.clear();
   std::size_t hosts = 0;
   std::string_view host;

@@ -405,6 +405,23 @@ TEST(ServerProxyBodyTest, StreamedBodyThatStallsIs408AndCloses) {
   }
 }
 
+// CONNECT asks for a tunnel, which the gateway does not open: refused in any
+// target form, never forwarded.
+TEST_F(ServerTest, ConnectIs400AndNeverReachesTheHandler) {
+  Start();
+  for (const std::string target : {"/x", "example.com:443"}) {
+    SCOPED_TRACE(target);
+    auto conn = RawConnection::Connect(endpoint_);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(conn->Write("CONNECT " + target + " HTTP/1.1\r\nHost: example.com:443\r\n\r\n").ok());
+    const std::string raw = conn->ReadUntilClosed(10s);
+    auto res = testing::ParseResponse(raw);
+    ASSERT_TRUE(res.ok()) << raw;
+    EXPECT_EQ(res->status, 400);
+    EXPECT_EQ(res->Header("Content-Type"), "application/problem+json");
+  }
+}
+
 // Methods are case-sensitive, and an upstream that upper-cases them would
 // run "post" as a POST that skipped the route's checks: refused, closed.
 TEST_F(ServerTest, MethodsWithLowerCaseLettersAre400AndClose) {
