@@ -669,6 +669,44 @@ TEST_F(CliTest, CheckConfigNamesFileLineAndKeyOfAnError) {
   EXPECT_NE(output.find("nowhere"), std::string::npos) << output;
 }
 
+// check-config reads the identity keys and secret files as a start would; a
+// secret from an environment variable that is not set where it runs is only
+// noted.
+TEST_F(CliTest, CheckConfigReadsKeyAndSecretFilesAndNotesUnsetSecrets) {
+  const std::string head =
+      "listen: 127.0.0.1:0\n"
+      "upstreams:\n"
+      "  app: { url: http://127.0.0.1:9 }\n"
+      "routes:\n"
+      "  - id: all\n"
+      "    match: { path_prefix: / }\n"
+      "    upstream: app\n";
+  auto missing_keys = WriteConfig(
+      dir_, head + "identity: { mode: api_key, api_key: { keys_file: " + dir_.Join("none.yaml") + " } }\n", "keys.yaml");
+  ASSERT_TRUE(missing_keys.ok());
+  auto [status, output] = Run({"check-config", *missing_keys});
+  EXPECT_TRUE(status.exited && status.code == 1) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find("identity.api_key.keys_file"), std::string::npos) << output;
+
+  ASSERT_TRUE(WriteFile(dir_.Join("short.secret"), "only-20-bytes-long..").ok());
+  auto short_secret = WriteConfig(
+      dir_, head + "identity: { mode: jwt, jwt: { algorithms: [HS256], secret_file: " + dir_.Join("short.secret") + " } }\n",
+      "short.yaml");
+  ASSERT_TRUE(short_secret.ok());
+  std::tie(status, output) = Run({"check-config", *short_secret});
+  EXPECT_TRUE(status.exited && status.code == 1) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find("shorter than 32 bytes"), std::string::npos) << output;
+
+  auto from_env = WriteConfig(
+      dir_, head + "identity: { mode: jwt, jwt: { algorithms: [HS256], secret_env: CHECK_CONFIG_UNSET_SECRET } }\n",
+      "env.yaml");
+  ASSERT_TRUE(from_env.ok());
+  std::tie(status, output) = Run({"check-config", *from_env});
+  EXPECT_TRUE(status.exited && status.code == 0) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find("note: the environment variable CHECK_CONFIG_UNSET_SECRET is not set here"), std::string::npos)
+      << output;
+}
+
 TEST_F(CliTest, MissingConfigFileFailsToStart) {
   auto [status, output] = Run({"--config", dir_.Join("no-such-file.yaml")});
   EXPECT_TRUE(status.exited && status.code != 0) << status.ToString();
