@@ -121,9 +121,11 @@ class Settlement final : public http::ForwardObserver {
     }
     if (stored.code() == StatusCode::kFailedPrecondition) {
       // The reservation is gone: another request took the key over after
-      // our lease ended (its outcome wins), or an admin purged it.
+      // our lease ended (its outcome wins), an admin purged it, or the store
+      // lost it (a Redis restarted without persistence).
       if (metrics_ != nullptr) metrics_->Conflict(scope_, ConflictReason::kLeaseLost);
-      LogWarn("response not stored: the reservation is gone (taken over after its lease ended, or purged)",
+      LogWarn("response not stored: the reservation is gone (taken over after its lease ended, or purged, "
+              "or the store lost it: a Redis restart without persistence)",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
       co_return;
     }
