@@ -258,7 +258,16 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           if (auto r = cancelled()) co_return std::move(*r);
           const Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch,
                                                   &existing, &now, &waited);
-          if (!s.ok()) co_return StoreError(s);
+          if (!s.ok()) {
+            // The record was in flight when last read. A store error would
+            // let fail_open forward the request beside the one running.
+            BeginResult r;
+            r.outcome = BeginOutcome::kInFlight;
+            r.retry_after = action.retry_after;
+            r.record = std::move(existing);
+            r.waited = waited;
+            co_return r;
+          }
           break;
         }
       }

@@ -10,6 +10,7 @@
 #include <future>
 #include <iostream>
 
+#include "core/engine.h"
 #include "store/redis/redis_store.h"
 #include "tests/redis/io_thread.h"
 #include "tests/redis/redis_server.h"
@@ -698,6 +699,197 @@ TEST_F(RedisStoreTest, AWorkerStoppedWithACommandOutstandingDetachesCleanly) {
   auto after = Reserve(*store_, "after", r);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(after->outcome, ReserveOutcome::kReserved);
+}
+
+
+// What Redis refuses or holds when it takes no writes: the reserve's write
+// fails, and the read that follows decides as the write's reply would have.
+class RedisNoWritesTest : public RedisStoreTest {
+ protected:
+  void SetUp() override {
+    RedisStoreTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    nw_ = MakeStore(200ms);
+  }
+
+  StatusOr<core::ReserveResult> Reserve(RedisStore& s, const std::string& key, const Record& r) {
+    return bg_.Run(s.Reserve(key, r, clock_.NowMillis()));
+  }
+
+  // k-done: completed; k-held: in flight with a valid lease; k-ended: in
+  // flight, lease ended, same fingerprint as the retries below.
+  void StoreRecords(RedisStore& s) {
+    done_ = InFlight("owner-done", Fingerprint('a'), clock_.NowMillis());
+    ASSERT_EQ(Reserve(s, "k-done", done_)->outcome, ReserveOutcome::kReserved);
+    done_ = CompletedFrom(done_, clock_.NowMillis(), 60'000);
+    ASSERT_TRUE(Complete(s, "k-done", "owner-done", done_).ok());
+    held_ = InFlight("owner-held", Fingerprint('a'), clock_.NowMillis(), 60'000);
+    ASSERT_EQ(Reserve(s, "k-held", held_)->outcome, ReserveOutcome::kReserved);
+    const Record ended = InFlight("owner-ended", Fingerprint('a'), clock_.NowMillis() - 10'000, 5'000);
+    ASSERT_EQ(Reserve(s, "k-ended", ended)->outcome, ReserveOutcome::kReserved);
+  }
+
+  core::BeginResult Begin(RedisStore& s, const std::string& key, core::InFlightMode mode,
+                          Duration wait = 300ms) {
+    core::Engine engine(s, clock_);
+    core::KeyedRequest r;
+    r.key = key;
+    r.fingerprint = Fingerprint('a');
+    r.lease = 2s;  // bounds the engine's clean-up after a failed reserve
+    r.in_flight = mode;
+    r.wait_timeout = wait;
+    return bg_.Run(engine.Begin(std::move(r)));
+  }
+
+  // Reserves and engine decisions while writes fail with `write_failure`.
+  // Begin outcomes other than kStoreError never reach store.on_error: a
+  // fail_closed gateway does not answer 503 and a fail_open one does not
+  // forward.
+  void ExpectDecisionsOnRecords(RedisStore& s, std::vector<StatusCode> write_failures) {
+    auto failed_as_the_write = [&](const Status& status) {
+      return std::find(write_failures.begin(), write_failures.end(), status.code()) != write_failures.end();
+    };
+    const Record retry = InFlight("owner-retry", Fingerprint('a'), clock_.NowMillis());
+    auto done = Reserve(s, "k-done", retry);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->outcome, ReserveOutcome::kExists);
+    EXPECT_EQ(*done->existing, done_);
+    auto held = Reserve(s, "k-held", retry);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    EXPECT_EQ(held->outcome, ReserveOutcome::kExists);
+    EXPECT_EQ(*held->existing, held_);
+    // A record the write would have replaced, and no record: the write was needed.
+    const Status ended = Reserve(s, "k-ended", retry).status();
+    EXPECT_TRUE(failed_as_the_write(ended)) << ended.ToString();
+    const Status fresh = Reserve(s, "k-new", retry).status();
+    EXPECT_TRUE(failed_as_the_write(fresh)) << fresh.ToString();
+
+    const core::BeginResult replay = Begin(s, "k-done", core::InFlightMode::kReject);
+    EXPECT_EQ(replay.outcome, core::BeginOutcome::kReplay) << replay.status.ToString();
+    ASSERT_TRUE(replay.record.has_value());
+    EXPECT_EQ(replay.record->response.body, done_.response.body);
+    const core::BeginResult rejected = Begin(s, "k-held", core::InFlightMode::kReject);
+    EXPECT_EQ(rejected.outcome, core::BeginOutcome::kInFlight) << rejected.status.ToString();
+    const core::BeginResult waited = Begin(s, "k-held", core::InFlightMode::kWait);
+    EXPECT_EQ(waited.outcome, core::BeginOutcome::kInFlight) << waited.status.ToString();
+    const core::BeginResult begun = Begin(s, "k-new", core::InFlightMode::kReject);
+    EXPECT_EQ(begun.outcome, core::BeginOutcome::kStoreError);
+    EXPECT_TRUE(failed_as_the_write(begun.status)) << begun.status.ToString();
+  }
+
+  Record done_, held_;
+  std::unique_ptr<RedisStore> nw_;  // timeout 200ms
+  // Declared after nw_, so joined first: it runs what the engine and the
+  // store leave running in the background, which uses nw_.
+  IoThread bg_;
+};
+
+TEST_F(RedisNoWritesTest, AFullRedisStillReplaysAndRefusesWhatIsInFlight) {
+  StoreRecords(*nw_);
+  ASSERT_EQ(server_.Run({"CONFIG", "SET", "maxmemory-policy", "noeviction"}).type, Reply::Type::kStatus);
+  ASSERT_EQ(server_.Run({"CONFIG", "SET", "maxmemory", "1"}).type, Reply::Type::kStatus);
+  ASSERT_TRUE(server_.Run({"SET", "probe", "x"}).IsErrorCode("OOM")) << "writes are refused";
+  ExpectDecisionsOnRecords(*nw_, {StatusCode::kResourceExhausted});
+  ASSERT_EQ(server_.Run({"CONFIG", "SET", "maxmemory", "0"}).type, Reply::Type::kStatus);
+  EXPECT_EQ((*Get(*nw_, "k-held"))->owner, "owner-held") << "nothing was written";
+}
+
+TEST_F(RedisNoWritesTest, AReplicaStillReplaysAndRefusesWhatIsInFlight) {
+  StoreRecords(*nw_);
+  // A replica of a server that is not there: its data stays, writes get
+  // READONLY (replica-read-only is the default).
+  ASSERT_EQ(server_.Run({"CONFIG", "SET", "replica-serve-stale-data", "yes"}).type, Reply::Type::kStatus);
+  ASSERT_EQ(server_.Run({"REPLICAOF", "127.0.0.1", std::to_string(testing::PickFreePort())}).type,
+            Reply::Type::kStatus);
+  ASSERT_TRUE(server_.Run({"SET", "probe", "x"}).IsErrorCode("READONLY"));
+  ExpectDecisionsOnRecords(*nw_, {StatusCode::kUnavailable});
+  server_.Run({"REPLICAOF", "NO", "ONE"});
+}
+
+// A failover holds writes with CLIENT PAUSE WRITE: the reserve's command
+// waits, times out, and every later command on its connection waits behind
+// it. The read goes on the client's second connection.
+TEST_F(RedisNoWritesTest, WritesHeldByClientPauseStillReplayAndRefuseWhatIsInFlight) {
+  StoreRecords(*nw_);
+  ASSERT_EQ(server_.Run({"CLIENT", "PAUSE", "60000", "WRITE"}).type, Reply::Type::kStatus);
+  // Unavailable: a connection with replies owed for a second is redialled.
+  ExpectDecisionsOnRecords(*nw_, {StatusCode::kDeadlineExceeded, StatusCode::kUnavailable});
+  ASSERT_EQ(server_.Run({"CLIENT", "UNPAUSE"}).type, Reply::Type::kStatus);
+}
+
+// A write held by a pause may run once it ends; if the record it was
+// answered with (kExists) went first, it would leave a reservation nobody
+// holds. The Release sent behind it on its connection deletes it.
+TEST_F(RedisNoWritesTest, AHeldWriteThatLandsAfterTheRecordWentIsReleased) {
+  RedisStore* store = nw_.get();
+  StoreRecords(*store);
+  auto other = MakeStore();
+  // Both scripts cached, so that each runs as one command where it was queued.
+  ASSERT_TRUE(io_.Run(other->Purge("warm-up")).ok());
+  ASSERT_EQ(io_.Run(other->Release("warm-up", "nobody")).code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(server_.Run({"CLIENT", "PAUSE", "60000", "WRITE"}).type, Reply::Type::kStatus);
+  // Held first, so it runs first when the pause ends.
+  IoThread purger;
+  auto purged = purger.Start(other->Purge("k-done"));
+  std::this_thread::sleep_for(100ms);
+  const Record retry = InFlight("owner-retry", Fingerprint('a'), clock_.NowMillis());
+  auto res = Reserve(*store, "k-done", retry);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->outcome, ReserveOutcome::kExists);
+  ASSERT_EQ(server_.Run({"CLIENT", "UNPAUSE"}).type, Reply::Type::kStatus);
+  ASSERT_TRUE(purged.get().ok());
+  // The purge ran, then the held SET NX wrote "owner-retry"'s reservation,
+  // then the Release deleted it.
+  EXPECT_TRUE(WaitUntil([&] { return server_.Run({"EXISTS", store->RecordKey("k-done")}).integer == 0; }))
+      << Get(*store, "k-done")->value_or(Record{}).owner;
+}
+
+TEST_F(RedisStoreTest, BodiesTooLargeToReadBackInTimeAreStoredOmitted) {
+  EXPECT_EQ(RedisStore::MaxBodyBytes(200ms), 6'710'886u);
+  EXPECT_EQ(RedisStore::MaxBodyBytes(8s), 256u << 20);
+  EXPECT_EQ(RedisStore::MaxBodyBytes(1h), 256u << 20);
+  auto store = MakeStore(20ms);
+  const std::uint64_t cap = RedisStore::MaxBodyBytes(20ms);
+  const Record small = InFlight("o1", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store, "fits", small)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store, "fits", "o1", CompletedFrom(small, clock_.NowMillis(), 60'000,
+                                                           std::string(cap, 'f'))).ok());
+  const Record big = InFlight("o2", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store, "big", big)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store, "big", "o2", CompletedFrom(big, clock_.NowMillis(), 60'000,
+                                                          std::string(cap + 1, 'b'))).ok());
+  auto fits = Get(*store, "fits");
+  ASSERT_TRUE(fits.ok() && fits->has_value()) << fits.status().ToString();
+  EXPECT_EQ((*fits)->response.body.size(), cap);
+  EXPECT_FALSE((*fits)->response.body_omitted);
+  auto got = Get(*store, "big");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_TRUE((*got)->response.body_omitted);
+  EXPECT_EQ((*got)->response.body, "");
+  EXPECT_EQ((*got)->response.status, 201);
+  EXPECT_EQ(store->Stats().bodies_dropped, 1u);
+}
+
+// cluster: true against a server without cluster support: nothing is
+// routed to whichever seed answers, and Ping (readiness) says why.
+TEST_F(RedisStoreTest, ClusterModeAgainstAStandaloneServerFailsEverythingAlike) {
+  RedisStore::Options o;
+  o.addresses = {server_.address()};
+  o.cluster = true;
+  o.timeout = 1s;
+  o.clock = &clock_;
+  auto store = RedisStore::Connect(o);
+  ASSERT_TRUE(store.ok());
+  const Status refreshed = io_.Run((*store)->client().RefreshSlots());
+  EXPECT_EQ(refreshed.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refreshed.message().find("not a cluster node"), std::string::npos) << refreshed.ToString();
+  const Status ping = io_.Run((*store)->Ping());
+  EXPECT_NE(ping.message().find("not a cluster node"), std::string::npos) << ping.ToString();
+  auto res = Reserve(**store, "k", InFlight("o", Fingerprint('a'), clock_.NowMillis()));
+  EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(res.status().message().find("not a cluster node"), std::string::npos) << res.status().ToString();
+  EXPECT_EQ(Get(**store, "k").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(server_.Run({"DBSIZE"}).integer, 0);
 }
 
 }  // namespace

@@ -82,9 +82,11 @@ void Client::Shutdown() {
   auto close = [this] {
     closed_ = true;
     refresh_timer_.cancel();
-    for (auto& [name, conn] : nodes_) {
-      conn->set_on_failure(nullptr);  // a connection may outlive this client in a pending handler
-      conn->Close();
+    for (auto* group : {&nodes_, &aside_}) {
+      for (auto& [name, conn] : *group) {
+        conn->set_on_failure(nullptr);  // a connection may outlive this client in a pending handler
+        conn->Close();
+      }
     }
     if (subscriber_) subscriber_->Close();
   };
@@ -108,6 +110,16 @@ std::shared_ptr<Connection> Client::Node(const Address& address) {
       if (options_.cluster) it->second->set_on_failure([this] { RequestRefresh(); });
       it->second->Start();
     }
+  }
+  return it->second;
+}
+
+std::shared_ptr<Connection> Client::AsideNode(const Address& address) {
+  auto [it, inserted] = aside_.try_emplace(address.ToString());
+  if (inserted) {
+    // Not started: its first command dials it.
+    it->second = std::make_shared<Connection>(io_.get_executor(), address, options_.connection);
+    if (closed_) it->second->Close();
   }
   return it->second;
 }
@@ -147,13 +159,26 @@ Address Client::NextSubscriberAddress() {
 Task<StatusOr<Reply>> Client::Execute(Command command) {
   const SteadyTime deadline = SteadyClock::now() + options_.timeout;
   commands_.fetch_add(1, std::memory_order_relaxed);
-  if (worker_bound()) co_return co_await Route(std::move(command), deadline);  // already on io_
-  auto result = co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline)), asio::use_awaitable);
+  if (worker_bound()) co_return co_await Route(std::move(command), deadline, false);  // already on io_
+  auto result =
+      co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline, false)), asio::use_awaitable);
   co_return std::move(*result);
 }
 
-Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
+Task<StatusOr<Reply>> Client::ExecuteAside(Command command) {
+  const SteadyTime deadline = SteadyClock::now() + options_.timeout;
+  commands_.fetch_add(1, std::memory_order_relaxed);
+  if (worker_bound()) co_return co_await Route(std::move(command), deadline, true);
+  auto result = co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline, true)), asio::use_awaitable);
+  co_return std::move(*result);
+}
+
+Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline, bool aside) {
   if (closed_) co_return UnavailableError("redis: client closed");
+  if (!not_a_cluster_.empty()) {
+    RequestRefresh();  // spaced out; finds the slot map once the servers have one
+    co_return UnavailableError(not_a_cluster_);
+  }
   std::shared_ptr<Connection> conn;
   if (!options_.cluster) {
     conn = standalone_;
@@ -162,6 +187,7 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
   } else {
     conn = AnyNode();
   }
+  if (aside) conn = AsideNode(conn->address());
   bool asking = false;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     StatusOr<Reply> reply = co_await conn->Execute(command.encoded, deadline, asking);
@@ -173,10 +199,11 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline) {
     if (auto redirect = ParseRedirect(*reply)) {
       Address target = redirect->address;
       if (target.host.empty()) target.host = conn->address().host;
-      conn = Node(target);
+      std::shared_ptr<Connection> node = Node(target);
+      conn = aside ? AsideNode(target) : node;
       if (redirect->kind == Redirect::Kind::kMoved) {
         moved_.fetch_add(1, std::memory_order_relaxed);
-        slots_[static_cast<std::size_t>(redirect->slot)] = conn.get();
+        slots_[static_cast<std::size_t>(redirect->slot)] = node.get();
         RequestRefresh();
         asking = false;
       } else {
@@ -207,6 +234,11 @@ Task<std::vector<StatusOr<Reply>>> Client::OnMasters(std::vector<std::string> ar
   std::vector<StatusOr<Reply>> results;
   if (closed_) {
     results.emplace_back(UnavailableError("redis: client closed"));
+    co_return results;
+  }
+  if (!not_a_cluster_.empty()) {
+    RequestRefresh();
+    results.emplace_back(UnavailableError(not_a_cluster_));
     co_return results;
   }
   std::vector<std::shared_ptr<Connection>> targets;
@@ -245,11 +277,18 @@ Task<Status> Client::RefreshOnce() {
   }
   const auto slots_command = ClusterSlotsCommand();
   Status last = UnavailableError("redis cluster: no node to ask for the slot map");
+  std::string not_a_cluster;
   for (auto& conn : candidates) {
     auto reply = co_await conn->Execute(slots_command, SteadyClock::now() + options_.timeout);
     if (closed_) co_return UnavailableError("redis: client closed");
     if (!reply.ok()) {
       last = reply.status();
+      continue;
+    }
+    if (reply->is_error() && reply->str.find("cluster support disabled") != std::string::npos) {
+      not_a_cluster = "redis " + conn->address().ToString() +
+                      ": not a cluster node (store.redis.cluster is true): " + reply->str;
+      last = UnavailableError(not_a_cluster);
       continue;
     }
     auto ranges = ParseClusterSlots(*reply, conn->address());
@@ -263,9 +302,15 @@ Task<Status> Client::RefreshOnce() {
       std::fill(next.begin() + r.first, next.begin() + r.last + 1, master);
     }
     slots_.swap(next);
+    not_a_cluster_.clear();
     refreshes_.fetch_add(1, std::memory_order_relaxed);
     co_return Status::Ok();
   }
+  // No node had a slot map; one without cluster support at all means the
+  // configuration is wrong: everything fails with that, rather than run
+  // unrouted on whichever seed answers (two standalone servers would each
+  // hold half the records).
+  if (!not_a_cluster.empty()) not_a_cluster_ = std::move(not_a_cluster);
   co_return last;
 }
 

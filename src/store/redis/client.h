@@ -48,7 +48,8 @@ struct Command {
 Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 
 // Redis (standalone or Cluster) client with one pipelined Connection per
-// node. Two modes:
+// node (and, once ExecuteAside was used, a second one per node for it). Two
+// modes:
 //  - owned thread (Client(options)): it runs one I/O thread with its own
 //    io_context and a shared pub/sub Subscriber; callers on any executor hop
 //    onto it per command and resume on their own executor;
@@ -63,7 +64,9 @@ Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 // once and schedules a background refresh; -ASK retries once on the named
 // node behind ASKING; -TRYAGAIN retries after a short pause; connection
 // failures schedule a refresh. Commands are never resent after a transport
-// failure (the server may have run them).
+// failure (the server may have run them). A seed that answers CLUSTER SLOTS
+// with "cluster support disabled" (a standalone server), while no node has a
+// slot map, makes every command fail with Unavailable saying so.
 //
 // Thread-safety: Execute* may be called concurrently from any thread. The
 // destructor must not run on the I/O thread, nor while calls are pending.
@@ -82,6 +85,12 @@ class Client {
   // unreachable, connection lost), or DeadlineExceeded (no reply within
   // options.timeout).
   Task<StatusOr<Reply>> Execute(Command command);
+  // As Execute, on a second connection per node that carries nothing but
+  // these calls, dialled on first use: a read that must not wait behind
+  // commands already on the usual connection (a write Redis holds during
+  // CLIENT PAUSE WRITE keeps every command after it on its connection
+  // waiting too).
+  Task<StatusOr<Reply>> ExecuteAside(Command command);
   // Runs `args` on every master (every node of the slot map; the one node
   // when standalone), in order; one result per master.
   Task<std::vector<StatusOr<Reply>>> ExecuteOnMasters(std::vector<std::string> args);
@@ -112,12 +121,14 @@ class Client {
   std::uint64_t refresh_count() const { return refreshes_.load(std::memory_order_relaxed); }
 
  private:
-  Task<StatusOr<Reply>> Route(Command command, SteadyTime deadline);
+  Task<StatusOr<Reply>> Route(Command command, SteadyTime deadline, bool aside);
   Task<std::vector<StatusOr<Reply>>> OnMasters(std::vector<std::string> args);
   Task<Status> RefreshOnce();
   Task<void> RefreshLoop();
   void RequestRefresh();
   std::shared_ptr<Connection> Node(const Address& address);
+  // The ExecuteAside connection to `address`, made (not dialled) on first use.
+  std::shared_ptr<Connection> AsideNode(const Address& address);
   std::shared_ptr<Connection> AnyNode();
   std::vector<std::shared_ptr<Connection>> Masters() const;
   Address NextSubscriberAddress();
@@ -130,9 +141,14 @@ class Client {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   // I/O thread only:
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by Address::ToString()
+  std::map<std::string, std::shared_ptr<Connection>> aside_;  // ExecuteAside's, likewise
   std::vector<Connection*> slots_;                             // cluster: slot -> master
   std::shared_ptr<Connection> standalone_;                     // standalone: the node
   bool closed_ = false;
+  // Cluster: set when no node had a slot map and one said it has no cluster
+  // support (a standalone server); every command fails with it until a
+  // refresh loads a slot map.
+  std::string not_a_cluster_;
   bool refreshing_ = false;
   bool refresh_again_ = false;
   boost::asio::steady_timer refresh_timer_;

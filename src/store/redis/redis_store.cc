@@ -15,6 +15,7 @@
 #include <functional>
 
 #include "common/digest.h"
+#include "common/log.h"
 
 namespace idemgate::store::redis {
 
@@ -362,7 +363,17 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
 }
 
 RedisStore::RedisStore(Options options, ClientOptions client_options, std::unique_ptr<Client> client)
-    : options_(std::move(options)), client_options_(std::move(client_options)), client_(std::move(client)) {}
+    : options_(std::move(options)),
+      client_options_(std::move(client_options)),
+      client_(std::move(client)),
+      max_body_bytes_(MaxBodyBytes(options_.timeout)) {}
+
+std::uint64_t RedisStore::MaxBodyBytes(Duration timeout) {
+  const auto ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  // 256 MiB / 32 MiB/s = 8 s: a longer timeout no longer raises the cap.
+  if (ms >= 8000) return kMaxBodyBytesCeiling;
+  return ms * kBodyBytesPerSecond / 1000;
+}
 
 RedisStore::~RedisStore() {
   // Joins the I/O thread first: background work (stats) still uses members.
@@ -465,7 +476,10 @@ Task<StatusOr<core::ReserveResult>> RedisStore::Reserve(std::string key, Record 
     // which looks again atomically. Cheaper for Redis than running Lua.
     Command set = SetNxGetCommand(RecordKey(key), encoded, ttl);
     auto reply = co_await Here().Execute(std::move(set));
-    if (!reply.ok()) co_return reply.status();
+    if (!reply.ok()) {
+      co_return co_await ReserveByReading(std::move(key), std::move(reservation), now, reply.status(),
+                                          /*may_land=*/true, /*landed_means_reserved=*/true);
+    }
     if (reply->is_nil()) co_return core::ReserveResult{};
     if (reply->type == Reply::Type::kString) {
       auto existing = DecodeStored(reply->str);
@@ -482,25 +496,36 @@ Task<StatusOr<core::ReserveResult>> RedisStore::Reserve(std::string key, Record 
     } else if (reply->IsErrorCode("ERR") && reply->str.find("syntax") != std::string::npos) {
       // A server without NX+GET (before 7.0) refuses the syntax: use the script from now on.
       set_nx_get_.store(false, std::memory_order_relaxed);
+    } else if (reply->is_error()) {
+      // Refused (OOM, READONLY, MISCONF, NOREPLICAS, ...): nothing was written.
+      co_return co_await ReserveByReading(std::move(key), std::move(reservation), now,
+                                          StatusFromErrorReply(reply->str), /*may_land=*/false,
+                                          /*landed_means_reserved=*/true);
     } else {
       co_return UnexpectedReply(*reply, "reserve");
     }
   }
-  co_return co_await ReserveByScript(std::move(key), std::move(encoded), now, std::move(reservation.fingerprint),
-                                     ttl);
+  co_return co_await ReserveByScript(std::move(key), std::move(encoded), now, std::move(reservation), ttl);
 }
 
 Task<StatusOr<core::ReserveResult>> RedisStore::ReserveByScript(std::string key, std::string encoded,
-                                                                UnixMillis now, std::string fingerprint,
+                                                                UnixMillis now, Record reservation,
                                                                 std::int64_t ttl) {
   static const Script kScript(kReserveBody);
   std::vector<std::string> argv;
   argv.push_back(std::move(encoded));
   argv.push_back(std::to_string(now));
-  argv.push_back(std::move(fingerprint));
+  argv.push_back(reservation.fingerprint);
   argv.push_back(std::to_string(ttl));
-  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
-  if (!reply.ok()) co_return reply.status();
+  auto reply = co_await RunScript(kScript, key, std::move(argv));
+  if (!reply.ok() || reply->is_error()) {
+    // The script may have taken a record over: finding our own reservation
+    // afterwards does not tell which it did, so that is left failed (the
+    // engine releases it).
+    co_return co_await ReserveByReading(std::move(key), std::move(reservation), now,
+                                        reply.ok() ? StatusFromErrorReply(reply->str) : reply.status(),
+                                        /*may_land=*/!reply.ok(), /*landed_means_reserved=*/false);
+  }
   const Reply& r = *reply;
   if (r.type != Reply::Type::kArray || r.elements.empty() || r.elements[0].type != Reply::Type::kInteger) {
     co_return UnexpectedReply(r, "reserve");
@@ -526,11 +551,61 @@ Task<StatusOr<core::ReserveResult>> RedisStore::ReserveByScript(std::string key,
   co_return result;
 }
 
+Task<StatusOr<core::ReserveResult>> RedisStore::ReserveByReading(std::string key, Record reservation,
+                                                                 UnixMillis now, Status failed, bool may_land,
+                                                                 bool landed_means_reserved) {
+  // On the client's second connection: this one may hold the failed write
+  // still (CLIENT PAUSE WRITE), and every command behind it.
+  Command get = GetCommand(RecordKey(key));
+  auto reply = co_await Here().ExecuteAside(std::move(get));
+  if (!reply.ok() || reply->type != Reply::Type::kString) co_return failed;  // none, or unreadable too
+  auto existing = DecodeStored(reply->str);
+  if (!existing.ok()) co_return failed;
+  if (existing->state == RecordState::kInFlight && existing->owner == reservation.owner) {
+    // The write landed after all (the owner token is this call's alone).
+    if (landed_means_reserved) co_return core::ReserveResult{};
+    co_return failed;
+  }
+  // What the write would have replaced counts as no record: the key needs a
+  // write, which is what failed.
+  if ((existing->state == RecordState::kCompleted && existing->ExpiredAt(now)) ||
+      (existing->LeaseEndedAt(now) && existing->fingerprint == reservation.fingerprint)) {
+    co_return failed;
+  }
+  if (may_land) {
+    // The write may still run (it was sent and never answered) and, should
+    // the record go before it does, leave a reservation nobody holds.
+    // Release runs on the same connection, so after the write if at all; the
+    // owner token is this call's alone, so it deletes nothing else.
+    asio::co_spawn(co_await asio::this_coro::executor, ReleaseLanded(std::move(key), std::move(reservation.owner)),
+                   asio::detached);
+  }
+  core::ReserveResult result;
+  result.outcome = core::ReserveOutcome::kExists;
+  result.existing = std::move(existing).value();
+  co_return result;
+}
+
+Task<void> RedisStore::ReleaseLanded(std::string key, std::string owner) {
+  (void)co_await Release(std::move(key), std::move(owner));
+}
+
 Task<Status> RedisStore::Complete(std::string key, std::string owner, Record completed) {
   static const Script kScript(kCompleteBody);
   if (completed.state != RecordState::kCompleted) {
     co_return InvalidArgumentError("redis store: Complete needs a completed record");
   }
+  std::uint64_t dropped = 0;
+  if (completed.response.body.size() > max_body_bytes_) {
+    // Stored, it could not be read back within store.redis.timeout: every
+    // replay would fail. Kept as a response over max_response_bytes is.
+    dropped = completed.response.body.size();
+    completed.response.body.clear();
+    completed.response.body.shrink_to_fit();
+    completed.response.body_omitted = true;
+  }
+  const std::string operation_id = dropped > 0 ? completed.operation_id : std::string();
+  const int status = completed.response.status;
   std::int64_t ttl = 0;
   if (completed.expires_ms != 0) {
     ttl = std::max<std::int64_t>(1, completed.expires_ms - options_.clock->NowMillis()) +
@@ -541,11 +616,21 @@ Task<Status> RedisStore::Complete(std::string key, std::string owner, Record com
   argv.push_back(core::EncodeRecord(completed));
   argv.push_back(std::to_string(ttl));
   argv.push_back(ChannelName(key));
-  auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
+  auto reply = co_await RunScript(kScript, key, std::move(argv));
   if (!reply.ok()) co_return reply.status();
   if (reply->type != Reply::Type::kInteger) co_return UnexpectedReply(*reply, "complete");
-  if (reply->integer == 1) co_return Status::Ok();
-  co_return OwnerMismatch(reply->integer);
+  if (reply->integer != 1) co_return OwnerMismatch(reply->integer);
+  if (dropped > 0) {  // counted once stored: a completion may be tried more than once
+    bodies_dropped_.fetch_add(1, std::memory_order_relaxed);
+    LogWarn("response stored without its body: larger than the Redis store keeps at its timeout "
+            "(store.redis.timeout); replays answer with an empty body and Idempotency-Replay: omitted",
+            {{"key", key},
+             {"operation_id", operation_id},
+             {"status", status},
+             {"body_bytes", dropped},
+             {"max_body_bytes", max_body_bytes_}});
+  }
+  co_return Status::Ok();
 }
 
 Task<Status> RedisStore::Release(std::string key, std::string owner) {
@@ -650,7 +735,7 @@ core::StoreStats RedisStore::Stats() const {
     stats_at_ms_.store(now);
     asio::co_spawn(client_->executor(), RefreshStats(), asio::detached);
   }
-  return {stats_keys_.load(), stats_bytes_.load()};
+  return {stats_keys_.load(), stats_bytes_.load(), bodies_dropped_.load(std::memory_order_relaxed)};
 }
 
 Task<void> RedisStore::RefreshStats() const {

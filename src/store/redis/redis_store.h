@@ -39,8 +39,9 @@ namespace idemgate::store::redis {
 // io_context, with its own connection per node, so its operations run
 // without a hand-off to the store's thread; pub/sub, Watch notifications
 // and the stats refresh stay on the store's own client. Destroy the store
-// only when no operation is running, every Watch is gone and every attached
-// worker has detached.
+// only when no operation is running (nor a Release that Reserve left running
+// in the background: on an attached worker, stop its loop first), every
+// Watch is gone and every attached worker has detached.
 class RedisStore final : public core::Store {
  public:
   struct Options {
@@ -78,8 +79,18 @@ class RedisStore final : public core::Store {
 
   ~RedisStore() override;
 
+  // A reserve whose write fails (refused: OOM, READONLY, MISCONF, ...; or
+  // unanswered: timed out, connection lost) reads the record, with a budget
+  // of its own, on the client's second connection (Client::ExecuteAside),
+  // and answers kExists when a record is found that the write would have
+  // left alone; otherwise it fails as the write did. So replays and 409s go
+  // on while Redis takes no writes. When a write that may still run is
+  // answered that way, a Release under its owner token is sent behind it on
+  // the same connection (in the background, on the caller's executor).
   Task<StatusOr<core::ReserveResult>> Reserve(std::string key, core::Record reservation,
                                               UnixMillis now) override;
+  // Bodies over MaxBodyBytes(timeout) are stored omitted (counted in
+  // StoreStats::bodies_dropped, logged).
   Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
   Task<Status> Release(std::string key, std::string owner) override;
   Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
@@ -90,7 +101,15 @@ class RedisStore final : public core::Store {
   // keys: DBSIZE summed over masters; bytes: used_memory summed over
   // masters. Both cover the whole database, not only this store's keys, and
   // are refreshed in the background at most every 5 s (0 until the first).
+  // bodies_dropped: completions stored without their body by this store.
   core::StoreStats Stats() const override;
+
+  // The largest response body stored with its record: what reads back
+  // within `timeout` at kBodyBytesPerSecond, at most kMaxBodyBytesCeiling.
+  // A record over it could be written but every read of it would time out.
+  static constexpr std::uint64_t kBodyBytesPerSecond = 32u << 20;
+  static constexpr std::uint64_t kMaxBodyBytesCeiling = 256u << 20;
+  static std::uint64_t MaxBodyBytes(Duration timeout);
   // A command that timed out may still run when the server resumes.
   bool FailedWritesMayLand() const override { return true; }
   void AttachWorker(boost::asio::io_context& io) override;
@@ -119,11 +138,19 @@ class RedisStore final : public core::Store {
   Task<void> RefreshStats() const;
   // The reserve script, for what `SET NX GET` cannot decide alone.
   Task<StatusOr<core::ReserveResult>> ReserveByScript(std::string key, std::string encoded, UnixMillis now,
-                                                      std::string fingerprint, std::int64_t ttl);
+                                                      core::Record reservation, std::int64_t ttl);
+  // After the reserve's write failed with `failed`: decides on the record
+  // read instead (see Reserve). `may_land`: the write was not refused and
+  // may still run. `landed_means_reserved`: finding `reservation` itself
+  // means the key was reserved (SET NX), not possibly taken over.
+  Task<StatusOr<core::ReserveResult>> ReserveByReading(std::string key, core::Record reservation, UnixMillis now,
+                                                       Status failed, bool may_land, bool landed_means_reserved);
+  Task<void> ReleaseLanded(std::string key, std::string owner);
 
   const Options options_;
   const ClientOptions client_options_;
   std::unique_ptr<Client> client_;
+  const std::uint64_t max_body_bytes_;
   mutable std::mutex workers_mu_;
   struct WorkerClient {
     boost::asio::io_context* io = nullptr;
@@ -134,6 +161,7 @@ class RedisStore final : public core::Store {
   mutable std::atomic<std::uint64_t> stats_keys_{0}, stats_bytes_{0};
   mutable std::atomic<std::int64_t> stats_at_ms_{0};  // steady ms of last refresh start
   mutable std::atomic<bool> stats_busy_{false};
+  std::atomic<std::uint64_t> bodies_dropped_{0};
   // False once a server refused `SET ... NX GET` (Redis before 7.0): every
   // reserve then runs the script.
   std::atomic<bool> set_nx_get_{true};
