@@ -280,6 +280,35 @@ bool IsStaleConnectionError(const error_code& ec) {
 }
 
 
+// The status of the response whose head `up` was reading when that failed,
+// once a whole status line came: the parsed one, or, when the parser never
+// got to it (it waits for the whole header block, which may have broken off
+// or run past the limit), the status line at the front of `buffer`. 0 when
+// no status line came whole. Forward sets the message's status to 0 before
+// parsing (Beast's message starts as 200).
+unsigned StatusLineReceived(const ResponseParser& up, const beast::flat_buffer& buffer, const Pump& pump) {
+  if (up.get().result_int() != 0 || pump.header_bytes != 0) return up.get().result_int();
+  const auto data = buffer.data();
+  const std::string_view bytes(static_cast<const char*>(data.data()),
+                               std::min<std::size_t>(data.size(), kUpstreamHeaderLimit));
+  const std::size_t eol = bytes.find("\r\n");
+  if (eol == std::string_view::npos) return 0;
+  const std::string_view line = bytes.substr(0, eol);
+  // HTTP-version SP 3DIGIT [SP reason-phrase], as Beast reads it.
+  if (line.size() < 12 || !(line.starts_with("HTTP/1.1 ") || line.starts_with("HTTP/1.0 "))) return 0;
+  unsigned status = 0;
+  for (std::size_t i = 9; i < 12; ++i) {
+    if (line[i] < '0' || line[i] > '9') return 0;
+    status = status * 10 + static_cast<unsigned>(line[i] - '0');
+  }
+  if (line.size() > 12 && line[12] != ' ') return 0;
+  for (const char c : line.substr(12)) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f) return 0;
+  }
+  return status;
+}
+
 // True when a response has no Transfer-Encoding, or exactly "chunked" and
 // no Content-Length.
 bool OnlyChunkedTransferEncoding(const ResponseMessage& res) {
@@ -627,13 +656,15 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
 
       // The response head; interim 1xx responses are skipped.
       bool retry = false;
+      unsigned answered = 0;  // on failure: the final status of a head that was refused or broke off
+      bool interim_seen = false;
       for (;;) {
         s.response.reset();
         ResponseParser& up = s.response.emplace();
         up.header_limit(kUpstreamHeaderLimit);
         up.body_limit(boost::none);
         if (c_.head.method == "HEAD") up.skip(true);
-        const bool nothing_yet = conn->buffer.size() == 0;
+        up.get().result(0);  // no status line yet (StatusLineReceived)
         Pump pump;
         for (bool partial = false;; partial = true) {
           ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
@@ -651,7 +682,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         }
         ec = pump.ec;
         if (ec || conn->deadline.fired()) {
-          retry = replayable && idempotent && !conn->deadline.fired() && nothing_yet && IsStaleConnectionError(ec);
+          const bool nothing_received = !interim_seen && pump.header_bytes == 0 && conn->buffer.size() == 0;
+          retry = replayable && idempotent && !conn->deadline.fired() && nothing_received && IsStaleConnectionError(ec);
+          answered = StatusLineReceived(up, conn->buffer, pump);
           if (!ec) ec = asio::error::timed_out;
           break;
         }
@@ -674,9 +707,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           // Transfer-Encoding is hop-by-hop. The request side refuses the
           // same (server.cc).
           ec = bhttp::error::bad_transfer_encoding;
+          answered = status;
           break;
         }
         if (status >= 200) break;
+        interim_seen = true;
       }
       if (retry) {
         p.Release(std::move(conn), false);
@@ -687,6 +722,24 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       if (ec) {
         const bool fired = conn->deadline.fired();
         p.Release(std::move(conn), false);
+        if (answered >= 200 && answered <= 599) {
+          // The upstream answered with a final status, so it ran the
+          // request, but the rest of its head was refused (a framing the
+          // gateway does not relay, a block past the limit) or did not
+          // come. The observer learns the status alone, the body marked
+          // omitted, as when a body breaks off (below), so that the outcome
+          // is classified instead of the key released for a second run.
+          // The client gets the error.
+          result.upstream_status = static_cast<int>(answered);
+          if (fr.observer != nullptr) {
+            result.captured = true;
+            s.captured.response.status = result.upstream_status;
+            s.captured.response.headers.clear();
+            s.captured.response.body.clear();
+            s.captured.response.body_omitted = true;
+            co_await fr.observer->OnResponse(s.captured);
+          }
+        }
         if (fired) {
           detail_ = "the upstream did not answer within " + std::to_string(target.timeout.count()) + "ms";
           fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);

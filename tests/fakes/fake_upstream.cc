@@ -36,6 +36,10 @@
 //   /large?bytes=N        N bytes of a..z repeated, streamed; &chunked=1 for chunked coding
 //   /die-mid-response     headers and part of a Content-Length body, then close
 //   /die-before-response  reads the request, closes without answering
+//   /bad-head/{code}?kind=K  status {code} with a head a proxy must refuse, then close: K is
+//                         length-and-chunked (Content-Length beside Transfer-Encoding: chunked,
+//                         the default), gzip-chunked, two-lengths (5 and 6) or huge (a header
+//                         block over 64 KiB)
 //   /upload-sha256        streams the body, 200 JSON {bytes, sha256, execution}
 //   anything else         404 JSON
 //   /__stats              JSON {executions, by_key: {Idempotency-Key value: count}, connections,
@@ -446,6 +450,21 @@ class Server {
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n"
             "this body stops well before its declared length";
         co_await asio::async_write(stream, asio::buffer(kPartial), kTuple);
+        co_return End::kAbort;
+      }
+      if (path.starts_with("/bad-head/")) {
+        const std::string kind(QueryParam(query, "kind").value_or("length-and-chunked"));
+        std::string bytes = "HTTP/1.1 " + path.substr(10) + " Whatever\r\n";
+        if (kind == "gzip-chunked") {
+          bytes += "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+        } else if (kind == "two-lengths") {
+          bytes += "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!";
+        } else if (kind == "huge") {
+          bytes += "X-Filler: " + std::string(70 * 1024, 'f') + "\r\nContent-Length: 5\r\n\r\nhello";
+        } else {
+          bytes += "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+        }
+        co_await asio::async_write(stream, asio::buffer(bytes), kTuple);
         co_return End::kAbort;
       }
       if (path == "/large") {

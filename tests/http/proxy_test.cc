@@ -1084,6 +1084,53 @@ TEST(InProcessProxyTest, StatusOutsideTheDefinedRangeIs502) {
   }
 }
 
+// An upstream that answered with a final status ran the request, even when
+// the rest of its head is one the proxy refuses (Content-Length beside
+// Transfer-Encoding, a coding other than chunked, two lengths, a block past
+// the limit) or breaks off: the client gets 502, and the observer learns
+// the status alone, the body marked omitted, as when a body breaks off
+// (the idempotency engine then stores a 201 instead of releasing the key
+// for a second run). Beast's message starts as 200: only a status line that
+// came whole counts, and one that is not final (1xx, 101, outside
+// 100..599) is not an answer.
+TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithoutHeadersOrBody) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  Harness h(options);
+  const std::pair<std::string, int> cases[] = {
+      {"/canned/201-length-chunked", 201}, {"/canned/201-gzip-chunked", 201},
+      {"/canned/201-two-lengths", 201},    {"/canned/201-huge-head", 201},
+      {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
+      {"/reset?at=head", 200},             {"/canned/status-600", 0},
+      {"/canned/status-099", 0},           {"/canned/101-upgrade", 0},
+  };
+  std::size_t n = 0;
+  for (const auto& [target, status] : cases) {
+    SCOPED_TRACE(target);
+    auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = target, .body = "x"});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 502, "upstream-unavailable");
+    ASSERT_TRUE(h.handler().WaitForResults(++n));
+    const RecordingObserver o = h.handler().observers().back();
+    ASSERT_TRUE(o.finished.has_value());
+    EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kUpstreamFailed);
+    EXPECT_EQ(o.finished->status, 502);
+    EXPECT_EQ(o.finished->upstream_status, status);
+    if (status == 0) {
+      EXPECT_EQ(o.on_response_calls, 0);
+      continue;
+    }
+    EXPECT_EQ(o.on_response_calls, 1);
+    ASSERT_TRUE(o.captured.has_value());
+    EXPECT_EQ(o.captured->response.status, status);
+    EXPECT_TRUE(o.captured->response.headers.empty());
+    EXPECT_TRUE(o.captured->response.body.empty());
+    EXPECT_TRUE(o.captured->response.body_omitted);
+  }
+}
+
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
   TestUpstream upstream;
   HandlerOptions options;

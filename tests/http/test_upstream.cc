@@ -243,6 +243,8 @@ struct TestUpstream::Impl {
         co_return;
       } else if (target.starts_with("/canned/")) {
         // Responses as some upstreams write them, byte for byte.
+        static const std::string kHugeHead = "HTTP/1.1 201 Created\r\nX-Filler: " + std::string(70 * 1024, 'f') +
+                                             "\r\nContent-Length: 2\r\n\r\nok";
         static const std::pair<std::string_view, std::string_view> kCanned[] = {
             {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
@@ -254,6 +256,19 @@ struct TestUpstream::Impl {
             {"status-999", "HTTP/1.1 999 Beyond\r\nContent-Length: 2\r\n\r\nok"},
             {"status-099", "HTTP/1.1 099 Below\r\nContent-Length: 2\r\n\r\nok"},
             {"304-length", "HTTP/1.1 304 Not Modified\r\nContent-Length: 007\r\nETag: \"e\"\r\n\r\n"},
+            // Final statuses with a head the proxy refuses.
+            {"201-length-chunked",
+             "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+            {"201-gzip-chunked",
+             "HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+            {"201-two-lengths", "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
+            {"201-huge-head", kHugeHead},
+            {"100-then-201-two-lengths",
+             "HTTP/1.1 100 Continue\r\n\r\n"
+             "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
+            {"500-length-chunked",
+             "HTTP/1.1 500 Oops\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+            {"101-upgrade", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"},
         };
         const std::string_view name = std::string_view(target).substr(8);
         std::string_view bytes;

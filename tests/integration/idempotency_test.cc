@@ -480,6 +480,40 @@ TEST_F(IdempotencyTest, AResponseBrokenOffAfterItsStatusIsStoredNotRunAgain) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// An upstream that answered with a final status and a head the gateway
+// refuses (Content-Length beside Transfer-Encoding: chunked, a coding other
+// than chunked, two lengths, a header block over 64 KiB) ran the request:
+// the client gets 502, the status is stored without the head's fields or
+// body, and a retry is a replay, never a second run. A 500 is released, as
+// with any head.
+TEST_F(IdempotencyTest, AFinalStatusWithARefusedHeadIsStoredNotRunAgain) {
+  Start({});
+  std::uint64_t ran = 0;
+  for (const char* kind : {"length-and-chunked", "gzip-chunked", "two-lengths", "huge"}) {
+    SCOPED_TRACE(kind);
+    const std::string key = std::string("k-bad-head-") + kind;
+    const std::string target = std::string("/bad-head/201?kind=") + kind;
+    ExpectProblem(Send(KeyedPost(target, key)), 502, "upstream-unavailable");
+    const HttpResponse retry = Send(KeyedPost(target, key));
+    EXPECT_EQ(retry.status, 201) << retry.body;
+    EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(retry.Header("Idempotency-Replay"), "omitted");
+    EXPECT_TRUE(retry.body.empty());
+    EXPECT_EQ(Executions(), ++ran);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ExpectProblem(Send(KeyedPost("/bad-head/500", "k-bad-head-500")), 502, "upstream-unavailable");
+  }
+  EXPECT_EQ(Executions(), ran + 2);
+  const std::string metrics = Metrics();
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_stored_total{tenant="_",project="_",route="api"})"), 4.0);
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="server_error"})"),
+            2.0);
+  EXPECT_EQ(MetricValue(metrics, R"(idempotency_reservation_released_total{tenant="_",project="_",route="api",reason="response_error"})")
+                .value_or(0),
+            0.0);
+}
+
 // A store with room for the reservation but not for the response (a
 // response larger than the whole memory store, then one more arriving once
 // the store is full of other records): the upstream ran, so the outcome is
