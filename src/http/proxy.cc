@@ -6,6 +6,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
+#include <utility>
 
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
@@ -279,6 +280,25 @@ bool IsStaleConnectionError(const error_code& ec) {
          ec == asio::ssl::error::stream_truncated;
 }
 
+// True when `bytes`, what the upstream sent while the request was still
+// going out, hold nothing but interim (1xx) response heads, the last one
+// perhaps not whole yet: the upstream still expects the rest of the request
+// (a server may send 100 Continue unasked, RFC 9110 section 15.2.1).
+// Anything else is the start of its answer, or bytes the response parser
+// will refuse.
+bool OnlyInterimResponses(std::string_view bytes) {
+  static constexpr std::string_view kStart = "HTTP/1.x 1";
+  while (!bytes.empty()) {
+    for (std::size_t i = 0; i < kStart.size() && i < bytes.size(); ++i) {
+      if (i == 7 ? (bytes[i] != '0' && bytes[i] != '1') : bytes[i] != kStart[i]) return false;
+    }
+    if (bytes.size() >= 12 && bytes.substr(9, 3) == "101") return false;  // an upgrade answers (refused)
+    const std::size_t end = bytes.find("\r\n\r\n");
+    if (end == std::string_view::npos) return true;
+    bytes.remove_prefix(end + 4);
+  }
+  return true;
+}
 
 // The status of the response whose head `up` was reading when that failed,
 // once a whole status line came: the parsed one, or, when the parser never
@@ -307,6 +327,33 @@ unsigned StatusLineReceived(const ResponseParser& up, const beast::flat_buffer& 
     if ((u < 0x20 && c != '\t') || u == 0x7f) return 0;
   }
   return status;
+}
+
+// Sends the rest of `iov` to a plain-text upstream whose socket is full
+// (TrySend came back false). While it stays full, waits for room and for
+// bytes from the upstream at once: an upstream that answers before it has
+// read the whole request (an early 401 or 413) may never read the rest.
+// Bytes other than interim responses, or the upstream's end, stop the send
+// with `answered` set; they stay in conn.buffer for the response parser.
+Task<error_code> SendToUpstream(UpstreamConnection& conn, IoVec& iov, bool& answered) {
+  error_code ec;
+  do {
+    bool readable = false;
+    ec = co_await WaitWritableOrReadable(conn.socket, conn.deadline, readable);
+    if (ec) co_return ec;
+    if (!readable) continue;
+    error_code read_ec;
+    std::size_t n = 0;
+    if (!ReceiveNow(conn.socket, conn.buffer.prepare(kHeaderReadSize), read_ec, n)) continue;
+    conn.buffer.commit(n);
+    const auto data = conn.buffer.data();
+    if (read_ec || conn.buffer.size() > kUpstreamHeaderLimit ||
+        !OnlyInterimResponses(std::string_view(static_cast<const char*>(data.data()), data.size()))) {
+      answered = true;
+      co_return error_code{};
+    }
+  } while (!TrySend(conn.socket, iov, ec));
+  co_return ec;
 }
 
 // True when a response has no Transfer-Encoding, or exactly "chunked" and
@@ -544,6 +591,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     const bool idempotent = IsIdempotentMethod(c_.head.method);
     bool fresh_only = false;
     bool failed = false;
+    bool cut_short = false;  // the upstream answered or went away before it took the whole request
     error_code ec;
     // Past shutdown_grace nothing goes upstream any more: every exchange is
     // being cut, so a request sent now would run there unanswered (and one
@@ -582,6 +630,15 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       // on a fresh connection, if it is still whole in memory.
       const bool replayable = conn->reused && attempt == 0 && body_complete;
       conn->deadline.ExpireAfter(target.timeout);
+      // An upstream may answer before it has read the whole request (an
+      // early 401 or 413, or a handler that ignores the body), then close,
+      // which fails the send, or stop reading, which blocks it. Its answer
+      // is read then, as any other, and the rest of the request is not
+      // sent: the request was cut short (`send_ec`: the send's error, if it
+      // failed; `body_send`: a body block's send, not the head's).
+      cut_short = false;
+      error_code send_ec;
+      bool body_send = false;
 
       {
         IoVec iov;
@@ -591,34 +648,27 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (conn->tls) {
           ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
         } else if (!TrySend(conn->socket, iov, ec)) {
-          ec = co_await SendAll(conn->socket, conn->deadline, iov);
+          ec = co_await SendToUpstream(*conn, iov, cut_short);
         }
       }
-      if (ec || conn->deadline.fired()) {
-        const bool fired = conn->deadline.fired();
+      if (conn->deadline.fired()) {
         p.Release(std::move(conn), false);
-        if (replayable && !fired && IsStaleConnectionError(ec)) {
-          fresh_only = true;
-          result.retried = true;
-          continue;
-        }
         if (!body_complete) {
           c_.must_close = true;
           c_.linger = true;
         }
-        if (fired) {
-          detail_ = "the upstream did not accept the request in time";
-          fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
-        } else {
-          detail_ = "sending the request to the upstream failed: " + ec.message();
-          fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
-        }
+        detail_ = "the upstream did not accept the request in time";
+        fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
         failed = true;
         break;
       }
+      if (ec) {
+        cut_short = true;
+        send_ec = std::exchange(ec, error_code{});
+      }
 
       // The rest of a streamed body, block by block.
-      while (!body_complete) {
+      while (!body_complete && !cut_short) {
         const PieceResult piece = co_await ReadBodyPiece(block.data(), block.size(), false);
         if (piece.status != BodyStatus::kOk) {
           p.Release(std::move(conn), false);
@@ -634,29 +684,39 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (conn->tls) {
           ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
         } else if (!TrySend(conn->socket, iov, ec)) {
-          ec = co_await SendAll(conn->socket, conn->deadline, iov);
+          ec = co_await SendToUpstream(*conn, iov, cut_short);
         }
-        if (ec || conn->deadline.fired()) {
-          const bool fired = conn->deadline.fired();
+        if (conn->deadline.fired()) {
           p.Release(std::move(conn), false);
           c_.must_close = true;
           c_.linger = !body_complete;
-          if (fired) {
-            detail_ = "the upstream did not accept the request body in time";
-            fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
-          } else {
-            detail_ = "sending the request body to the upstream failed: " + ec.message();
-            fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
-          }
+          detail_ = "the upstream did not accept the request body in time";
+          fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
           failed = true;
           break;
         }
+        if (ec) {
+          cut_short = true;
+          send_ec = std::exchange(ec, error_code{});
+        }
+        body_send = cut_short;
       }
       if (failed) break;
+      if (cut_short && !body_complete) {
+        // The rest of the client's body stays unread: the client connection
+        // closes after the answer, lingering so that a client still sending
+        // gets it.
+        c_.must_close = true;
+        c_.linger = true;
+      }
 
-      // The response head; interim 1xx responses are skipped.
+      // The response head; interim 1xx responses are skipped. After a cut
+      // short request it is whatever the upstream sent before it stopped
+      // reading or went away, so the first read does not wait: a reset
+      // right behind those bytes raises no further epoll edge.
       bool retry = false;
-      unsigned answered = 0;  // on failure: the final status of a head that was refused or broke off
+      bool nothing_received = false;  // on failure: no byte of a response came
+      unsigned answered = 0;          // on failure: the final status of a head that was refused or broke off
       bool interim_seen = false;
       for (;;) {
         s.response.reset();
@@ -666,7 +726,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (c_.head.method == "HEAD") up.skip(true);
         up.get().result(0);  // no status line yet (StatusLineReceived)
         Pump pump;
-        for (bool partial = false;; partial = true) {
+        for (bool partial = cut_short;; partial = true) {
           ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
           if (!pump.need_more) break;
           error_code read_ec;
@@ -682,8 +742,15 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         }
         ec = pump.ec;
         if (ec || conn->deadline.fired()) {
-          const bool nothing_received = !interim_seen && pump.header_bytes == 0 && conn->buffer.size() == 0;
-          retry = replayable && idempotent && !conn->deadline.fired() && nothing_received && IsStaleConnectionError(ec);
+          const bool fired = conn->deadline.fired();
+          nothing_received = !interim_seen && pump.header_bytes == 0 && conn->buffer.size() == 0;
+          if (cut_short) {
+            // The upstream cannot have had the whole request: sent again
+            // whatever the method, as when the send itself failed.
+            retry = replayable && !fired && nothing_received && IsStaleConnectionError(send_ec ? send_ec : ec);
+          } else {
+            retry = replayable && idempotent && !fired && nothing_received && IsStaleConnectionError(ec);
+          }
           answered = StatusLineReceived(up, conn->buffer, pump);
           if (!ec) ec = asio::error::timed_out;
           break;
@@ -740,9 +807,19 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
             co_await fr.observer->OnResponse(s.captured);
           }
         }
+        if (body_send) c_.must_close = true;
         if (fired) {
           detail_ = "the upstream did not answer within " + std::to_string(target.timeout.count()) + "ms";
           fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
+        } else if (cut_short && nothing_received) {
+          if (send_ec) {
+            detail_ = (body_send ? "sending the request body to the upstream failed: "
+                                 : "sending the request to the upstream failed: ") +
+                      send_ec.message();
+          } else {
+            detail_ = "the upstream closed the connection before it took the whole request";
+          }
+          fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
         } else {
           detail_ = "the upstream closed the connection or answered with malformed HTTP: " + ec.message();
           fail(ForwardOutcome::kUpstreamFailed, ProblemCode::kUpstreamUnavailable);
@@ -953,8 +1030,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     // Transfer-Encoding, RFC 9110 section 15.3.5) is treated alike. Other
     // 204 and 304 responses keep the connection: closing after each would
     // cost a connect (and a TIME_WAIT socket) per DELETE or conditional GET,
-    // and upstreams rarely break the rule there (docs/architecture.md).
-    bool reusable = upstream_keep_alive && !upstream_to_eof && up.is_done();
+    // and upstreams rarely break the rule there (docs/architecture.md). Nor
+    // is a connection whose request was cut short by an early answer.
+    bool reusable = upstream_keep_alive && !upstream_to_eof && up.is_done() && !cut_short;
     if (reusable && c_.head.method == "HEAD") reusable = false;
     if (reusable && result.upstream_status == 204 &&
         (res.count(bhttp::field::content_length) != 0 || res.count(bhttp::field::transfer_encoding) != 0)) {

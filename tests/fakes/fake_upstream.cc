@@ -40,6 +40,10 @@
 //                         length-and-chunked (Content-Length beside Transfer-Encoding: chunked,
 //                         the default), gzip-chunked, two-lengths (5 and 6) or huge (a header
 //                         block over 64 KiB)
+//   /answer-early/{code}  answers as /status/{code} (with Connection: close) as soon as the
+//                         request head is read, without reading the body, then closes (a reset
+//                         when body bytes are left unread); with ?then=wait it first keeps the
+//                         connection 10 s without reading
 //   /upload-sha256        streams the body, 200 JSON {bytes, sha256, execution}
 //   anything else         404 JSON
 //   /__stats              JSON {executions, by_key: {Idempotency-Key value: count}, connections,
@@ -386,6 +390,20 @@ class Server {
       const auto qpos = target.find('?');
       const std::string path = target.substr(0, qpos);
       const std::string query = qpos == std::string::npos ? "" : target.substr(qpos + 1);
+
+      if (path.starts_with("/answer-early/")) {
+        std::optional<std::string> key;
+        if (auto it = req.find("Idempotency-Key"); it != req.end()) key = std::string(it->value());
+        const std::uint64_t execution = counters_.CountExecution(key);
+        Reply early = StatusReply(req, path.substr(14), execution);
+        if (!co_await Write(stream, early, false, req.method() == http::verb::head)) co_return End::kError;
+        if (QueryParam(query, "then").value_or("") == "wait") {
+          asio::steady_timer timer(co_await asio::this_coro::executor);
+          timer.expires_after(std::chrono::seconds(10));
+          co_await timer.async_wait(kTuple);
+        }
+        co_return End::kAbort;
+      }
 
       if (beast::iequals(req[http::field::expect], "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";

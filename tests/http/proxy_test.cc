@@ -1131,6 +1131,107 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
   }
 }
 
+// An upstream may answer before it has read the whole request body (an
+// early 401 or 413, or a 201 that ignores the body) and then close, which
+// fails the proxy's next send. That answer is relayed and captured, not
+// replaced by a 502 (which left a keyed request's key free for a second
+// run): the client connection closes after it, since the rest of its body
+// was not read, and the request is not sent again.
+TEST(InProcessProxyTest, AnAnswerBeforeTheWholeBodyIsRelayedWhenTheUpstreamThenCloses) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  options.body_limit = 64 * kMiB;
+  Harness h(options);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("POST /early?status=201&then=close HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                         std::to_string(32 * kMiB) + "\r\n\r\n" + std::string(1024, 'b'))
+                  .ok());
+  // The body keeps coming in small pieces, each sent upstream on its own,
+  // until the proxy stops reading it.
+  std::atomic<bool> answered{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 4000 && !answered; ++i) {
+      if (!conn.Write(std::string(1024, 'b')).ok()) break;
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  const std::string raw = ReadUntil(conn, [](const std::string& got) { return got.ends_with("early"); }, 20s);
+  answered = true;
+  writer.join();
+  EXPECT_TRUE(raw.starts_with("HTTP/1.1 201")) << raw;
+  EXPECT_NE(raw.find("\r\nConnection: close\r\n"), std::string::npos) << raw;
+  EXPECT_TRUE(raw.ends_with("\r\n\r\nearly")) << raw;
+  EXPECT_EQ(upstream.requests(), 1);
+  ASSERT_TRUE(h.handler().WaitForResults(1));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 1u);
+  ASSERT_TRUE(observers[0].captured.has_value());
+  EXPECT_EQ(observers[0].captured->response.status, 201);
+  EXPECT_EQ(observers[0].captured->response.body, "early");
+  EXPECT_FALSE(observers[0].captured->response.body_omitted);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kCompleted);
+  EXPECT_EQ(observers[0].finished->status, 201);
+}
+
+// The same answer from an upstream that then keeps the connection without
+// reading (or closes it) while the proxy is still sending a body larger
+// than the socket buffers in between: the send, blocked, notices the answer
+// instead of waiting out the upstream timeout (504). The client's body was
+// read whole first, so its connection stays open; the upstream's is not
+// reused.
+TEST(InProcessProxyTest, AnAnswerWhileTheUpstreamReadsNoMoreIsNoticedDuringTheSend) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 5s;
+  options.capture = true;
+  options.read_body_first = true;
+  options.body_limit = 64 * kMiB;
+  Harness h(options);
+  HttpClient client(h.endpoint());
+  int answers = 0;
+  for (const char* then : {"wait", "close"}) {
+    SCOPED_TRACE(then);
+    auto res = client.Send(HttpRequest{.method = "POST", .target = std::string("/early?status=413&then=") + then,
+                                       .body = std::string(32 * kMiB, 'b')});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 413) << res->body;
+    EXPECT_EQ(res->body, "early");
+    EXPECT_TRUE(res->keep_alive);
+    ASSERT_TRUE(h.handler().WaitForResults(++answers));
+    const RecordingObserver o = h.handler().observers().back();
+    ASSERT_TRUE(o.captured.has_value());
+    EXPECT_EQ(o.captured->response.status, 413);
+    EXPECT_EQ(o.captured->response.body, "early");
+  }
+  EXPECT_EQ(client.connections_opened(), 1);
+  EXPECT_EQ(upstream.requests(), 2);
+  EXPECT_EQ(upstream.connections(), 2);
+}
+
+// An interim response that arrives while the request is still going out (a
+// server may send 100 Continue unasked) is no answer: the send goes on.
+TEST(InProcessProxyTest, AnInterimResponseDuringTheSendDoesNotStopIt) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.timeout = 10s;
+  options.read_body_first = true;
+  options.body_limit = 64 * kMiB;
+  Harness h(options);
+  const std::string body = Pattern(32 * kMiB);
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/sink?continue=1", .body = body});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200) << res->body;
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "bytes=%zu fnv=%016llx", body.size(),
+                static_cast<unsigned long long>(Fnv1a(body)));
+  EXPECT_EQ(res->body, expected);
+}
+
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {
   TestUpstream upstream;
   HandlerOptions options;

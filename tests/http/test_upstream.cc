@@ -100,6 +100,24 @@ struct TestUpstream::Impl {
     co_return !ec || ec == bhttp::error::need_buffer;
   }
 
+  // /early?status=S&then=close|wait: answers S "early" as soon as the
+  // request head is in, without reading the body, then closes (a reset when
+  // body bytes are left unread) or keeps the connection without reading.
+  asio::awaitable<void> Early(tcp::socket& s, std::string_view target) {
+    const std::string answer = "HTTP/1.1 " + std::to_string(QueryNumber(target, "status", 201)) +
+                               " Early\r\nContent-Length: 5\r\n\r\nearly";
+    auto [w_ec, w] = co_await asio::async_write(s, asio::buffer(answer), kTuple);
+    (void)w;
+    if (w_ec) co_return;
+    u.early_answers_.fetch_add(1);
+    if (target.find("then=wait") != std::string_view::npos) {
+      asio::steady_timer timer(io, std::chrono::seconds(30));
+      co_await timer.async_wait(kTuple);
+    }
+    boost::system::error_code ignored;
+    s.close(ignored);
+  }
+
   asio::awaitable<void> Serve(tcp::socket s) {
     beast::flat_buffer buffer;
     for (;;) {
@@ -114,6 +132,21 @@ struct TestUpstream::Impl {
       const std::string full_target(req.target());
       // A "/base" prefix (an upstream base_path) is ignored for routing.
       const std::string target = full_target.starts_with("/base/") ? full_target.substr(5) : full_target;
+      if (target.starts_with("/early")) {
+        co_await Early(s, target);
+        co_return;
+      }
+      if (QueryNumber(target, "continue", 0) != 0) {
+        // An interim 100 (Continue) unasked (RFC 9110 section 15.2.1), then
+        // a pause before the body is read, long enough for a large body to
+        // fill the socket buffers in between.
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        auto [w_ec, w] = co_await asio::async_write(s, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
+        (void)w;
+        if (w_ec) co_return;
+        asio::steady_timer timer(io, std::chrono::milliseconds(200));
+        co_await timer.async_wait(kTuple);
+      }
       const bool sink = target.starts_with("/sink");
       std::string body;
       std::uint64_t bytes = 0;

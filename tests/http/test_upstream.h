@@ -26,6 +26,11 @@
 //                     write, then close)
 //   /canned/NAME      a fixed response as written (test_upstream.cc has the
 //                     list), e.g. two Content-Length lines
+//   /early?status=S&then=close|wait  S "early" as soon as the request head is
+//                     in, the body unread; then closes (a reset, with body
+//                     bytes unread) or keeps the connection without reading
+//   ...?continue=1    (any endpoint) an unasked 100 Continue once the head
+//                     is in, then 200 ms before the body is read
 //   /stray?status=S&announce=A  a complete response with status S (200 "ok",
 //                     or bodiless), then, once OpenGate(), kStray on the same
 //                     connection, which stays open. With A=1, and always for
@@ -66,6 +71,8 @@ class TestUpstream {
   int closed_after_answer() const { return closed_after_answer_.load(); }
   // Times /stray has written kStray.
   int stray_written() const { return stray_written_.load(); }
+  // Answers /early has written.
+  int early_answers() const { return early_answers_.load(); }
   // Body bytes /sink has received so far (while the request is running).
   std::uint64_t sink_bytes() const { return sink_bytes_.load(); }
   // The last request to /echo.
@@ -80,6 +87,7 @@ class TestUpstream {
   std::atomic<int> connections_{0};
   std::atomic<int> closed_after_answer_{0};
   std::atomic<int> stray_written_{0};
+  std::atomic<int> early_answers_{0};
   std::atomic<int> requests_{0};
   std::atomic<std::uint64_t> sink_bytes_{0};
   std::atomic<bool> gate_{false};

@@ -514,6 +514,31 @@ TEST_F(IdempotencyTest, AFinalStatusWithARefusedHeadIsStoredNotRunAgain) {
             0.0);
 }
 
+// An upstream that answers before it has read the whole body (a 201 that
+// ignores it, an early 413) and then closes, which fails the gateway's send,
+// or keeps the connection without reading, which blocks it: the client gets
+// that answer, not a 502 or 504, and it is stored, so a retry is a replay,
+// never a second run.
+TEST_F(IdempotencyTest, AnAnswerBeforeTheWholeBodyIsRelayedAndStored) {
+  Start({.route_extra = "    max_request_bytes: 32MiB\n", .upstream_timeout = "5s"});
+  const std::string body(16 * 1024 * 1024, 'b');  // far more than the socket buffers in between hold
+  std::uint64_t ran = 0;
+  for (const auto& [status, then] : {std::pair{"201", "close"}, std::pair{"201", "wait"}, std::pair{"413", "close"}}) {
+    const std::string target = std::string("/answer-early/") + status + "?then=" + then;
+    SCOPED_TRACE(target);
+    HttpRequest req = KeyedPost(target, std::string("k-early-") + status + "-" + then, body);
+    req.headers[1] = {"Content-Type", "application/octet-stream"};
+    const HttpResponse first = Send(req);
+    EXPECT_EQ(first.status, std::stoi(status)) << first.body;
+    EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+    const HttpResponse retry = Send(req);
+    EXPECT_EQ(retry.status, std::stoi(status)) << retry.body;
+    EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(retry.body, first.body);
+    EXPECT_EQ(Executions(), ++ran);
+  }
+}
+
 // A store with room for the reservation but not for the response (a
 // response larger than the whole memory store, then one more arriving once
 // the store is full of other records): the upstream ran, so the outcome is

@@ -1,6 +1,7 @@
 #include "http/internal/io.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/status.hpp>
 #include <charconv>
@@ -49,6 +50,19 @@ Task<error_code> WaitReadable(tcp::socket& socket, Deadline& deadline) {
   auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
   if (deadline.fired()) co_return asio::error::timed_out;
   co_return ec;
+}
+
+Task<error_code> WaitWritableOrReadable(tcp::socket& socket, Deadline& deadline, bool& readable) {
+  using namespace asio::experimental::awaitable_operators;
+  if (deadline.fired()) co_return asio::error::timed_out;
+  // Each wait re-arms the socket's epoll registration (EPOLL_CTL_MOD), so a
+  // byte that arrived before the wait began still ends it. The wait that
+  // loses is cancelled.
+  const auto which = co_await (socket.async_wait(tcp::socket::wait_write, asio::as_tuple(asio::use_awaitable)) ||
+                               socket.async_wait(tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable)));
+  if (deadline.fired()) co_return asio::error::timed_out;
+  readable = which.index() == 1;
+  co_return readable ? std::get<0>(std::get<1>(which)) : std::get<0>(std::get<0>(which));
 }
 
 void AppendStatusLine(std::string& out, int version, unsigned status, std::string_view reason) {

@@ -82,6 +82,12 @@ Task<error_code> SendAll(tcp::socket& socket, Deadline& deadline, IoVec& iov);
 // Waits until `socket` is readable; an expired deadline reads as timed_out.
 Task<error_code> WaitReadable(tcp::socket& socket, Deadline& deadline);
 
+// Waits until `socket` takes more bytes or has some to read (or its end, or
+// an error, to report), whichever comes first; `readable` tells which. For a
+// send that must not miss an answer arriving while the peer reads no more.
+// An expired deadline reads as timed_out.
+Task<error_code> WaitWritableOrReadable(tcp::socket& socket, Deadline& deadline, bool& readable);
+
 // Feeds the buffered bytes to `parser` and consumes what it took. Returns
 // {} once the header (`header_only`) or the whole message is parsed,
 // need_more when more bytes are needed, need_buffer when a buffer_body is
