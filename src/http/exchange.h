@@ -74,12 +74,15 @@ struct ForwardResult {
 class ForwardObserver {
  public:
   virtual ~ForwardObserver() = default;
-  // The upstream response was read to the end. Called before the last bytes
-  // of the response are written to the client, so that a client that
-  // retries as soon as it has the response finds the outcome recorded. The
-  // response keeps streaming to the client after this returns; for a small
-  // response nothing has been written yet. Not called when the upstream
-  // failed, timed out, or could not be reached.
+  // The upstream answered with a final status: the response was read to the
+  // end, or (with `captured.response.body_omitted`, and no header fields for
+  // a refused head) it broke off, timed out or was refused after its status
+  // line, since the upstream ran the request all the same. Called before the
+  // last bytes of the response are written to the client, so that a client
+  // that retries as soon as it has the response finds the outcome recorded.
+  // The response keeps streaming to the client after this returns; for a
+  // small response nothing has been written yet. Not called when no final
+  // status line came (no connection, a failure or timeout before it).
   virtual Task<void> OnResponse(CapturedResponse& captured) = 0;
   // No upstream response will be relayed: Forward is about to send its own
   // error (502, 504, 413, 400, or 503 at shutdown); `result.outcome` says
