@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "common/ascii.h"
 #include "common/secrets.h"
 #include "common/units.h"
 
@@ -54,7 +55,7 @@ constexpr std::string_view kUsage =
     "\n"
     "send options:\n"
     "  -X, --request METHOD   method (default POST with a body, else GET)\n"
-    "  -H, --header 'N: V'    a request header (repeatable)\n"
+    "  -H, --header 'N: V'    a request header (repeatable); one of the key header gives the key\n"
     "  -d, --data TEXT        the body; -d @FILE reads it from FILE\n"
     "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4); checked as the\n"
     "                         gateway checks it: 1..255 of [A-Za-z0-9._~-], not \"t-...\"\n"
@@ -392,13 +393,66 @@ int ReportSend(const client::Outcome& outcome, const Options& o, bool dlq_in_use
   return code == 1 && dlq_in_use && !outcome.dead_letter_id ? kNotParked : code;
 }
 
+// The key in the value of a -H line of the key header: an sf-string
+// ("abc", as idemctl sends it; only \\ and \" escaped) or the bare key;
+// nullopt, with `why`, for anything else.
+std::optional<std::string> KeyFromHeaderValue(std::string_view value, std::string* why) {
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  if (value.empty() || value.front() != '"') return std::string(value);
+  std::string key;
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    char c = value[i];
+    if (c == '"') {
+      if (i + 1 != value.size()) {
+        *why = "nothing may follow the quoted key (no parameters)";
+        return std::nullopt;
+      }
+      return key;
+    }
+    if (c == '\\') {
+      if (i + 1 == value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
+        *why = "a backslash in a quoted key escapes only \" or \\";
+        return std::nullopt;
+      }
+      c = value[++i];
+    }
+    key += c;
+  }
+  *why = "the quoted key has no closing quote";
+  return std::nullopt;
+}
+
 // Everything is checked before anything is sent or parked: a request that
 // could never succeed (an empty or refused key, a bad URL or header) is a
 // usage error, not a DLQ entry.
 int Send(const Options& o) {
   if (o.positional.size() != 1) return Usage("send needs exactly one URL");
-  const int key_sources = (o.key ? 1 : 0) + (o.key_v7 ? 1 : 0) + (o.derive ? 1 : 0);
-  if (key_sources > 1) return Usage("use only one of --key, --key-v7 and --derive");
+  // A -H line of the key header gives the key, as -k does: dropped, a new
+  // key would be sent instead on every run, and each run would execute.
+  std::vector<client::Header> headers;
+  std::optional<std::string> header_key;
+  for (const client::Header& h : o.headers) {
+    if (!EqualsIgnoreCaseAscii(h.first, o.key_header)) {
+      headers.push_back(h);
+      continue;
+    }
+    if (header_key) return Usage("-H: two " + o.key_header + " headers (give the key once)");
+    std::string why;
+    header_key = KeyFromHeaderValue(h.second, &why);
+    if (!header_key) return Usage("-H " + h.first + ": " + why);
+    const std::string what = "-H " + h.first;
+    if (header_key->empty()) return Usage(what + ": the key is empty (leave the header out for a new key)");
+    if (Status s = client::ValidateKey(*header_key); !s.ok()) return Usage(what + ": " + s.message());
+  }
+  if (o.key && header_key && *o.key != *header_key) {
+    return Usage("-k " + *o.key + " and the " + o.key_header + " header's key " + *header_key +
+                 " differ (give the key once)");
+  }
+  const std::optional<std::string> given_key = o.key ? o.key : header_key;
+  const int key_sources = (given_key ? 1 : 0) + (o.key_v7 ? 1 : 0) + (o.derive ? 1 : 0);
+  if (key_sources > 1) {
+    return Usage("use only one of --key (or a -H " + o.key_header + " line), --key-v7 and --derive");
+  }
   if (o.key) {
     // An empty -k (an unset variable, say) must not turn into a new key:
     // run twice, that would execute the action twice.
@@ -408,11 +462,11 @@ int Send(const Options& o) {
   client::Request req;
   req.url = o.positional[0];
   req.method = !o.method.empty() ? o.method : (o.body ? "POST" : "GET");
-  req.headers = o.headers;
+  req.headers = std::move(headers);
   req.body = o.body.value_or("");
   req.key_header = o.key_header;
-  if (o.key) {
-    req.key = *o.key;
+  if (given_key) {
+    req.key = *given_key;
   } else if (o.key_v7) {
     req.key = client::NewKeyV7();
   } else if (o.derive) {

@@ -258,6 +258,58 @@ TEST_F(IdemctlTest, AnEmptyOrInvalidKeyIsAUsageErrorNotANewKey) {
   EXPECT_EQ(DlqJson(), "[]");
 }
 
+// A -H line of the key header is the key (not dropped for a new key on each
+// run, which would execute each run): as an sf-string or the bare key,
+// checked as -k is.
+TEST_F(IdemctlTest, AKeyHeaderGivenWithDashHIsTheKey) {
+  StartGateway(Yaml());
+  for (int run = 0; run < 2; ++run) {
+    const CliRun sent = Idemctl({"send", "-H", "Idempotency-Key: \"order-9\"", "-d", "{}", Url("/echo/pay")});
+    ASSERT_EQ(sent.code, 0) << sent.err;
+    EXPECT_NE(sent.out.find("t-_:_:_:api:order-9"), std::string::npos) << sent.out;
+  }
+  // The bare key, any case of the name, and -k with the same key: the same key.
+  EXPECT_EQ(Idemctl({"send", "-H", "idempotency-key: order-9", "-d", "{}", Url("/echo/pay")}).code, 0);
+  EXPECT_EQ(Idemctl({"send", "-k", "order-9", "-H", "Idempotency-Key: \"order-9\"", "-d", "{}", Url("/echo/pay")}).code,
+            0);
+  EXPECT_EQ(Executions(), 1u);
+
+  // Under --key-header, that header's -H line is the key: sent once, as an sf-string.
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  for (int run = 0; run < 2; ++run) {
+    const CliRun sent = Idemctl({"send", "--key-header", "X-K", "-H", "x-k: v-1", "-d", "{}", echo});
+    ASSERT_EQ(sent.code, 0) << sent.err;
+    json::object o = json::parse(sent.out).as_object();
+    EXPECT_EQ(Values(EchoedHeaders(o), "X-K"), std::vector<std::string>{"\"v-1\""}) << sent.out;
+  }
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string named;
+  };
+  const std::vector<Case> refused = {
+      {{"-k", "a-1", "-H", "Idempotency-Key: a-2"}, "differ"},
+      {{"-H", "Idempotency-Key: a-1", "-H", "Idempotency-Key: a-1"}, "two"},
+      {{"-H", "Idempotency-Key: \"\""}, "empty"},
+      {{"-H", "Idempotency-Key:"}, "empty"},
+      {{"-H", "Idempotency-Key: t-1"}, "reserved"},
+      {{"-H", "Idempotency-Key: \"a-1"}, "closing quote"},
+      {{"-H", "Idempotency-Key: \"a-1\";p=1"}, "follow"},
+      {{"--key-v7", "-H", "Idempotency-Key: a-1"}, "only one"},
+      {{"--key-header", "X-K", "-H", "X-K: a:1"}, "colon"},
+  };
+  for (const Case& c : refused) {
+    std::vector<std::string> args = {"send", "-d", "{}"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.push_back(echo);
+    const CliRun run = Idemctl(args);
+    EXPECT_EQ(run.code, 2) << c.named << ": " << run.err;
+    EXPECT_NE(run.err.find(c.named), std::string::npos) << c.named << ": " << run.err;
+  }
+  EXPECT_EQ(Executions(), 3u);
+  EXPECT_EQ(DlqJson(), "[]");
+}
+
 TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
   // A port that refuses connections: anything that were sent would be
   // retried and parked (exit 1), not refused at once (exit 2).
