@@ -2,6 +2,7 @@
 // with retries under one Idempotency-Key, parks what still fails in a
 // dead-letter queue and replays it under the original key, and reads or
 // purges stored keys and statistics through the gateway's admin API.
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -91,7 +92,9 @@ constexpr std::string_view kUsage =
     "\n"
     "Retried: network errors, timeouts, 408, 409 request-in-flight, 425, 429, 500, 502,\n"
     "503, 504 (full jitter backoff, Retry-After honoured). Never retried: other 4xx\n"
-    "(422 key-reused included). A request that still fails is parked in the DLQ.\n"
+    "(422 key-reused included). A request that still fails is parked in the DLQ, and so\n"
+    "is one whose send SIGTERM or SIGINT stops (a second signal ends idemctl at once).\n"
+    "A new key is printed on stderr before the first attempt.\n"
     "\n"
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
     "operation failed, 2 usage error: also a request that could never succeed (an empty\n"
@@ -140,6 +143,47 @@ std::string DlqPath(const std::string& given) {
   std::filesystem::create_directories(dir, ec);  // a failure shows when the file is opened
   return (dir / "dlq.sqlite").string();
 }
+
+// What SIGTERM and SIGINT stop during send and dlq replay (StopSignals).
+client::Interruption* g_interruption = nullptr;
+
+// The first SIGTERM or SIGINT: both get their default action back (a
+// second one ends idemctl at once), and the client stops retrying.
+void OnStopSignal(int) {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(SIGTERM, &default_action, nullptr);
+  sigaction(SIGINT, &default_action, nullptr);
+  if (g_interruption != nullptr) g_interruption->Trigger();
+}
+
+// While it lives, the first SIGTERM or SIGINT triggers `interruption`
+// instead of ending idemctl: the request is then parked (or its entry put
+// back), not lost with its key.
+class StopSignals {
+ public:
+  explicit StopSignals(client::Interruption& interruption) {
+    g_interruption = &interruption;
+    struct sigaction action {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &action, &old_term_);
+    sigaction(SIGINT, &action, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+    g_interruption = nullptr;
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ {};
+  struct sigaction old_int_ {};
+};
 
 // Options shared by the subcommands.
 struct Options {
@@ -480,6 +524,8 @@ int Send(const Options& o) {
     req.key = client::NewKeyV4();
   }
   if (Status s = client::ValidateRequest(req); !s.ok()) return Usage(s.message());
+  client::Interruption interruption;
+  StopSignals stop_signals(interruption);
   std::unique_ptr<client::DeadLetterQueue> dlq;
   if (!o.no_dlq) {
     const std::string path = DlqPath(o.dlq);
@@ -497,11 +543,17 @@ int Send(const Options& o) {
   options.policy = o.policy;
   options.dlq = dlq.get();
   options.tls = o.tls;
+  options.interruption = &interruption;
   if (o.verbose) {
-    options.sleep = [](Millis wait) {
+    options.sleep = [&interruption](Millis wait) {
       Print(stderr, "idemctl: retrying in " + std::to_string(wait.count()) + " ms\n");
-      std::this_thread::sleep_for(wait);
+      interruption.SleepFor(wait);
     };
+  }
+  // A new random key is said before anything is sent: if idemctl is killed
+  // outright, the request can still be sent again under it (-k).
+  if (!given_key && !o.derive) {
+    Print(stderr, "idemctl: new key " + req.key + " (to send this request again: -k " + req.key + ")\n");
   }
   client::Client c(options);
   return ReportSend(c.Send(std::move(req)), o, dlq != nullptr);
@@ -609,10 +661,13 @@ int Dlq(const std::string& verb, const Options& o) {
     return 0;
   }
   if (verb == "replay") {
+    client::Interruption interruption;
+    StopSignals stop_signals(interruption);
     client::ClientOptions options;
     options.policy = o.policy;
     options.dlq = &dlq;
     options.tls = o.tls;
+    options.interruption = &interruption;
     client::Client c(options);
     auto outcome = c.Replay(*id);
     if (!outcome.ok()) return Fail(outcome.status().message());

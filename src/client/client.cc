@@ -1,9 +1,13 @@
 #include "client/client.h"
 
+#include <fcntl.h>
 #include <openssl/rand.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/beast/http/status.hpp>
+#include <cerrno>
 #include <exception>
 #include <random>
 #include <thread>
@@ -49,9 +53,55 @@ int LastStatus(const Outcome& outcome) { return outcome.response ? outcome.respo
 
 }  // namespace
 
+// A non-blocking pipe whose read end becomes readable on Trigger.
+Interruption::Interruption() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+  }
+}
+
+Interruption::~Interruption() {
+  if (read_fd_ >= 0) ::close(read_fd_);
+  if (write_fd_ >= 0) ::close(write_fd_);
+}
+
+// The byte is never read: the pipe stays readable, as the flag stays set.
+void Interruption::Trigger() noexcept {
+  const int saved_errno = errno;  // a signal handler must leave errno alone
+  triggered_.store(true, std::memory_order_release);
+  if (write_fd_ >= 0) (void)!::write(write_fd_, "x", 1);
+  errno = saved_errno;
+}
+
+// poll(2) on the pipe, in steps that fit its int milliseconds, until the
+// wait is over or the pipe is readable; without a pipe, short sleeps.
+bool Interruption::SleepFor(Millis wait) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::min(wait, Millis{std::chrono::hours(24 * 366)});
+  while (!triggered()) {
+    const auto left = std::chrono::ceil<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left <= Millis{0}) return false;
+    const int step = static_cast<int>(std::min<std::int64_t>(left.count(), read_fd_ >= 0 ? 1'000'000 : 20));
+    if (read_fd_ >= 0) {
+      pollfd p{.fd = read_fd_, .events = POLLIN, .revents = 0};
+      (void)::poll(&p, 1, step);  // EINTR: the loop looks again
+    } else {
+      std::this_thread::sleep_for(Millis{step});
+    }
+  }
+  return true;
+}
+
 // Fills in the real sleep and random source where the options leave them empty.
 Client::Client(ClientOptions options) : options_(std::move(options)) {
-  if (!options_.sleep) options_.sleep = [](Millis wait) { std::this_thread::sleep_for(wait); };
+  if (!options_.sleep) {
+    if (const Interruption* interruption = options_.interruption) {
+      options_.sleep = [interruption](Millis wait) { interruption->SleepFor(wait); };
+    } else {
+      options_.sleep = [](Millis wait) { std::this_thread::sleep_for(wait); };
+    }
+  }
   if (!options_.random) options_.random = RandomU64;
 }
 
@@ -61,10 +111,26 @@ Outcome Client::Run(const Request& request) {
   out.key = request.key;
   const RetryPolicy& policy = options_.policy;
   const int max_attempts = std::max(1, policy.max_attempts);
+  const Interruption* interruption = options_.interruption;
   try {
     for (int attempt = 1; attempt <= max_attempts; ++attempt) {
+      if (interruption != nullptr && interruption->triggered()) {
+        out.interrupted = true;
+        out.error = attempt == 1 ? "interrupted before the first attempt"
+                                 : "interrupted after " + std::to_string(attempt - 1) +
+                                       (attempt == 2 ? " attempt" : " attempts") + " (the last: " + out.error + ")";
+        return out;
+      }
       out.attempts = attempt;
-      auto result = SendOnce(request, policy.timeout, options_.tls);
+      auto result = SendOnce(request, policy.timeout, options_.tls, interruption);
+      if (!result.ok() && result.status().code() == StatusCode::kAborted && interruption != nullptr &&
+          interruption->triggered()) {
+        out.interrupted = true;
+        out.response.reset();
+        out.error = result.status().message() + " (attempt " + std::to_string(attempt) +
+                    "; the request may have reached the server)";
+        return out;
+      }
       Verdict verdict = Verdict::kRetry;
       std::optional<Millis> retry_after;
       if (result.ok()) {

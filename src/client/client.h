@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -120,14 +121,43 @@ struct TlsSettings {
   std::string key_file;
 };
 
+// Stops a Client from outside its thread, e.g. on SIGTERM: Trigger() ends a
+// wait between attempts at once and cuts an attempt in progress (its
+// connection is closed; the request may have reached the server or not),
+// and no further attempt is made. Once triggered it stays triggered.
+// Thread-safe; Trigger() is async-signal-safe (it stores a flag and writes a
+// byte to a pipe), so a signal handler may call it.
+class Interruption {
+ public:
+  Interruption();
+  ~Interruption();
+  Interruption(const Interruption&) = delete;
+  Interruption& operator=(const Interruption&) = delete;
+
+  void Trigger() noexcept;
+  bool triggered() const noexcept { return triggered_.load(std::memory_order_acquire); }
+  // Waits `wait`, or less when triggered meanwhile; true when triggered.
+  bool SleepFor(Millis wait) const;
+  // Readable once triggered (for poll or an event loop), -1 when no pipe
+  // could be made (then attempts in progress are not cut). Owned by this object.
+  int fd() const noexcept { return read_fd_; }
+
+ private:
+  std::atomic<bool> triggered_{false};
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+};
+
 // One attempt: connects (and, for https://, completes a TLS handshake with
 // `tls`), sends `request` (with its key header), reads the whole response (at
 // most request.max_response_bytes), all within `timeout`. An error Status when there is no
 // response: Unavailable (connection or TLS handshake failed, e.g. "TLS
 // handshake with HOST:PORT failed: certificate verify failed (hostname
 // mismatch)"), DeadlineExceeded, InvalidArgument for a bad URL or request,
-// or for unusable `tls` files (naming the file).
-StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls = {});
+// or for unusable `tls` files (naming the file), Aborted when `interruption`
+// was triggered before or during the exchange ("interrupted ...").
+StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls = {},
+                            const Interruption* interruption = nullptr);
 
 // InvalidArgument, naming the bad part, when no attempt could ever send
 // `request`: a URL that is not http:// or https:// with a host (a space,
@@ -240,6 +270,9 @@ struct Outcome {
   // sent: then nothing was sent (attempts 0) nor parked, and `error` is its
   // message. Ok otherwise, failed attempts included.
   Status validation;
+  // Stopped by ClientOptions::interruption before it succeeded: `error` says
+  // when ("interrupted ..."). A failure like any other: Send parks it.
+  bool interrupted = false;
 };
 
 struct ClientOptions {
@@ -248,7 +281,13 @@ struct ClientOptions {
   // For https:// targets, on every attempt (sends and replays alike). A bad
   // file fails an attempt with InvalidArgument, which is not retried.
   TlsSettings tls;
-  // Waits between attempts; tests replace it.
+  // When set and triggered: the wait between attempts ends at once, an
+  // attempt in progress is cut, no other attempt is made, and the outcome is
+  // a failure with `interrupted` set (parked by Send, put back to pending by
+  // Replay). Not owned.
+  const Interruption* interruption = nullptr;
+  // Waits between attempts; tests replace it. By default a plain sleep, or
+  // interruption->SleepFor with an interruption.
   std::function<void(Millis)> sleep;
   // 64 random bits for the jitter; tests replace it.
   std::function<std::uint64_t()> random;

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/error.hpp>
@@ -18,6 +19,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -209,15 +212,58 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
   return req;
 }
 
-// Starts one asynchronous operation via `start(handler)` and runs the private
-// io_context until it completes; the stream's expiry bounds it.
-template <typename Start>
-beast::error_code RunOne(asio::io_context& io, Start&& start) {
-  beast::error_code result = asio::error::operation_aborted;
-  start([&result](beast::error_code ec, auto&&...) { result = ec; });
-  io.restart();
-  io.run();
-  return result;
+// Runs one exchange's asynchronous operations, one at a time, on its
+// private io_context. With an Interruption, its pipe is watched meanwhile:
+// once it is readable the connection is closed, so the operation in progress
+// ends (operation_aborted) and every later one fails at once.
+class Runner {
+ public:
+  Runner(asio::io_context& io, const Interruption* interruption) : io_(io) {
+    if (interruption == nullptr || interruption->fd() < 0) return;
+    const int fd = ::dup(interruption->fd());  // the descriptor object closes its own
+    if (fd >= 0) watch_.emplace(io_, fd);
+  }
+
+  // Starts one operation on `connection` (the stream's lowest layer) via
+  // `start(handler)` and runs until it completes: the stream's expiry bounds
+  // it, and the interruption cuts it short.
+  template <typename Start>
+  beast::error_code Run(beast::tcp_stream& connection, Start&& start) {
+    if (cut_) return asio::error::operation_aborted;
+    beast::error_code result = asio::error::operation_aborted;
+    bool done = false;
+    start([this, &result, &done](beast::error_code ec, auto&&...) {
+      result = ec;
+      done = true;
+      if (watch_) {
+        beast::error_code ignored;
+        watch_->cancel(ignored);
+      }
+    });
+    if (watch_) {
+      watch_->async_wait(asio::posix::descriptor_base::wait_read, [this, &done, &connection](beast::error_code ec) {
+        if (ec || done) return;
+        cut_ = true;
+        connection.close();
+      });
+    }
+    io_.restart();
+    io_.run();
+    return result;
+  }
+
+  // True when the interruption cut the operation that ended with `ec` (one
+  // that completed all the same stands).
+  bool Cut(const beast::error_code& ec) const { return cut_ && ec; }
+
+ private:
+  asio::io_context& io_;
+  std::optional<asio::posix::stream_descriptor> watch_;
+  bool cut_ = false;
+};
+
+Status Interrupted(std::string_view step, const std::string& where) {
+  return AbortedError("interrupted " + std::string(step) + " " + where);
 }
 
 // An error's text; for OpenSSL's errors only the reason ("certificate
@@ -292,11 +338,12 @@ Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
 // handshaken) `stream`: beast::tcp_stream or beast::ssl_stream over one,
 // whose expiry bounds every step.
 template <typename Stream>
-StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<http::string_body>& req,
+StatusOr<Response> Converse(Runner& runner, Stream& stream, http::request<http::string_body>& req,
                             std::uint64_t max_body,
                             bool head, const std::string& where, const std::string& after) {
-  beast::error_code ec =
-      RunOne(io, [&](auto handler) { http::async_write(stream, req, std::move(handler)); });
+  beast::error_code ec = runner.Run(beast::get_lowest_layer(stream),
+                                    [&](auto handler) { http::async_write(stream, req, std::move(handler)); });
+  if (runner.Cut(ec)) return Interrupted("while sending to", where);
   if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " sending to " + where);
   if (ec) return UnavailableError("cannot send to " + where + ": " + ErrorText(ec));
 
@@ -309,7 +356,9 @@ StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<
     parser.header_limit(kMaxResponseHeader);
     parser.body_limit(max_body);
     if (head) parser.skip(true);
-    ec = RunOne(io, [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
+    ec = runner.Run(beast::get_lowest_layer(stream),
+                    [&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
+    if (runner.Cut(ec)) return Interrupted("while waiting for the response from", where);
     if (ec == ssl::error::stream_truncated) {
       // The server closed the TCP connection without a TLS close_notify:
       // taken as a plain end of stream, so a body delimited by the close is
@@ -346,7 +395,8 @@ StatusOr<Response> Converse(asio::io_context& io, Stream& stream, http::request<
 }
 
 // The one exchange behind SendOnce; may throw (allocation, Beast internals).
-StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSettings& tls) {
+StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSettings& tls,
+                            const Interruption* interruption) {
   auto target = ParseUrl(request.url);
   if (!target.ok()) return target.status();
   auto req = BuildRequest(request, *target);
@@ -362,7 +412,9 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const bool head = request.method == "HEAD";
 
+  if (interruption != nullptr && interruption->triggered()) return Interrupted("before connecting to", where);
   asio::io_context io;
+  Runner runner(io, interruption);
   beast::error_code ec;
   std::vector<tcp::endpoint> endpoints;
   const auto address = asio::ip::make_address(target->host, ec);
@@ -379,11 +431,12 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
 
   beast::tcp_stream stream(io);
   stream.expires_at(deadline);
-  ec = RunOne(io, [&](auto handler) { stream.async_connect(endpoints, std::move(handler)); });
+  ec = runner.Run(stream, [&](auto handler) { stream.async_connect(endpoints, std::move(handler)); });
+  if (runner.Cut(ec)) return Interrupted("while connecting to", where);
   if (ec == beast::error::timeout) return DeadlineExceededError("timed out" + after + " connecting to " + where);
   if (ec == asio::error::connection_refused) return UnavailableError("connection refused by " + where);
   if (ec) return UnavailableError("cannot connect to " + where + ": " + ec.message());
-  if (!target->tls) return Converse(io, stream, *req, request.max_response_bytes, head, where, after);
+  if (!target->tls) return Converse(runner, stream, *req, request.max_response_bytes, head, where, after);
 
   // The handshake is bounded by the same deadline as the rest of the attempt.
   beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), *ctx);
@@ -391,7 +444,9 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   if (!SetTlsPeerName(tls_stream.native_handle(), target->host)) {
     return InvalidArgumentError("cannot use \"" + target->host + "\" as a TLS server name");
   }
-  ec = RunOne(io, [&](auto handler) { tls_stream.async_handshake(ssl::stream_base::client, std::move(handler)); });
+  ec = runner.Run(beast::get_lowest_layer(tls_stream),
+                  [&](auto handler) { tls_stream.async_handshake(ssl::stream_base::client, std::move(handler)); });
+  if (runner.Cut(ec)) return Interrupted("in the TLS handshake with", where);
   if (ec == beast::error::timeout) {
     return DeadlineExceededError("timed out" + after + " in the TLS handshake with " + where);
   }
@@ -400,7 +455,7 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
     ERR_clear_error();
     return UnavailableError("TLS handshake with " + where + " failed: " + why);
   }
-  return Converse(io, tls_stream, *req, request.max_response_bytes, head, where, after);
+  return Converse(runner, tls_stream, *req, request.max_response_bytes, head, where, after);
 }
 
 }  // namespace
@@ -450,9 +505,10 @@ Status ValidateRequest(const Request& request) {
 }
 
 // Runs one exchange, turning anything thrown into an error Status.
-StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls) {
+StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls,
+                            const Interruption* interruption) {
   try {
-    StatusOr<Response> result = Exchange(request, timeout, tls);
+    StatusOr<Response> result = Exchange(request, timeout, tls, interruption);
     if (!result.ok()) ERR_clear_error();  // leave no OpenSSL errors of ours to the caller's thread
     return result;
   } catch (const boost::system::system_error& e) {

@@ -2,12 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/scripted_server.h"
@@ -684,6 +686,138 @@ TEST(ClientTest, DefaultSleepAndRandomAreUsable) {
   EXPECT_TRUE(out.ok);
   EXPECT_EQ(out.attempts, 2);
   EXPECT_LT(std::chrono::steady_clock::now() - start, Millis(2000));
+}
+
+// ---------------------------------------------------------------------------
+// Interruption (SIGTERM in idemctl)
+
+TEST(InterruptionTest, TriggerEndsASleepAndStays) {
+  Interruption interruption;
+  EXPECT_FALSE(interruption.triggered());
+  EXPECT_FALSE(interruption.SleepFor(Millis(1)));
+  std::thread trigger([&] { interruption.Trigger(); });
+  EXPECT_TRUE(interruption.SleepFor(std::chrono::hours(1)));
+  trigger.join();
+  EXPECT_TRUE(interruption.triggered());
+  EXPECT_TRUE(interruption.SleepFor(std::chrono::hours(1)));
+}
+
+// A client with the real sleep, an interruption and a DLQ, sending from its
+// own thread.
+struct InterruptHarness {
+  explicit InterruptHarness(RetryPolicy policy) {
+    auto opened = DeadLetterQueue::Open(dir.Join("dlq.sqlite"));
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) dlq = std::move(*opened);
+    options.policy = policy;
+    options.dlq = dlq.get();
+    options.interruption = &interruption;
+  }
+
+  // Sends Post(server) in another thread, calls `then` in this one, and waits for the outcome.
+  template <typename Then>
+  Outcome SendAnd(Then then) {
+    Outcome out;
+    Client client(options);
+    std::thread sender([&] { out = client.Send(Post(server)); });
+    then();
+    sender.join();
+    return out;
+  }
+
+  idemgate::testing::TempDir dir;
+  std::unique_ptr<DeadLetterQueue> dlq;
+  Interruption interruption;
+  ClientOptions options;
+  ScriptedServer server;
+};
+
+// Waits for the server to have read `n` requests.
+void AwaitRequests(const ScriptedServer& server, std::size_t n) {
+  while (server.requests().size() < n) std::this_thread::sleep_for(Millis(1));
+}
+
+TEST(ClientInterruptTest, ATriggerEndsTheWaitForTheNextAttemptAndTheRequestIsParked) {
+  InterruptHarness h(RetryPolicy{.max_attempts = 3, .max_delay = std::chrono::hours(2)});
+  h.server.Push(Canned::Answer(503, {{"Retry-After", "3600"}}));
+  h.server.Push(Canned::Answer(201));  // never reached
+  std::atomic<bool> waiting = false;
+  h.options.random = [&] {  // drawn just before the wait
+    waiting = true;
+    return kMaxRandom;
+  };
+  const Outcome out = h.SendAnd([&] {
+    while (!waiting) std::this_thread::sleep_for(Millis(1));
+    h.interruption.Trigger();
+  });
+  EXPECT_FALSE(out.ok);
+  EXPECT_TRUE(out.interrupted);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(h.server.requests().size(), 1u);
+  EXPECT_EQ(out.error, "interrupted after 1 attempt (the last: 503 Service Unavailable)");
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  const auto entry = h.dlq->Get(*out.dead_letter_id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->request.key, "k-1");
+  EXPECT_EQ(entry->error, out.error);
+  EXPECT_EQ(entry->attempts, 1);
+  EXPECT_EQ(entry->last_status, 503);
+}
+
+TEST(ClientInterruptTest, ATriggerCutsTheAttemptInProgress) {
+  InterruptHarness h(RetryPolicy{.max_attempts = 3, .timeout = std::chrono::hours(1)});
+  h.server.Push(Canned::NeverAnswer());
+  const Outcome out = h.SendAnd([&] {
+    AwaitRequests(h.server, 1);
+    h.interruption.Trigger();
+  });
+  EXPECT_FALSE(out.ok);
+  EXPECT_TRUE(out.interrupted);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_FALSE(out.response.has_value());
+  // Cut while waiting for the response (or, just possibly, while the write's completion was on its way).
+  EXPECT_TRUE(std::regex_match(out.error, std::regex("interrupted while (waiting for the response from|sending to) "
+                                                     "127\\.0\\.0\\.1:[0-9]+ \\(attempt 1; the request may "
+                                                     "have reached the server\\)")))
+      << out.error;
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->error, out.error);
+  EXPECT_EQ(h.server.requests().size(), 1u);
+}
+
+TEST(ClientInterruptTest, TriggeredBeforeTheFirstAttemptNothingIsSentButTheRequestIsParked) {
+  InterruptHarness h(RetryPolicy{});
+  h.interruption.Trigger();
+  const auto once = SendOnce(Post(h.server), Millis(5000), {}, &h.interruption);
+  ASSERT_FALSE(once.ok());
+  EXPECT_EQ(once.status().code(), StatusCode::kAborted);
+  const Outcome out = h.SendAnd([] {});
+  EXPECT_TRUE(out.interrupted);
+  EXPECT_EQ(out.attempts, 0);
+  EXPECT_EQ(out.error, "interrupted before the first attempt");
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->attempts, 0);
+  EXPECT_TRUE(h.server.requests().empty());
+}
+
+TEST(ClientInterruptTest, AnInterruptedReplayPutsTheEntryBack) {
+  InterruptHarness h(RetryPolicy{.timeout = std::chrono::hours(1)});
+  const auto id = h.dlq->Park(Post(h.server), "503 Service Unavailable", 3, 503);
+  ASSERT_TRUE(id.ok());
+  h.server.Push(Canned::NeverAnswer());
+  Client client(h.options);
+  StatusOr<Outcome> replay = InternalError("not run");
+  std::thread replayer([&] { replay = client.Replay(*id); });
+  AwaitRequests(h.server, 1);
+  h.interruption.Trigger();
+  replayer.join();
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(replay->interrupted);
+  const auto entry = h.dlq->Get(*id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->status, EntryStatus::kPending);
+  EXPECT_EQ(entry->attempts, 4);
+  EXPECT_TRUE(entry->error.starts_with("interrupted while ")) << entry->error;
 }
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <csignal>
 #include <regex>
 #include <chrono>
 #include <filesystem>
@@ -382,6 +383,47 @@ TEST_F(IdemctlTest, ReleaseIsRefusedWhileTheReplayRuns) {
   EXPECT_EQ(done->code, 0) << ReadFileOrEmpty(options.stderr_path);
   EXPECT_NE(DlqJson().find("\"replayed\""), std::string::npos);
   EXPECT_EQ(Executions(), 1u);
+}
+
+// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
+// does not lose the request: idemctl stops, parks it under its key and says
+// both, exiting 1 as for any parked failure. A new key is said before the
+// first attempt, for a kill that leaves no time to park.
+TEST_F(IdemctlTest, ASignalDuringSendParksTheRequestUnderItsKey) {
+  const std::string slow = "http://" + fake_endpoint_.ToString() + "/slow?ms=30000";
+  std::uint64_t sent = 0;
+  for (const int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(sig);
+    ProcessOptions options;
+    options.stdout_path = dir_.Join("signal-" + std::to_string(sig) + ".out");
+    options.stderr_path = dir_.Join("signal-" + std::to_string(sig) + ".err");
+    options.env.emplace_back("IDEMCTL_DLQ", dir_.Join("dlq.sqlite"));
+    auto send = Process::Start(IDEMCTL_BIN, {"send", "-d", "{}", "--timeout", "120s", slow}, options);
+    ASSERT_TRUE(send.ok()) << send.status().ToString();
+    ++sent;
+    for (int i = 0; i < 3000 && Executions() < sent; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ(Executions(), sent);  // the attempt is in progress
+    std::smatch m;
+    const std::string said = ReadFileOrEmpty(options.stderr_path);
+    ASSERT_TRUE(std::regex_search(said, m, std::regex("new key ([0-9a-f-]{36})"))) << said;
+    const std::string key = m[1];
+
+    ASSERT_TRUE(send->Signal(sig).ok());
+    const std::optional<ExitStatus> done = send->WaitExit(60s);
+    ASSERT_TRUE(done.has_value());
+    ASSERT_TRUE(done->exited) << "ended by the signal";
+    EXPECT_EQ(done->code, 1);
+    const std::string err = ReadFileOrEmpty(options.stderr_path);
+    EXPECT_NE(err.find("key " + key + ", 1 attempt, failed: interrupted"), std::string::npos) << err;
+    const std::string id = ParkedId(err);
+    ASSERT_FALSE(id.empty()) << err;
+    const CliRun shown = Idemctl({"dlq", "show", id});
+    ASSERT_EQ(shown.code, 0) << shown.err;
+    const json::object entry = json::parse(shown.out).as_object();
+    EXPECT_EQ(entry.at("key").as_string(), key);
+    EXPECT_EQ(entry.at("status").as_string(), "pending");
+    EXPECT_NE(std::string(entry.at("error").as_string()).find("interrupted"), std::string::npos) << shown.out;
+  }
 }
 
 // Entry ids are decimal numbers only, checked before the queue is opened, so
