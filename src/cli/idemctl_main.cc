@@ -2,7 +2,9 @@
 // with retries under one Idempotency-Key, parks what still fails in a
 // dead-letter queue and replays it under the original key, and reads or
 // purges stored keys and statistics through the gateway's admin API.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
@@ -23,7 +26,6 @@
 
 #include "client/client.h"
 #include "common/ascii.h"
-#include "common/secrets.h"
 #include "common/units.h"
 
 namespace idemgate::cli {
@@ -56,8 +58,8 @@ constexpr std::string_view kUsage =
     "\n"
     "send options:\n"
     "  -X, --request METHOD   method (default POST with a body, else GET)\n"
-    "  -H, --header 'N: V'    a request header (repeatable); one of the key header gives the key\n"
-    "  -d, --data TEXT        the body; -d @FILE reads it from FILE\n"
+    "  -H, --header 'N: V'    a request header (repeatable); a line of the key header gives the key\n"
+    "  -d, --data TEXT        the body; -d @FILE reads it from FILE, -d @- from stdin\n"
     "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4); checked as the\n"
     "                         gateway checks it: 1..255 of [A-Za-z0-9._~-], not \"t-...\"\n"
     "      --key-v7           make the key a UUIDv7\n"
@@ -208,6 +210,38 @@ struct Options {
   std::vector<std::string> positional;
 };
 
+// All of `fd` (a file or stdin) for -d; the error names `what`.
+StatusOr<std::string> ReadAll(int fd, const std::string& what) {
+  std::string out;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      out.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      return out;
+    } else if (errno != EINTR) {
+      return InvalidArgumentError("cannot read " + what + ": " + std::strerror(errno));
+    }
+  }
+}
+
+// The body of -d @FILE: a file that cannot be read (a directory included) is
+// an error, never an empty body.
+StatusOr<std::string> ReadBodyFile(const std::string& path) {
+  if (path.empty()) return InvalidArgumentError("-d @ needs a file name (or - for stdin)");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return InvalidArgumentError("-d @" + path + ": cannot read " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  StatusOr<std::string> body = InvalidArgumentError("-d @" + path + ": " + path + " is a directory");
+  if (::fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode)) body = ReadAll(fd, path);
+  ::close(fd);
+  if (!body.ok() && body.status().message().starts_with("cannot")) {
+    return InvalidArgumentError("-d @" + path + ": " + body.status().message());
+  }
+  return body;
+}
+
 StatusOr<Millis> DurationArg(std::string_view text) {
   StatusOr<Duration> d = ParseDuration(text);
   if (!d.ok()) return d.status();
@@ -217,6 +251,7 @@ StatusOr<Millis> DurationArg(std::string_view text) {
 // Parses options and positional arguments after the subcommand words.
 std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::string* error) {
   Options o;
+  bool read_stdin = false;  // -d @-, once
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string* out) {
@@ -258,8 +293,20 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       o.headers.emplace_back(std::move(name), std::move(val));
     } else if (a == "-d" || a == "--data") {
       if (!value(&v)) return std::nullopt;
-      if (!v.empty() && v.front() == '@') {
-        StatusOr<std::string> text = ReadWholeFile(v.substr(1));
+      if (v == "@-") {
+        if (read_stdin) {
+          *error = "-d @- is given twice (stdin can be read once)";
+          return std::nullopt;
+        }
+        read_stdin = true;
+        StatusOr<std::string> text = ReadAll(STDIN_FILENO, "stdin");
+        if (!text.ok()) {
+          *error = "-d @-: " + text.status().message();
+          return std::nullopt;
+        }
+        o.body = std::move(*text);
+      } else if (!v.empty() && v.front() == '@') {
+        StatusOr<std::string> text = ReadBodyFile(v.substr(1));
         if (!text.ok()) {
           *error = text.status().message();
           return std::nullopt;

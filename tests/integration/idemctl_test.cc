@@ -385,6 +385,40 @@ TEST_F(IdemctlTest, ReleaseIsRefusedWhileTheReplayRuns) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// -d @FILE that cannot be read (a directory, a missing file) is a usage
+// error with nothing sent, never an empty body; -d @- reads stdin.
+TEST_F(IdemctlTest, BodyFromAFileOrStdin) {
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  for (const std::string& bad : {dir_.path(), dir_.Join("missing.json"), std::string()}) {
+    const CliRun run = Idemctl({"send", "-k", "b-1", "-d", "@" + bad, echo});
+    EXPECT_EQ(run.code, 2) << bad << ": " << run.err;
+    EXPECT_NE(run.err.find("-d @" + bad), std::string::npos) << run.err;
+  }
+  const CliRun directory = Idemctl({"send", "-k", "b-1", "-d", "@" + dir_.path(), echo});
+  EXPECT_NE(directory.err.find("is a directory"), std::string::npos) << directory.err;
+  EXPECT_EQ(Executions(), 0u);
+  EXPECT_EQ(DlqJson(), "[]");
+
+  const std::string body("{\"a\":1}\n\xff\0end", 13);
+  const std::string file = dir_.Join("body.bin");
+  ASSERT_TRUE(WriteFile(file, body).ok());
+  ProcessOptions options;
+  options.stdout_path = dir_.Join("stdin.out");
+  options.stderr_path = dir_.Join("stdin.err");
+  options.env = {{"IDEMCTL_DLQ", dir_.Join("dlq.sqlite")}, {"IDEMCTL_TEST_STDIN", file}};
+  auto send = Process::Start("/bin/sh", {"-c", "exec \"$0\" \"$@\" < \"$IDEMCTL_TEST_STDIN\"", IDEMCTL_BIN, "send",
+                                         "-k", "b-2", "-d", "@-", echo},
+                             options);
+  ASSERT_TRUE(send.ok()) << send.status().ToString();
+  const std::optional<ExitStatus> done = send->WaitExit(60s);
+  ASSERT_TRUE(done.has_value() && done->exited);
+  EXPECT_EQ(done->code, 0) << ReadFileOrEmpty(options.stderr_path);
+  const json::object echoed = json::parse(ReadFileOrEmpty(options.stdout_path)).as_object();
+  EXPECT_EQ(echoed.at("body_length").to_number<std::int64_t>(), 13);
+  EXPECT_EQ(echoed.at("body_base64").as_string(), "eyJhIjoxfQr/AGVuZA==");
+  EXPECT_EQ(Executions(), 1u);
+}
+
 // SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
 // does not lose the request: idemctl stops, parks it under its key and says
 // both, exiting 1 as for any parked failure. A new key is said before the
