@@ -206,6 +206,7 @@ struct Options {
   std::string status_filter;
   bool json = false;
   bool force = false;  // dlq release
+  bool help = false;   // -h or --help in an option's place (not as an option's value)
   client::TlsSettings tls;  // --cacert ($IDEMCTL_CACERT), --client-cert, --client-key
   std::vector<std::string> positional;
 };
@@ -376,6 +377,9 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       if (!value(&o.tls.cert_file)) return std::nullopt;
     } else if (a == "--client-key") {
       if (!value(&o.tls.key_file)) return std::nullopt;
+    } else if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;  // nothing after it matters
     } else if (a.size() > 1 && a.front() == '-') {
       *error = "unknown option " + a;
       return std::nullopt;
@@ -803,16 +807,14 @@ int Main(int argc, char** argv) {
     Print(stdout, "idemctl " + std::string(kVersion) + "\n");
     return 0;
   }
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      Print(stdout, kUsage);
-      return 0;
-    }
-  }
   // Options may come before the command words too (idemctl --token-env T keys get K).
   std::string error;
   std::optional<Options> o = ParseOptions(args, &error);
   if (!o) return Usage(error);
+  if (o->help) {
+    Print(stdout, kUsage);
+    return 0;
+  }
   if (o->positional.empty()) return Usage("no command");
   const std::string command = o->positional.front();
   o->positional.erase(o->positional.begin());

@@ -419,7 +419,28 @@ TEST_F(IdemctlTest, BodyFromAFileOrStdin) {
   EXPECT_EQ(Executions(), 1u);
 }
 
-// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
+// -h and --help ask for help only in an option's place: as an option's
+// value they are that value (and the request is sent).
+TEST_F(IdemctlTest, HelpOnlyInAnOptionsPlace) {
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  for (const std::string help : {"--help", "-h"}) {
+    const CliRun sent = Idemctl({"send", "-k", "p2-" + std::to_string(help.size()), "-d", help, echo});
+    ASSERT_EQ(sent.code, 0) << sent.err;
+    EXPECT_EQ(sent.out.find("Usage:"), std::string::npos) << sent.out;
+    EXPECT_EQ(json::parse(sent.out).as_object().at("body").as_string(), help) << sent.out;
+  }
+  EXPECT_EQ(Executions(), 2u);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"send", "-k", "p3", echo, "--help"}, {"send", "-h", "-d", "{}", echo},
+        {"--dlq", "--help", "dlq", "list", "-h"}}) {
+    const CliRun help = Idemctl(args);
+    EXPECT_EQ(help.code, 0) << help.err;
+    EXPECT_NE(help.out.find("Usage:"), std::string::npos) << help.out;
+  }
+  EXPECT_EQ(Executions(), 2u);
+}
+
+// SIGTERM or SIGINT during send (here// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
 // does not lose the request: idemctl stops, parks it under its key and says
 // both, exiting 1 as for any parked failure. A new key is said before the
 // first attempt, for a kill that leaves no time to park.
