@@ -68,7 +68,7 @@ constexpr std::string_view kUsage =
     "  -i, --include          print the status line and headers before the body\n"
     "  -v, --verbose          print each attempt on stderr\n"
     "\n"
-    "retry options (send and dlq replay):\n"
+    "retry options (send and dlq replay; durations up to 365d):\n"
     "      --attempts N       attempts in all (default 3)\n"
     "      --base-delay D     first backoff cap (default 250ms)\n"
     "      --max-delay D      longest wait, Retry-After included (default 5s)\n"
@@ -243,6 +243,10 @@ StatusOr<std::string> ReadBodyFile(const std::string& path) {
   return body;
 }
 
+// The longest --timeout, --base-delay or --max-delay: far beyond any use,
+// and far from the clocks' limits (a deadline 10^6 days ahead overflows them).
+constexpr Millis kMaxDurationArg = std::chrono::days(365);
+
 StatusOr<Millis> DurationArg(std::string_view text) {
   StatusOr<Duration> d = ParseDuration(text);
   if (!d.ok()) return d.status();
@@ -269,6 +273,10 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       StatusOr<Millis> d = DurationArg(text);
       if (!d.ok() || d->count() < 0) {
         *error = a + ": invalid duration " + text + " (e.g. 250ms, 5s)";
+        return false;
+      }
+      if (*d > kMaxDurationArg) {
+        *error = a + ": " + text + " is too long (at most 365d)";
         return false;
       }
       *out = *d;

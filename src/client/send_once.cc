@@ -409,7 +409,10 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   }
   const std::string where = target->host + ":" + std::to_string(target->port);
   const std::string after = " after " + std::to_string(timeout.count()) + " ms";
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Saturated: a timeout too long for the clock (centuries) means no deadline, not one in the past.
+  const auto now = std::chrono::steady_clock::now();
+  const auto room = std::chrono::floor<Millis>(std::chrono::steady_clock::time_point::max() - now);
+  const auto deadline = timeout >= room ? std::chrono::steady_clock::time_point::max() : now + timeout;
   const bool head = request.method == "HEAD";
 
   if (interruption != nullptr && interruption->triggered()) return Interrupted("before connecting to", where);

@@ -309,6 +309,18 @@ TEST(SendOnceTest, ServerThatNeverAnswersHitsTheDeadline) {
   EXPECT_EQ(server.requests().size(), 1u);
 }
 
+// A timeout too long for the clock (now + timeout overflows it) is no
+// deadline at all, not one already passed.
+TEST(SendOnceTest, AnEnormousTimeoutIsNoDeadline) {
+  for (const Millis timeout : {Millis(9223372036854), Millis::max()}) {
+    ScriptedServer server;
+    server.Push(Canned::Answer(200, {}, "ok"));
+    auto response = SendOnce(Post(server), timeout);
+    ASSERT_TRUE(response.ok()) << timeout.count() << ": " << response.status().ToString();
+    EXPECT_EQ(response->body, "ok");
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Client
 

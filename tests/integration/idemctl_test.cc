@@ -419,6 +419,24 @@ TEST_F(IdemctlTest, BodyFromAFileOrStdin) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// A duration too long for the clocks is a usage error (every attempt would
+// otherwise "time out" at once, after the backend ran it); up to 365d works.
+TEST_F(IdemctlTest, DurationsAreBounded) {
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  for (const std::string option : {"--timeout", "--base-delay", "--max-delay"}) {
+    for (const std::string too_long : {"9223372036854ms", "1000000d", "366d", "8785h"}) {
+      const CliRun run = Idemctl({"send", "-k", "t-long", "-d", "{}", option, too_long, echo});
+      EXPECT_EQ(run.code, 2) << option << " " << too_long << ": " << run.err;
+      EXPECT_NE(run.err.find(option + ": " + too_long + " is too long"), std::string::npos) << run.err;
+    }
+  }
+  EXPECT_EQ(Executions(), 0u);
+  const CliRun longest = Idemctl({"send", "-k", "d-365", "-d", "{}", "--timeout", "365d", "--max-delay", "365d", echo});
+  EXPECT_EQ(longest.code, 0) << longest.err;
+  EXPECT_EQ(Executions(), 1u);
+  EXPECT_EQ(DlqJson(), "[]");
+}
+
 // -h and --help ask for help only in an option's place: as an option's
 // value they are that value (and the request is sent).
 TEST_F(IdemctlTest, HelpOnlyInAnOptionsPlace) {
