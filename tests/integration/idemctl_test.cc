@@ -458,6 +458,47 @@ TEST_F(IdemctlTest, HelpOnlyInAnOptionsPlace) {
   EXPECT_EQ(Executions(), 2u);
 }
 
+// dlq show and dlq list --json write valid JSON whatever bytes a request
+// holds: a body that is not UTF-8 as body_base64, such a header name or
+// value as {"base64": ...}.
+TEST_F(IdemctlTest, DlqJsonIsValidForAnyBytes) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
+  const std::string file = dir_.Join("binary.bin");
+  ASSERT_TRUE(WriteFile(file, std::string("\xff\0bin\xc3", 6)).ok());
+  const CliRun binary = Idemctl({"send", "-k", "bin-1", "--attempts", "1", "-H", "X-Latin1: caf\xe9", "-H",
+                                 "X-Utf8: caf\xc3\xa9", "-d", "@" + file, url});
+  ASSERT_EQ(binary.code, 1) << binary.err;
+  const CliRun text = Idemctl({"send", "-k", "bin-2", "--attempts", "1", "-d", "caf\xc3\xa9", url});
+  ASSERT_EQ(text.code, 1) << text.err;
+
+  const CliRun shown = Idemctl({"dlq", "show", ParkedId(binary.err)});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  boost::system::error_code ec;
+  const json::value parsed = json::parse(shown.out, ec);
+  ASSERT_FALSE(ec) << ec.message() << ": " << shown.out;
+  const json::object& entry = parsed.as_object();
+  EXPECT_FALSE(entry.contains("body"));
+  EXPECT_EQ(entry.at("body_base64").as_string(), "/wBiaW7D");
+  const json::array& headers = entry.at("headers").as_array();
+  ASSERT_EQ(headers.size(), 2u) << shown.out;
+  EXPECT_EQ(headers[0].as_array()[0].as_string(), "X-Latin1");
+  EXPECT_EQ(headers[0].as_array()[1].as_object().at("base64").as_string(), "Y2Fm6Q==");
+  EXPECT_EQ(headers[1].as_array()[1].as_string(), "caf\xc3\xa9");
+
+  const CliRun shown_text = Idemctl({"dlq", "show", ParkedId(text.err)});
+  ASSERT_EQ(shown_text.code, 0) << shown_text.err;
+  const json::object text_entry = json::parse(shown_text.out).as_object();
+  EXPECT_EQ(text_entry.at("body").as_string(), "caf\xc3\xa9");
+  EXPECT_FALSE(text_entry.contains("body_base64"));
+
+  const CliRun listed = Idemctl({"dlq", "list", "--json"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out, ec).as_array().size(), 2u);
+  EXPECT_FALSE(ec);
+}
+
 // SIGTERM or SIGINT during send (here// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
 // does not lose the request: idemctl stops, parks it under its key and says
 // both, exiting 1 as for any parked failure. A new key is said before the
