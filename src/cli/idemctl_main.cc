@@ -131,7 +131,8 @@ std::string EnvOr(const char* name, std::string fallback) {
 }
 
 // The DLQ file: --dlq, else $IDEMCTL_DLQ, else under the XDG data directory
-// (created when missing).
+// in idemctl's own directory, made (or, when it is ours, kept) 0700: the
+// queue holds request headers (Authorization) and bodies.
 std::string DlqPath(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return v;
@@ -143,7 +144,15 @@ std::string DlqPath(const std::string& given) {
   }
   const std::filesystem::path dir = std::filesystem::path(data) / "idemctl";
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);  // a failure shows when the file is opened
+  std::filesystem::create_directories(data, ec);  // a failure shows when the file is opened
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno == EEXIST) {
+    // Made by an older idemctl with the umask's mode (0755, say): closed to others now.
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+        (st.st_mode & 077) != 0) {
+      (void)::chmod(dir.c_str(), 0700);
+    }
+  }
   return (dir / "dlq.sqlite").string();
 }
 

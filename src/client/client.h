@@ -216,7 +216,8 @@ class DeadLetterQueue {
   };
   // Opens the SQLite file at `path`, with a schema version check; WAL journal,
   // busy timeout of 5 s (the switch of a new file to WAL, which SQLite does not
-  // wait for by itself, included).
+  // wait for by itself, included). A file that kCreate makes is readable and
+  // writable by its owner only (0600, and so are its -wal and -shm files).
   static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path, Access access = Access::kCreate);
   ~DeadLetterQueue();
   DeadLetterQueue(const DeadLetterQueue&) = delete;

@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -550,6 +551,15 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
     // must not leave an empty file behind.
     if (access != Access::kCreate && !std::filesystem::exists(path, ec)) {
       return NotFoundError("dead-letter queue: there is none at " + path + " (nothing has been parked there)");
+    }
+    if (access == Access::kCreate) {
+      // A new queue is its owner's alone (0600), as are the -wal and -shm
+      // files SQLite makes beside it (they take the main file's mode): it
+      // holds request headers and bodies. SQLite would make it 0644. An
+      // empty file is a new database to SQLite; another process making it
+      // first (EEXIST) is fine.
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd >= 0) ::close(fd);
     }
     sqlite3* raw = nullptr;
     const int flags = SQLITE_OPEN_FULLMUTEX | (access == Access::kRead     ? SQLITE_OPEN_READONLY

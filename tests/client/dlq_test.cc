@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -468,6 +469,33 @@ TEST(DlqOpenTest, ManyProcessesOpeningANewFileAllSucceed) {
   }
 }
 
+// The permission bits of `path`, or -1.
+int Mode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+// A new queue holds request headers (Authorization) and bodies: its files
+// are its owner's alone, whatever the umask lets through.
+TEST(DlqOpenTest, ANewQueueIsItsOwnersAlone) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  const mode_t old_umask = ::umask(022);
+  {
+    auto dlq = OpenOrDie(path);
+    ASSERT_NE(dlq, nullptr);
+    ASSERT_TRUE(dlq->Park(SampleRequest(), "e", 1, 503).ok());
+    EXPECT_EQ(Mode(path), 0600);
+    EXPECT_EQ(Mode(path + "-wal"), 0600);
+    EXPECT_EQ(Mode(path + "-shm"), 0600);
+  }
+  // An existing file keeps its mode (an operator may have shared it).
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  EXPECT_NE(OpenOrDie(path), nullptr);
+  EXPECT_EQ(Mode(path), 0640);
+  ::umask(old_umask);
+}
+
 TEST(DlqOpenTest, RefusesAFileThatIsNotADatabase) {
   TempDir dir;
   const std::string path = dir.Join("junk");
@@ -615,6 +643,9 @@ TEST(DlqReadTest, AReaderWithoutWriteAccessReadsAnIdleQueue) {
   }
   ASSERT_FALSE(std::filesystem::exists(path + "-wal"));  // the last connection checkpointed it away
   ASSERT_FALSE(std::filesystem::exists(path + "-shm"));
+  // A new queue is its owner's alone: here its owner lets others read it.
+  std::filesystem::permissions(path, std::filesystem::perms::group_read | std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
   int to_child[2];
   int to_parent[2];
   ASSERT_EQ(::pipe(to_child), 0);

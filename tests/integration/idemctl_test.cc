@@ -4,6 +4,8 @@
 // admin commands, and https:// to a gateway with a TLS listener.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <boost/json.hpp>
 #include <csignal>
 #include <regex>
@@ -497,6 +499,40 @@ TEST_F(IdemctlTest, DlqJsonIsValidForAnyBytes) {
   ASSERT_EQ(listed.code, 0) << listed.err;
   EXPECT_EQ(json::parse(listed.out, ec).as_array().size(), 2u);
   EXPECT_FALSE(ec);
+}
+
+// The default queue ($XDG_DATA_HOME/idemctl/dlq.sqlite) holds request
+// headers and bodies: its directory is made 0700 (and one an older idemctl
+// made 0755 is closed), the file 0600.
+TEST_F(IdemctlTest, TheDefaultQueueIsTheUsersAlone) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
+  const mode_t old_umask = ::umask(022);
+  for (const bool existing : {false, true}) {
+    SCOPED_TRACE(existing);
+    const std::string data = dir_.Join(existing ? "xdg-existing" : "xdg-new");
+    if (existing) {
+      ASSERT_TRUE(std::filesystem::create_directories(data + "/idemctl"));
+      ASSERT_EQ(::chmod((data + "/idemctl").c_str(), 0755), 0);
+    }
+    ProcessOptions options;
+    options.stdout_path = data + ".out";
+    options.stderr_path = data + ".err";
+    options.env = {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", data}};
+    auto send = Process::Start(IDEMCTL_BIN, {"send", "-k", "perm-1", "--attempts", "1", "-d", "{}", url}, options);
+    ASSERT_TRUE(send.ok()) << send.status().ToString();
+    const std::optional<ExitStatus> done = send->WaitExit(60s);
+    ASSERT_TRUE(done.has_value() && done->exited);
+    EXPECT_EQ(done->code, 1) << ReadFileOrEmpty(options.stderr_path);
+    EXPECT_FALSE(ParkedId(ReadFileOrEmpty(options.stderr_path)).empty()) << ReadFileOrEmpty(options.stderr_path);
+    struct stat st {};
+    ASSERT_EQ(::stat((data + "/idemctl").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    ASSERT_EQ(::stat((data + "/idemctl/dlq.sqlite").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
+  ::umask(old_umask);
 }
 
 // SIGTERM or SIGINT during send (here// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
