@@ -67,7 +67,7 @@ constexpr std::string_view kUsage =
     "      --derive D:S:E:O:V the key of a logical action (domain:subject:entity:operation:version)\n"
     "      --key-header NAME  the key's header (default Idempotency-Key)\n"
     "  -i, --include          print the status line and headers before the body\n"
-    "  -v, --verbose          print each attempt on stderr\n"
+    "  -v, --verbose          print each attempt's outcome (and the wait after it) on stderr\n"
     "\n"
     "retry options (send and dlq replay; durations up to 365d):\n"
     "      --attempts N       attempts in all (default 3)\n"
@@ -297,6 +297,11 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       if (!value(&o.method)) return std::nullopt;
       if (o.method.empty()) {
         *error = a + " needs a method (it was empty)";
+        return std::nullopt;
+      }
+      // The gateway refuses such a request (400) on every attempt: never worth parking.
+      if (std::any_of(o.method.begin(), o.method.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+        *error = a + " " + o.method + ": a method with lower-case letters (methods are case-sensitive: POST, not post)";
         return std::nullopt;
       }
     } else if (a == "-H" || a == "--header") {
@@ -571,6 +576,14 @@ json::object EntryJson(const client::DeadLetter& e, bool whole) {
   return o;
 }
 
+// -v: one line per attempt on stderr, e.g. "idemctl: attempt 1: 503
+// Service Unavailable; retrying in 250 ms".
+void PrintAttempt(const client::AttemptReport& report) {
+  std::string line = "idemctl: attempt " + std::to_string(report.attempt) + ": " + report.summary;
+  if (report.wait) line += "; retrying in " + std::to_string(report.wait->count()) + " ms";
+  Print(stderr, line + "\n");
+}
+
 // Runs `client` and reports the outcome; the exit status.
 int Report(const client::Outcome& outcome, const Options& o) {
   if (outcome.response) PrintResponse(*outcome.response, o.include);
@@ -699,12 +712,7 @@ int Send(const Options& o) {
   options.dlq = dlq.get();
   options.tls = o.tls;
   options.interruption = &interruption;
-  if (o.verbose) {
-    options.sleep = [&interruption](Millis wait) {
-      Print(stderr, "idemctl: retrying in " + std::to_string(wait.count()) + " ms\n");
-      interruption.SleepFor(wait);
-    };
-  }
+  if (o.verbose) options.on_attempt = PrintAttempt;
   // A new random key is said before anything is sent: if idemctl is killed
   // outright, the request can still be sent again under it (-k).
   if (!given_key && !o.derive) {
@@ -823,6 +831,7 @@ int Dlq(const std::string& verb, const Options& o) {
     options.dlq = &dlq;
     options.tls = o.tls;
     options.interruption = &interruption;
+    if (o.verbose) options.on_attempt = PrintAttempt;
     client::Client c(options);
     auto outcome = c.Replay(*id);
     if (!outcome.ok()) return Fail(outcome.status().message());
@@ -868,6 +877,7 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
   } else {
     if (o.positional.size() != 1) return Usage("keys " + verb + " needs one stored key");
     if (verb != "get" && verb != "purge") return Usage("unknown keys command " + verb + " (get, purge)");
+    if (o.positional[0].empty()) return Usage("keys " + verb + " needs a stored key (it was empty)");
     req.method = verb == "get" ? "GET" : "DELETE";
     req.url = o.admin + "/admin/keys/" + EncodePathSegment(o.positional[0]);
     if (token == nullptr || *token == '\0') {
@@ -928,7 +938,7 @@ int Main(int argc, char** argv) {
     o->positional.erase(o->positional.begin());
   }
   if (command == "send") return Send(*o);
-  if (command == "dlq") return verb.empty() ? Usage("dlq needs list, show, replay or discard") : Dlq(verb, *o);
+  if (command == "dlq") return verb.empty() ? Usage("dlq needs list, show, replay, discard or release") : Dlq(verb, *o);
   if (command == "keys") return verb.empty() ? Usage("keys needs get or purge") : Admin("keys", verb, *o);
   if (command == "stats") return Admin("stats", "", *o);
   if (command == "key") return Key(*o);

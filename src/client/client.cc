@@ -129,6 +129,7 @@ Outcome Client::Run(const Request& request) {
         out.response.reset();
         out.error = result.status().message() + " (attempt " + std::to_string(attempt) +
                     "; the request may have reached the server)";
+        if (options_.on_attempt) options_.on_attempt(AttemptReport{.attempt = attempt, .summary = out.error});
         return out;
       }
       Verdict verdict = Verdict::kRetry;
@@ -146,14 +147,26 @@ Outcome Client::Run(const Request& request) {
         out.error = result.status().message();
         verdict = IsTransientTransportError(result.status()) ? Classify(0, "") : Verdict::kFail;
       }
+      AttemptReport report{.attempt = attempt,
+                           .ok = verdict == Verdict::kSuccess,
+                           .status = out.response ? out.response->status : 0,
+                           .summary = out.response && verdict == Verdict::kSuccess
+                                          ? StatusText(out.response->status, "")
+                                          : out.error};
       if (verdict == Verdict::kSuccess) {
         out.ok = true;
         out.error.clear();
+        if (options_.on_attempt) options_.on_attempt(report);
         return out;
       }
-      if (verdict == Verdict::kFail || attempt == max_attempts) return out;
+      if (verdict == Verdict::kFail || attempt == max_attempts) {
+        if (options_.on_attempt) options_.on_attempt(report);
+        return out;
+      }
       Millis wait = BackoffDelay(policy, attempt + 1, options_.random());
       if (retry_after) wait = std::max(wait, std::min(*retry_after, std::max(policy.max_delay, Millis{0})));
+      report.wait = wait;
+      if (options_.on_attempt) options_.on_attempt(report);
       options_.sleep(wait);
     }
   } catch (const std::exception& e) {

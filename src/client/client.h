@@ -276,6 +276,15 @@ struct Outcome {
   bool interrupted = false;
 };
 
+// What one attempt came to, for ClientOptions::on_attempt.
+struct AttemptReport {
+  int attempt = 0;              // 1 for the first
+  bool ok = false;              // a success (kSuccess)
+  int status = 0;               // the response's status, 0 without one
+  std::string summary;          // "201 Created", "503 Service Unavailable", or the transport error
+  std::optional<Millis> wait;   // the wait before the next attempt, when one follows
+};
+
 struct ClientOptions {
   RetryPolicy policy;
   DeadLetterQueue* dlq = nullptr;  // optional; not owned
@@ -292,6 +301,9 @@ struct ClientOptions {
   std::function<void(Millis)> sleep;
   // 64 random bits for the jitter; tests replace it.
   std::function<std::uint64_t()> random;
+  // Called after each attempt (one cut by the interruption included), before
+  // the wait that may follow it; idemctl -v prints them.
+  std::function<void(const AttemptReport&)> on_attempt;
 };
 
 class Client {

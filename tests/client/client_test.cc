@@ -688,6 +688,41 @@ TEST(ClientTest, TimeoutIsRetriedThenParked) {
   EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->last_status, 0);
 }
 
+TEST(ClientTest, OnAttemptReportsEachAttemptAndTheWaitAfterIt) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(503));
+  server.Push(Canned::Answer(201));
+  std::vector<AttemptReport> reports;
+  Client client(ClientOptions{.policy = RetryPolicy{.base_delay = Millis(100)},
+                              .sleep = [](Millis) {},
+                              .random = [] { return kMaxRandom; },
+                              .on_attempt = [&](const AttemptReport& r) { reports.push_back(r); }});
+  EXPECT_TRUE(client.Send(Post(server)).ok);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].attempt, 1);
+  EXPECT_FALSE(reports[0].ok);
+  EXPECT_EQ(reports[0].status, 503);
+  EXPECT_EQ(reports[0].summary, "503 Service Unavailable");
+  EXPECT_EQ(reports[0].wait, Millis(100));
+  EXPECT_EQ(reports[1].attempt, 2);
+  EXPECT_TRUE(reports[1].ok);
+  EXPECT_EQ(reports[1].status, 201);
+  EXPECT_EQ(reports[1].summary, "201 Created");
+  EXPECT_EQ(reports[1].wait, std::nullopt);
+
+  // A transport error, on the last attempt: no wait after it.
+  reports.clear();
+  Request refused = Post(server);
+  refused.url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/";
+  Client once(ClientOptions{.policy = RetryPolicy{.max_attempts = 1},
+                            .on_attempt = [&](const AttemptReport& r) { reports.push_back(r); }});
+  EXPECT_FALSE(once.Send(refused).ok);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].status, 0);
+  EXPECT_NE(reports[0].summary.find("connection refused"), std::string::npos) << reports[0].summary;
+  EXPECT_EQ(reports[0].wait, std::nullopt);
+}
+
 TEST(ClientTest, DefaultSleepAndRandomAreUsable) {
   ScriptedServer server;
   server.Push(Canned::Answer(503));

@@ -535,6 +535,43 @@ TEST_F(IdemctlTest, TheDefaultQueueIsTheUsersAlone) {
   ::umask(old_umask);
 }
 
+TEST_F(IdemctlTest, SmallUsageChecksAndVerboseAttempts) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
+  const CliRun no_verb = Idemctl({"dlq"});
+  EXPECT_EQ(no_verb.code, 2);
+  EXPECT_NE(no_verb.err.find("discard or release"), std::string::npos) << no_verb.err;
+  // The gateway refuses lower-case methods on every attempt: never sent, never parked.
+  for (const std::string method : {"post", "Post"}) {
+    const CliRun run = Idemctl({"send", "-X", method, "-k", "m-1", "-d", "{}", "--attempts", "1", url});
+    EXPECT_EQ(run.code, 2) << method << ": " << run.err;
+    EXPECT_NE(run.err.find("-X " + method + ": a method with lower-case letters"), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(DlqJson(), "[]");
+  const std::vector<std::pair<std::string, std::string>> token = {{"IDEMGATE_ADMIN_TOKEN", "s3cret"}};
+  for (const std::string verb : {"get", "purge"}) {
+    const CliRun run = Idemctl({"keys", verb, "", "--admin", "http://127.0.0.1:" + std::to_string(refused->port())},
+                               token);
+    EXPECT_EQ(run.code, 2) << verb << ": " << run.err;
+    EXPECT_NE(run.err.find("needs a stored key"), std::string::npos) << run.err;
+  }
+
+  // -v: each attempt's outcome, and the wait after it.
+  const CliRun failing =
+      Idemctl({"send", "-v", "-k", "v-1", "--no-dlq", "--attempts", "2", "--base-delay", "1ms", "-d", "{}", url});
+  EXPECT_EQ(failing.code, 1);
+  const std::string where = "127.0.0.1:" + std::to_string(refused->port());
+  EXPECT_TRUE(std::regex_search(failing.err, std::regex("idemctl: attempt 1: connection refused by " + where +
+                                                        "; retrying in [01] ms\n")))
+      << failing.err;
+  EXPECT_NE(failing.err.find("idemctl: attempt 2: connection refused by " + where + "\n"), std::string::npos)
+      << failing.err;
+  const CliRun ok = Idemctl({"send", "-v", "-k", "v-2", "-d", "{}", "http://" + fake_endpoint_.ToString() + "/echo"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("idemctl: attempt 1: 200 OK\n"), std::string::npos) << ok.err;
+}
+
 // SIGTERM or SIGINT during send (here// SIGTERM or SIGINT during send (here in an attempt that would take 30 s)
 // does not lose the request: idemctl stops, parks it under its key and says
 // both, exiting 1 as for any parked failure. A new key is said before the
