@@ -539,6 +539,44 @@ TEST_F(EmbeddedStoreTest, OpenFailsOnCorruptFiles) {
   EXPECT_NE(store.status().message().find(path_), std::string::npos) << store.status().ToString();
 }
 
+// A directory with files but no CURRENT (a store that lost it, or anything
+// else) is refused and left as it is: creating a store there would make
+// RocksDB delete the data files it finds.
+TEST_F(EmbeddedStoreTest, OpenRefusesANonEmptyDirectoryWithoutAStore) {
+  {
+    auto store = OpenOrDie(Opts());
+    Put(*store, "k1", std::chrono::hours(1));
+  }
+  std::vector<std::string> before;
+  for (const auto& e : fs::directory_iterator(path_)) before.push_back(e.path().filename().string());
+  fs::remove(fs::path(path_) / "CURRENT");
+  auto store = EmbeddedStore::Open(Opts());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("no CURRENT file"), std::string::npos) << store.status().ToString();
+  std::vector<std::string> after;
+  for (const auto& e : fs::directory_iterator(path_)) after.push_back(e.path().filename().string());
+  std::sort(before.begin(), before.end());
+  std::sort(after.begin(), after.end());
+  before.erase(std::remove(before.begin(), before.end(), "CURRENT"), before.end());
+  EXPECT_EQ(after, before);
+  // A foreign file alone is refused the same way; leftovers of a failed
+  // first open (LOCK, LOG) are not in the way.
+  const std::string other = dir_.Join("other");
+  fs::create_directories(other);
+  ASSERT_TRUE(testing::WriteFile(other + "/notes.txt", "mine").ok());
+  auto o = Opts();
+  o.path = other;
+  EXPECT_EQ(EmbeddedStore::Open(o).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::exists(other + "/notes.txt"));
+  const std::string leftovers = dir_.Join("leftovers");
+  fs::create_directories(leftovers);
+  ASSERT_TRUE(testing::WriteFile(leftovers + "/LOCK", "").ok());
+  ASSERT_TRUE(testing::WriteFile(leftovers + "/LOG", "").ok());
+  o.path = leftovers;
+  EXPECT_TRUE(EmbeddedStore::Open(o).ok());
+}
+
 TEST_F(EmbeddedStoreTest, OpenRefusesAnotherApplicationsRocksDb) {
   {
     rocksdb::Options o;

@@ -107,6 +107,9 @@ Status FromRocks(const rocksdb::Status& s, std::string_view op) {
 // Errors of DB::Open, with the likely cause spelled out.
 Status OpenError(const std::string& path, const rocksdb::Status& s) {
   const std::string msg = s.ToString();
+  if (s.IsIOError() && msg.find("LOCK") != std::string::npos && msg.find("Permission denied") != std::string::npos) {
+    return FailedPreconditionError(Where(path) + "permission denied on its LOCK file: " + msg);
+  }
   if (s.IsIOError() && msg.find("LOCK") != std::string::npos) {
     return FailedPreconditionError(Where(path) +
                                    "already in use by another idemgate process or store instance "
@@ -267,6 +270,22 @@ Status EmbeddedStore::OpenDb() {
   const std::string& path = options_.path;
   std::error_code ec;
   const bool existed = std::filesystem::exists(std::filesystem::path(path) / "CURRENT", ec);
+
+  if (!existed) {
+    // A store is made only in an empty directory: opened to create a store,
+    // RocksDB deletes the data files it finds (those of a store that lost
+    // its CURRENT file, say), and every key they held would run again. Only
+    // what a failed first open leaves behind may be there.
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "LOCK" || name == "LOG" || name.starts_with("LOG.old.") || name == "IDENTITY") continue;
+      return FailedPreconditionError(Where(path) + "has no store (no CURRENT file) but is not empty (it holds " +
+                                     name +
+                                     "): a store is only created in an empty directory, since creating one "
+                                     "would delete the data files of a damaged store; move the files away "
+                                     "or point store.path at an empty directory");
+    }
+  }
 
   if (existed) {
     // Refuse another application's database before Open would add our
