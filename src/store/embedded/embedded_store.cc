@@ -13,8 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -103,6 +107,48 @@ Status FromRocks(const rocksdb::Status& s, std::string_view op) {
   if (s.IsCorruption()) return InternalError(std::move(msg));
   return UnavailableError(std::move(msg));
 }
+
+// RocksDB's info log (its LOG file), watched while the store opens for the
+// lines in which recovery drops part of a damaged write-ahead log: RocksDB
+// recovers to the last good record and drops the rest (kPointInTimeRecovery),
+// and says so only in LOG. Whatever was written after the damage is gone: a
+// completion there leaves its key reserved (it runs again after its lease),
+// a reservation there leaves the key unknown. The gateway says so in its own log.
+class OpenWatchLogger : public rocksdb::LoggerWrapper {
+ public:
+  explicit OpenWatchLogger(std::shared_ptr<rocksdb::Logger> target)
+      : rocksdb::LoggerWrapper(target.get()), target_(std::move(target)) {}
+
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (watching_.load(std::memory_order_relaxed) && level >= rocksdb::InfoLogLevel::WARN_LEVEL) {
+      va_list copy;
+      va_copy(copy, ap);
+      char line[1024];
+      const int n = std::vsnprintf(line, sizeof line, format, copy);
+      va_end(copy);
+      const std::string_view text(line, n < 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(n), sizeof line - 1));
+      if (text.find("dropping") != std::string_view::npos && text.find(" bytes; ") != std::string_view::npos) {
+        std::lock_guard lock(mu_);
+        dropped_.emplace_back(text);
+      }
+    }
+    rocksdb::LoggerWrapper::Logv(level, format, ap);
+  }
+  using rocksdb::LoggerWrapper::Logv;
+
+  // The drop lines seen so far; stops watching.
+  std::vector<std::string> StopWatching() {
+    watching_.store(false, std::memory_order_relaxed);
+    std::lock_guard lock(mu_);
+    return std::move(dropped_);
+  }
+
+ private:
+  std::shared_ptr<rocksdb::Logger> target_;
+  std::atomic<bool> watching_{true};
+  std::mutex mu_;
+  std::vector<std::string> dropped_;
+};
 
 // Errors of DB::Open, with the likely cause spelled out.
 Status OpenError(const std::string& path, const rocksdb::Status& s) {
@@ -325,9 +371,22 @@ Status EmbeddedStore::OpenDb() {
   };
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(MakeDbOptions(options_), path, families, &handles, &raw);
+  rocksdb::DBOptions db_options = MakeDbOptions(options_);
+  std::shared_ptr<OpenWatchLogger> watch;
+  if (std::shared_ptr<rocksdb::Logger> log; rocksdb::CreateLoggerFromOptions(path, db_options, &log).ok() && log) {
+    watch = std::make_shared<OpenWatchLogger>(std::move(log));
+    db_options.info_log = watch;
+  }
+  rocksdb::Status s = rocksdb::DB::Open(db_options, path, families, &handles, &raw);
+  const std::vector<std::string> dropped = watch ? watch->StopWatching() : std::vector<std::string>{};
   if (!s.ok()) return OpenError(path, s);
   db_.reset(raw);
+  for (const std::string& line : dropped) {
+    LogWarn("embedded store: opening it dropped part of a damaged write-ahead log; what was written after the "
+            "damage is lost (keys completed then stay reserved and run again after their lease, keys reserved "
+            "then are new)",
+            {{"path", std::filesystem::absolute(path, ec).string()}, {"rocksdb", line}});
+  }
   default_ = handles[0];
   records_ = handles[1];
   expiry_ = handles[2];
