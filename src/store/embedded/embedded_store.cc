@@ -6,10 +6,12 @@
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/table_properties_collectors.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,6 +151,33 @@ class OpenWatchLogger : public rocksdb::LoggerWrapper {
   std::mutex mu_;
   std::vector<std::string> dropped_;
 };
+
+// Turns off RocksDB's own recovery from background errors (a full disk):
+// with Debian's RocksDB 7.8, built with its assertions on, that recovery
+// aborted the process after a while on a disk that stayed full (an
+// assertion on a log writer that had already failed). The committer resumes
+// the database itself once the volume has headroom (EmbeddedStore::
+// MaybeResume); until then writes fail, and reads go on.
+class ResumeListener : public rocksdb::EventListener {
+ public:
+  explicit ResumeListener(std::shared_ptr<std::atomic<bool>> needed) : needed_(std::move(needed)) {}
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status bg_error,
+                            bool* auto_recovery) override {
+    bg_error.PermitUncheckedError();
+    *auto_recovery = false;
+    needed_->store(true, std::memory_order_release);
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> needed_;
+};
+
+// Free space the volume must have before the committer resumes writes: room
+// for the flush Resume runs first and for the next memtable, twice the
+// write buffer (32 MiB by default), so that the disk is not full again at once.
+std::uint64_t ResumeHeadroomBytes(const EmbeddedStore::Options& o) {
+  return std::max<std::uint64_t>(16ull << 20, 2 * o.write_buffer_bytes);
+}
 
 // Errors of DB::Open, with the likely cause spelled out.
 Status OpenError(const std::string& path, const rocksdb::Status& s) {
@@ -372,6 +401,8 @@ Status EmbeddedStore::OpenDb() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::DBOptions db_options = MakeDbOptions(options_);
+  db_options.listeners.push_back(std::make_shared<ResumeListener>(resume_needed_));
+  db_options.max_bgerror_resume_count = 0;
   std::shared_ptr<OpenWatchLogger> watch;
   if (std::shared_ptr<rocksdb::Logger> log; rocksdb::CreateLoggerFromOptions(path, db_options, &log).ok() && log) {
     watch = std::make_shared<OpenWatchLogger>(std::move(log));
@@ -597,7 +628,27 @@ void EmbeddedStore::CommitterLoop() {
   }
 }
 
+void EmbeddedStore::MaybeResume() {
+  if (!resume_needed_->load(std::memory_order_acquire)) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_resume_try_) return;
+  next_resume_try_ = now + std::chrono::seconds(1);
+  struct statvfs st {};
+  if (::statvfs(options_.path.c_str(), &st) != 0) return;
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+  if (free_bytes < ResumeHeadroomBytes(options_)) return;
+  const rocksdb::Status s = db_->Resume();
+  if (s.ok()) {
+    resume_needed_->store(false, std::memory_order_release);
+    LogInfo("embedded store: writes resumed after a background error (the disk has room again)",
+            {{"free_bytes", std::to_string(free_bytes)}});
+  } else {
+    LogWarn("embedded store: resuming writes failed; trying again", {{"error", s.ToString()}});
+  }
+}
+
 void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
+  MaybeResume();
   Batch batch;
   for (Mutation* m : ops) {
     if (m->kind != Mutation::Kind::kSweep) Apply(*m, batch);

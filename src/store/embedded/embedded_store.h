@@ -169,6 +169,9 @@ class EmbeddedStore final : public core::Store {
   void Enqueue(Mutation* m);
   void CommitterLoop();
   void CommitBatch(const std::vector<Mutation*>& ops);
+  // Committer only: after a background error (a full disk), DB::Resume once
+  // the volume has headroom again (see ResumeListener in the .cc).
+  void MaybeResume();
   void Apply(Mutation& m, Batch& batch);
   SweepResult SweepChunk(UnixMillis now, std::size_t max, Status* status);
 
@@ -212,6 +215,9 @@ class EmbeddedStore final : public core::Store {
   bool stopping_ = false;           // guarded by mu_
   bool held_ = false;               // guarded by mu_
   std::thread committer_;
+  // Set by RocksDB's error listener when a background error stopped writes.
+  std::shared_ptr<std::atomic<bool>> resume_needed_ = std::make_shared<std::atomic<bool>>(false);
+  std::chrono::steady_clock::time_point next_resume_try_{};  // committer only
   std::atomic<std::uint64_t> commits_{0};
   std::atomic<std::uint64_t> committed_ops_{0};
   std::atomic<std::uint64_t> rereads_skipped_{0};
