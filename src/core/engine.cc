@@ -247,27 +247,23 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
         case ActionKind::kRejectInFlight:
         case ActionKind::kWait: {
           const bool out_of_time = SteadyClock::now() >= deadline;
-          if (action.kind == ActionKind::kRejectInFlight || (watch != nullptr && out_of_time)) {
+          auto in_flight = [&] {
             BeginResult r;
             r.outcome = BeginOutcome::kInFlight;
             r.retry_after = action.retry_after;
             r.record = std::move(existing);
             r.waited = waited;
-            co_return r;
+            return r;
+          };
+          if (action.kind == ActionKind::kRejectInFlight || (watch != nullptr && out_of_time)) {
+            co_return in_flight();
           }
           if (auto r = cancelled()) co_return std::move(*r);
           const Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch,
                                                   &existing, &now, &waited);
-          if (!s.ok()) {
-            // The record was in flight when last read. A store error would
-            // let fail_open forward the request beside the one running.
-            BeginResult r;
-            r.outcome = BeginOutcome::kInFlight;
-            r.retry_after = action.retry_after;
-            r.record = std::move(existing);
-            r.waited = waited;
-            co_return r;
-          }
+          // The record was in flight when last read. A store error would
+          // let fail_open forward the request beside the one running.
+          if (!s.ok()) co_return in_flight();
           break;
         }
       }

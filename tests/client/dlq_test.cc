@@ -328,12 +328,9 @@ TEST_F(DlqTest, AClaimFromAnotherHostIsHeldUntilItsReplayCanHaveEnded) {
   EXPECT_TRUE(dlq_->Release(id).ok());
 }
 
-// A queue written before claims were recorded (schema 1) is migrated; an
-// entry it left replaying has no claim and can be released.
-TEST(DlqMigrationTest, AVersion1QueueIsMigrated) {
-  TempDir dir;
-  const std::string path = dir.Join("v1.sqlite");
-  RawExec(path, R"sql(
+// A queue as idemctl wrote it before claims were recorded (schema 1), with
+// one entry left replaying.
+constexpr const char* kVersion1Queue = R"sql(
 CREATE TABLE dead_letters (
   id INTEGER PRIMARY KEY AUTOINCREMENT, method TEXT NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
   body BLOB NOT NULL, "key" TEXT NOT NULL, key_header TEXT NOT NULL, error TEXT NOT NULL,
@@ -345,7 +342,14 @@ INSERT INTO dead_letters (method, url, headers, body, "key", key_header, error, 
   last_attempt_unix_ms, created_unix_ms, status)
   VALUES ('POST', 'http://h/x', '[]', x'', 'k1', 'Idempotency-Key', 'e', 1, 503, 1, 1, 'replaying');
 PRAGMA user_version = 1;
-)sql");
+)sql";
+
+// A queue written before claims were recorded (schema 1) is migrated; an
+// entry it left replaying has no claim and can be released.
+TEST(DlqMigrationTest, AVersion1QueueIsMigrated) {
+  TempDir dir;
+  const std::string path = dir.Join("v1.sqlite");
+  RawExec(path, kVersion1Queue);
   auto dlq = OpenOrDie(path);
   ASSERT_NE(dlq, nullptr);
   const auto e = dlq->Get(1);
@@ -562,18 +566,7 @@ TEST(DlqOpenTest, OnlyParkingCreatesAQueue) {
 TEST(DlqReadTest, AVersion1QueueIsReadWithoutMigrating) {
   TempDir dir;
   const std::string path = dir.Join("v1.sqlite");
-  RawExec(path, R"sql(
-CREATE TABLE dead_letters (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, method TEXT NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
-  body BLOB NOT NULL, "key" TEXT NOT NULL, key_header TEXT NOT NULL, error TEXT NOT NULL,
-  attempts INTEGER NOT NULL, last_status INTEGER NOT NULL, last_attempt_unix_ms INTEGER NOT NULL,
-  created_unix_ms INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('pending', 'replaying', 'replayed', 'discarded')));
-INSERT INTO dead_letters (method, url, headers, body, "key", key_header, error, attempts, last_status,
-  last_attempt_unix_ms, created_unix_ms, status)
-  VALUES ('POST', 'http://h/x', '[]', x'', 'k1', 'Idempotency-Key', 'e', 1, 503, 1, 1, 'replaying');
-PRAGMA user_version = 1;
-)sql");
+  RawExec(path, kVersion1Queue);
   auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   const auto listed = (*reader)->List();
