@@ -1,7 +1,6 @@
 #include "admin/admin_api.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "admin/prometheus.h"
 #include "common/ascii.h"
 #include "common/hex.h"
+#include "common/text.h"
 
 namespace idemgate::admin {
 namespace {
@@ -80,51 +80,7 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> Digest(std::string_view s) {
   return out;
 }
 
-std::string Base64(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  std::size_t done = 0;
-  // EVP_EncodeBlock takes an int length: encode in chunks that are a multiple of 3.
-  constexpr std::size_t kChunk = 3 * (1 << 20);
-  for (std::size_t pos = 0; pos < bytes.size(); pos += kChunk) {
-    const std::size_t n = std::min(kChunk, bytes.size() - pos);
-    done += static_cast<std::size_t>(EVP_EncodeBlock(
-        reinterpret_cast<unsigned char*>(out.data() + done),
-        reinterpret_cast<const unsigned char*>(bytes.data() + pos), static_cast<int>(n)));
-  }
-  out.resize(done);
-  return out;
-}
 
-// Replaces each ill-formed UTF-8 sequence with U+FFFD, so that JSON output
-// stays valid whatever bytes a header or key holds.
-std::string SanitizeUtf8(std::string_view bytes) {
-  if (IsValidUtf8(bytes)) return std::string(bytes);
-  std::string out;
-  out.reserve(bytes.size() + 8);
-  std::size_t i = 0;
-  while (i < bytes.size()) {
-    std::size_t len = 1;
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0xc0 && c < 0xe0) {
-      len = 2;
-    } else if (c >= 0xe0 && c < 0xf0) {
-      len = 3;
-    } else if (c >= 0xf0 && c < 0xf8) {
-      len = 4;
-    }
-    if (c < 0x80) {
-      out += bytes[i];
-      ++i;
-    } else if (i + len <= bytes.size() && len > 1 && IsValidUtf8(bytes.substr(i, len))) {
-      out.append(bytes.substr(i, len));
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
 
 std::string RedactOwner(std::string_view owner) {
   if (owner.empty()) return "";
@@ -209,42 +165,6 @@ std::string FormatRfc3339(UnixMillis millis) {
   return buf;
 }
 
-bool IsValidUtf8(std::string_view bytes) {
-  std::size_t i = 0;
-  while (i < bytes.size()) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len;
-    std::uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > bytes.size()) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(bytes[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 json::object RecordToJson(std::string_view key, const core::Record& record) {
   json::object o;

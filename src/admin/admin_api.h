@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/request_path.h"
 #include "common/status.h"
+#include "common/text.h"
 #include "core/record.h"
 #include "core/store.h"
 
@@ -89,10 +90,6 @@ class AdminApi {
 
 // "2023-11-14T22:13:20.000Z": UTC, millisecond precision.
 std::string FormatRfc3339(UnixMillis millis);
-
-// True when `bytes` is well-formed UTF-8 (no overlong forms, surrogates or
-// code points above U+10FFFF).
-bool IsValidUtf8(std::string_view bytes);
 
 // The JSON shown by GET /admin/keys/{key} (see docs/operations.md). The owner
 // token is reduced to a short prefix; the body is given as base64 and, when

@@ -27,6 +27,7 @@
 
 #include "client/client.h"
 #include "common/ascii.h"
+#include "common/text.h"
 #include "common/units.h"
 
 namespace idemgate::cli {
@@ -458,76 +459,6 @@ StatusOr<std::unique_ptr<client::DeadLetterQueue>> OpenDlq(
 
 std::string FormatTime(std::int64_t unix_ms) { return unix_ms <= 0 ? "-" : client::FormatUtcTime(unix_ms); }
 
-// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no
-// overlong forms, surrogates or code points above U+10FFFF), 0 if there is none.
-std::size_t Utf8SequenceAt(std::string_view s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  if (c < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char low = 0x80;
-  unsigned char high = 0xbf;
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) low = 0xa0;
-    if (c == 0xed) high = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) low = 0x90;
-    if (c == 0xf4) high = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (std::size_t k = 2; k < n; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
-  }
-  return n;
-}
-
-bool IsValidUtf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = Utf8SequenceAt(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
-// `s` with each byte that is not part of well-formed UTF-8 as U+FFFD.
-std::string ValidUtf8(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = Utf8SequenceAt(s, i);
-    if (n == 0) {
-      out += "\xef\xbf\xbd";
-      ++i;
-    } else {
-      out.append(s.substr(i, n));
-      i += n;
-    }
-  }
-  return out;
-}
-
-// Standard base64 (RFC 4648 §4), padded.
-std::string Base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (std::size_t i = 0; i < bytes.size(); i += 3) {
-    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
-    std::uint32_t v = 0;
-    for (std::size_t k = 0; k < 3; ++k) {
-      v = (v << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
-    }
-    for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=';
-  }
-  return out;
-}
-
 // Bytes as JSON: a string when they are UTF-8, else {"base64": "..."}, so
 // the output is always valid JSON and the bytes can be had back exactly.
 json::value BytesJson(std::string_view bytes) {
@@ -542,17 +473,17 @@ json::object EntryJson(const client::DeadLetter& e, bool whole) {
   json::object o;
   o["id"] = e.id;
   o["status"] = std::string(client::EntryStatusName(e.status));
-  o["method"] = ValidUtf8(e.request.method);
-  o["url"] = ValidUtf8(e.request.url);
-  o["key"] = ValidUtf8(e.request.key);
+  o["method"] = SanitizeUtf8(e.request.method);
+  o["url"] = SanitizeUtf8(e.request.url);
+  o["key"] = SanitizeUtf8(e.request.key);
   o["attempts"] = e.attempts;
   o["last_status"] = e.last_status;
-  o["error"] = ValidUtf8(e.error);
+  o["error"] = SanitizeUtf8(e.error);
   o["last_attempt"] = FormatTime(e.last_attempt_unix_ms);
   o["created"] = FormatTime(e.created_unix_ms);
   if (e.claim) {
     json::object claim;
-    claim["host"] = ValidUtf8(e.claim->host);
+    claim["host"] = SanitizeUtf8(e.claim->host);
     claim["pid"] = e.claim->pid;
     claim["claimed"] = FormatTime(e.claim->claimed_unix_ms);
     claim["until"] = FormatTime(e.claim->until_unix_ms);
@@ -561,7 +492,7 @@ json::object EntryJson(const client::DeadLetter& e, bool whole) {
     o["claim"] = nullptr;
   }
   if (whole) {
-    o["key_header"] = ValidUtf8(e.request.key_header);
+    o["key_header"] = SanitizeUtf8(e.request.key_header);
     json::array headers;
     for (const auto& [name, value] : e.request.headers) {
       headers.push_back(json::array{BytesJson(name), BytesJson(value)});
