@@ -23,6 +23,18 @@ struct StoredResponse {
   std::string body;             // empty when body_omitted
   bool body_omitted = false;    // the original exceeded max_response_bytes
   friend bool operator==(const StoredResponse&, const StoredResponse&) = default;
+
+  // Drops a non-empty body (its memory too), keeping status and headers, as
+  // for one past max_response_bytes: replays answer `Idempotency-Replay:
+  // omitted`. Returns the bytes dropped (0: nothing changed).
+  std::uint64_t DropBody() {
+    const std::uint64_t dropped = body.size();
+    if (dropped == 0) return 0;
+    body.clear();
+    body.shrink_to_fit();
+    body_omitted = true;
+    return dropped;
+  }
 };
 
 enum class RecordState : std::uint8_t { kInFlight = 1, kCompleted = 2 };

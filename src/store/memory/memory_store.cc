@@ -390,13 +390,8 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner, co
       // reservation in flight, each admitted within max_bytes. The body is
       // dropped as a response over max_response_bytes is (replays answer
       // `Idempotency-Replay: omitted`).
-      const std::uint64_t dropped = completed.response.body.size();
-      if (dropped > 0) {
-        completed.response.body.clear();
-        completed.response.body.shrink_to_fit();
-        completed.response.body_omitted = true;
-        value_size = core::EncodedSize(completed);
-      }
+      const std::uint64_t dropped = completed.response.DropBody();
+      if (dropped > 0) value_size = core::EncodedSize(completed);
       ForceCharge(static_cast<std::int64_t>(key.size() + value_size) - old_charged);
       if (dropped > 0) {
         bodies_dropped_.fetch_add(1, std::memory_order_relaxed);

@@ -156,20 +156,16 @@ Address Client::NextSubscriberAddress() {
   return candidates[subscriber_rr_++ % candidates.size()];
 }
 
-Task<StatusOr<Reply>> Client::Execute(Command command) {
-  const SteadyTime deadline = SteadyClock::now() + options_.timeout;
-  commands_.fetch_add(1, std::memory_order_relaxed);
-  if (worker_bound()) co_return co_await Route(std::move(command), deadline, false);  // already on io_
-  auto result =
-      co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline, false)), asio::use_awaitable);
-  co_return std::move(*result);
-}
+Task<StatusOr<Reply>> Client::Execute(Command command) { return ExecuteOn(std::move(command), false); }
 
-Task<StatusOr<Reply>> Client::ExecuteAside(Command command) {
+Task<StatusOr<Reply>> Client::ExecuteAside(Command command) { return ExecuteOn(std::move(command), true); }
+
+Task<StatusOr<Reply>> Client::ExecuteOn(Command command, bool aside) {
   const SteadyTime deadline = SteadyClock::now() + options_.timeout;
   commands_.fetch_add(1, std::memory_order_relaxed);
-  if (worker_bound()) co_return co_await Route(std::move(command), deadline, true);
-  auto result = co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline, true)), asio::use_awaitable);
+  if (worker_bound()) co_return co_await Route(std::move(command), deadline, aside);  // already on io_
+  auto result =
+      co_await asio::co_spawn(io_, Wrap(Route(std::move(command), deadline, aside)), asio::use_awaitable);
   co_return std::move(*result);
 }
 

@@ -121,6 +121,8 @@ class Client {
   std::uint64_t refresh_count() const { return refreshes_.load(std::memory_order_relaxed); }
 
  private:
+  // Execute (`aside` false) and ExecuteAside.
+  Task<StatusOr<Reply>> ExecuteOn(Command command, bool aside);
   Task<StatusOr<Reply>> Route(Command command, SteadyTime deadline, bool aside);
   Task<std::vector<StatusOr<Reply>>> OnMasters(std::vector<std::string> args);
   Task<Status> RefreshOnce();

@@ -599,10 +599,7 @@ Task<Status> RedisStore::Complete(std::string key, std::string owner, Record com
   if (completed.response.body.size() > max_body_bytes_) {
     // Stored, it could not be read back within store.redis.timeout: every
     // replay would fail. Kept as a response over max_response_bytes is.
-    dropped = completed.response.body.size();
-    completed.response.body.clear();
-    completed.response.body.shrink_to_fit();
-    completed.response.body_omitted = true;
+    dropped = completed.response.DropBody();
   }
   const std::string operation_id = dropped > 0 ? completed.operation_id : std::string();
   const int status = completed.response.status;
