@@ -54,7 +54,9 @@ struct Admin {
 struct Redis {
   std::vector<std::string> addresses;  // host:port
   bool cluster = false;
+  std::string username;    // ACL user for AUTH; empty: the default user
   std::string password_env;
+  std::string key_prefix = "idemgate:";  // prepended to every Redis key and channel
   Duration timeout = 200ms;
   friend bool operator==(const Redis&, const Redis&) = default;
 };

@@ -372,10 +372,12 @@ class Loader {
     if (auto g = m.Get("max_bytes")) s->max_bytes = Size(*g);
     if (auto g = m.Get("on_error")) s->on_error = Enum<OnError>(*g);
     if (auto g = m.Get("redis")) {
-      Map r(*this, *g, {"addresses", "cluster", "password_env", "timeout"});
+      Map r(*this, *g, {"addresses", "cluster", "username", "password_env", "key_prefix", "timeout"});
       if (auto h = r.Get("addresses")) s->redis.addresses = StringList(*h);
       if (auto h = r.Get("cluster")) s->redis.cluster = Bool(*h);
+      if (auto h = r.Get("username")) s->redis.username = String(*h);
       if (auto h = r.Get("password_env")) s->redis.password_env = String(*h);
+      if (auto h = r.Get("key_prefix")) s->redis.key_prefix = String(*h);
       if (auto h = r.Get("timeout")) s->redis.timeout = Dur(*h);
     }
   }

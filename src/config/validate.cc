@@ -11,6 +11,7 @@
 #include "config/address.h"
 #include "config/line_index.h"
 #include "config/names.h"
+#include "config/redis_names.h"
 
 namespace idemgate::config {
 namespace {
@@ -305,6 +306,14 @@ class Validator {
                    /*port_zero_ok=*/false);
     }
     CheckEnvName(s.redis.password_env, "store.redis.password_env");
+    if (auto problem = RedisKeyPrefixProblem(s.redis.key_prefix); !problem.empty()) {
+      Check(false, "store.redis.key_prefix", std::string(problem));
+    }
+    if (auto problem = RedisUsernameProblem(s.redis.username); !problem.empty()) {
+      Check(false, "store.redis.username", std::string(problem));
+    }
+    Check(s.redis.username.empty() || !s.redis.password_env.empty(), "store.redis.username",
+          "needs store.redis.password_env (Redis authenticates a user with its password)");
     CheckPositive(s.redis.timeout, "store.redis.timeout");
   }
 

@@ -243,6 +243,18 @@ std::vector<BadConfig> BadConfigs() {
        "store.redis.addresses[0]", "missing port"},
       {"RedisPortZero", m + "store:\n  kind: redis\n  redis:\n    addresses: [\"r:0\"]\n", 10,
        "store.redis.addresses[0]", "port must be in 1..65535"},
+      {"RedisEmptyKeyPrefix", m + "store:\n  redis:\n    key_prefix: \"\"\n", 9, "store.redis.key_prefix",
+       "must not be empty"},
+      {"RedisKeyPrefixWithAHashTag", m + "store:\n  redis:\n    key_prefix: \"{prod}:\"\n", 9,
+       "store.redis.key_prefix", "must not contain '{' or '}'"},
+      {"RedisKeyPrefixWithASpace", m + "store:\n  redis:\n    key_prefix: \"prod idg:\"\n", 9,
+       "store.redis.key_prefix", "must be visible ASCII"},
+      {"RedisKeyPrefixTooLong", m + "store:\n  redis:\n    key_prefix: " + std::string(65, 'p') + "\n", 9,
+       "store.redis.key_prefix", "must be at most 64 bytes"},
+      {"RedisUsernameWithoutPassword", m + "store:\n  redis:\n    username: gateway\n", 9,
+       "store.redis.username", "needs store.redis.password_env"},
+      {"RedisUsernameWithASpace", m + "store:\n  redis:\n    username: \"a b\"\n    password_env: P\n", 9,
+       "store.redis.username", "must be visible ASCII"},
 
       // Idempotency ranges and shapes.
       {"ZeroLease", WithIdempotency("      lease: 0\n"), 8, "routes[0].idempotency.lease",

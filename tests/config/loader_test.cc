@@ -127,6 +127,8 @@ TEST(LoaderTest, OmittedKeysKeepTheirDocumentedDefaults) {
   EXPECT_EQ(c.store.on_error, OnError::kFailClosed);
   EXPECT_TRUE(c.store.redis.addresses.empty());
   EXPECT_EQ(c.store.redis.timeout, 200ms);
+  EXPECT_EQ(c.store.redis.key_prefix, "idemgate:");
+  EXPECT_EQ(c.store.redis.username, "");
   EXPECT_EQ(c.identity.mode, IdentityMode::kNone);
   EXPECT_TRUE(c.webhooks.empty());
   EXPECT_TRUE(c.metrics.tenant_labels);
@@ -365,7 +367,9 @@ store:
   redis:
     addresses: [10.0.0.1:6379, "redis-2:6380"]
     cluster: true
+    username: gateway
     password_env: REDIS_PASSWORD
+    key_prefix: "staging:idg:"
     timeout: 150ms
 identity:
   mode: trusted_headers
@@ -440,6 +444,8 @@ log: { level: debug, format: text }
   EXPECT_EQ(c.store.redis.addresses, (std::vector<std::string>{"10.0.0.1:6379", "redis-2:6380"}));
   EXPECT_TRUE(c.store.redis.cluster);
   EXPECT_EQ(c.store.redis.password_env, "REDIS_PASSWORD");
+  EXPECT_EQ(c.store.redis.username, "gateway");
+  EXPECT_EQ(c.store.redis.key_prefix, "staging:idg:");
   EXPECT_EQ(c.store.redis.timeout, 150ms);
   EXPECT_EQ(c.identity.mode, IdentityMode::kTrustedHeaders);
   EXPECT_EQ(c.identity.trusted_headers.tenant, "X-Org");

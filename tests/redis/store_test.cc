@@ -46,10 +46,11 @@ class RedisStoreTest : public ::testing::Test {
     store_ = MakeStore();
   }
 
-  std::unique_ptr<RedisStore> MakeStore(Duration timeout = 1s) {
+  std::unique_ptr<RedisStore> MakeStore(Duration timeout = 1s, std::string key_prefix = "idemgate:") {
     RedisStore::Options o;
     o.addresses = {server_.address()};
     o.timeout = timeout;
+    o.key_prefix = std::move(key_prefix);
     o.clock = &clock_;
     o.reconnect_min = 10ms;
     o.reconnect_max = 100ms;
@@ -300,6 +301,29 @@ TEST_F(RedisStoreTest, ConcurrentReservesFromTwoStoresAdmitExactlyOne) {
   EXPECT_EQ(exists, 39);
 }
 
+// Two deployments on one Redis, each with its own store.redis.key_prefix,
+// share nothing: the same key is reserved once in each, a completion in one
+// is not seen by the other, and the records sit under each prefix.
+TEST_F(RedisStoreTest, StoresWithDifferentKeyPrefixesShareNoRecords) {
+  auto staging = MakeStore(1s, "staging:");
+  ASSERT_NE(staging, nullptr);
+  const UnixMillis now = clock_.NowMillis();
+  auto a = Reserve(*store_, "k", InFlight("prod-owner", Fingerprint('a'), now));
+  auto b = Reserve(*staging, "k", InFlight("staging-owner", Fingerprint('b'), now));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(b->outcome, ReserveOutcome::kReserved) << "the other prefix's reservation must not be seen";
+  ASSERT_TRUE(Complete(*staging, "k", "staging-owner", CompletedFrom(InFlight("staging-owner", Fingerprint('b'), now), now,
+                                                                       60'000))
+                  .ok());
+  auto prod = Get(*store_, "k");
+  ASSERT_TRUE(prod.ok() && prod->has_value());
+  EXPECT_EQ((*prod)->state, core::RecordState::kInFlight) << "still the default prefix's own reservation";
+  EXPECT_EQ(server_.Run({"EXISTS", "idemgate:r:k"}).integer, 1);
+  EXPECT_EQ(server_.Run({"EXISTS", "staging:r:k"}).integer, 1);
+  EXPECT_EQ(server_.Run({"DBSIZE"}).integer, 2);
+}
+
 TEST_F(RedisStoreTest, AbandonedReservationIsTakenOverByAnotherInstance) {
   const Record mine = InFlight("gateway-1", Fingerprint('f'), clock_.NowMillis(), 2'000);
   {
@@ -507,6 +531,14 @@ TEST(RedisStoreOptionsTest, ValidatesOptions) {
   o.addresses = {"127.0.0.1:6379"};
   o.timeout = 0ms;
   EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "zero timeout";
+  o.timeout = 200ms;
+  for (const char* prefix : {"", "{prod}:", "a b", "\x01"}) {
+    o.key_prefix = prefix;
+    EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "key prefix " << prefix;
+  }
+  o.key_prefix = "idemgate:";
+  o.username = "gateway";
+  EXPECT_EQ(RedisStore::Connect(o).status().code(), StatusCode::kInvalidArgument) << "a user without a password";
 }
 
 TEST(RedisStoreOptionsTest, ReadsThePasswordFromTheNamedVariable) {
@@ -514,6 +546,8 @@ TEST(RedisStoreOptionsTest, ReadsThePasswordFromTheNamedVariable) {
   cfg.addresses = {"10.0.0.1:6379", "10.0.0.2:6379"};
   cfg.cluster = true;
   cfg.timeout = 150ms;
+  cfg.username = "gateway";
+  cfg.key_prefix = "staging:";
   cfg.password_env = "IDEMGATE_TEST_REDIS_PASSWORD_UNSET";
   ::unsetenv(cfg.password_env.c_str());
   EXPECT_EQ(RedisStore::OptionsFromConfig(cfg).status().code(), StatusCode::kInvalidArgument);
@@ -522,6 +556,8 @@ TEST(RedisStoreOptionsTest, ReadsThePasswordFromTheNamedVariable) {
   ::unsetenv(cfg.password_env.c_str());
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->password, "hunter2");
+  EXPECT_EQ(o->username, "gateway");
+  EXPECT_EQ(o->key_prefix, "staging:");
   EXPECT_EQ(o->addresses, cfg.addresses);
   EXPECT_TRUE(o->cluster);
   EXPECT_EQ(o->timeout, 150ms);
@@ -551,6 +587,42 @@ TEST_F(RedisStoreAuthTest, NeedsThePassword) {
   ASSERT_TRUE(with.ok());
   EXPECT_TRUE(io_.Run((*with)->Ping()).ok());
   EXPECT_TRUE(io_.Run((*with)->Purge("x")).ok());
+}
+
+// An ACL user (store.redis.username) authenticates with its own password
+// and is held to its own key pattern: a user allowed only `team-a:*` works
+// with that prefix and is refused with any other.
+TEST(RedisStoreAclTest, AUserAuthenticatesAndIsHeldToItsKeyPattern) {
+  IDEMGATE_REQUIRE_REDIS();
+  RedisServer::Options so;
+  so.password = "pw";
+  so.extra = {"--user", "gateway", "on", ">gw-secret", "~team-a:*", "&team-a:*", "+@all"};
+  RedisServer server(so);
+  ASSERT_TRUE(server.Start());
+  IoThread io;
+  RedisStore::Options o;
+  o.addresses = {server.address()};
+  o.username = "gateway";
+  o.password = "gw-secret";
+  o.key_prefix = "team-a:";
+  auto allowed = RedisStore::Connect(o);
+  ASSERT_TRUE(allowed.ok());
+  EXPECT_TRUE(io.Run((*allowed)->Ping()).ok());
+  auto reserved = io.Run((*allowed)->Reserve("k", InFlight("o", Fingerprint('a'), 1000), 1000));
+  ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+  EXPECT_EQ(reserved->outcome, ReserveOutcome::kReserved);
+  EXPECT_EQ(server.Run({"EXISTS", "team-a:r:k"}).integer, 1);
+
+  o.key_prefix = "team-b:";
+  auto refused = RedisStore::Connect(o);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(io.Run((*refused)->Reserve("k", InFlight("o", Fingerprint('a'), 1000), 1000)).ok())
+      << "the ACL allows team-a:* only";
+  o.key_prefix = "team-a:";
+  o.password = "wrong";
+  auto wrong = RedisStore::Connect(o);
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(io.Run((*wrong)->Ping()).code(), StatusCode::kUnavailable);
 }
 
 // A gateway worker as the server runs one: attaches to the store on its own

@@ -16,6 +16,7 @@
 
 #include "common/digest.h"
 #include "common/log.h"
+#include "config/redis_names.h"
 
 namespace idemgate::store::redis {
 
@@ -318,6 +319,8 @@ StatusOr<RedisStore::Options> RedisStore::OptionsFromConfig(const config::Redis&
   o.addresses = redis.addresses;
   o.cluster = redis.cluster;
   o.timeout = redis.timeout;
+  o.username = redis.username;
+  o.key_prefix = redis.key_prefix;
   if (!redis.password_env.empty()) {
     const char* value = std::getenv(redis.password_env.c_str());
     if (value == nullptr || *value == '\0') {
@@ -337,6 +340,15 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
         "Cluster)");
   }
   if (options.timeout <= Duration::zero()) return InvalidArgumentError("store.redis.timeout: must be positive");
+  if (auto problem = config::RedisKeyPrefixProblem(options.key_prefix); !problem.empty()) {
+    return InvalidArgumentError("store.redis.key_prefix: " + std::string(problem));
+  }
+  if (auto problem = config::RedisUsernameProblem(options.username); !problem.empty()) {
+    return InvalidArgumentError("store.redis.username: " + std::string(problem));
+  }
+  if (!options.username.empty() && options.password.empty()) {
+    return InvalidArgumentError("store.redis.username: needs a password");
+  }
   if (options.connect_timeout <= Duration::zero() || options.reconnect_min <= Duration::zero() ||
       options.reconnect_max < options.reconnect_min || options.watch_poll_min <= Duration::zero() ||
       options.watch_poll_max < options.watch_poll_min || options.reservation_grace < Duration::zero() ||
