@@ -65,6 +65,9 @@ struct RequestContext {
   // and the endpoint it came through (a view of the request path).
   std::optional<std::string> webhook_key;
   std::string_view webhook_endpoint;
+  // Set by the idempotency hook's WantsBody: the valid key from the key
+  // header, so Decide does not parse it again.
+  std::optional<std::string> header_key;
 
   // Upstream request header changes gathered by identity/webhook hooks
   // (e.g. verified identity headers); merged into the ForwardRequest.
@@ -143,8 +146,11 @@ class IdempotencyHook {
   virtual ~IdempotencyHook() = default;
   // Whether Decide needs the whole request body in ctx.body (to fingerprint
   // it). The pipeline then reads it, up to the route's max_request_bytes
-  // (413 beyond), and forwards the buffered copy.
-  virtual bool WantsBody(const RequestContext& ctx) const = 0;
+  // (413 beyond), and forwards the buffered copy. A request that Decide
+  // will refuse without looking at the body (an invalid key) is not read:
+  // a client that sent `Expect: 100-continue` gets the 400 instead of
+  // `100 Continue`. May note what it parsed in ctx for Decide.
+  virtual bool WantsBody(RequestContext& ctx) = 0;
   virtual Task<IdempotencyDecision> Decide(RequestContext& ctx) = 0;
 };
 

@@ -256,14 +256,23 @@ http::Response ToResponse(core::StoredResponse stored) {
 IdempotencyStage::IdempotencyStage(core::Engine& engine, IdempotencyStageOptions options)
     : engine_(engine), options_(options) {}
 
-bool IdempotencyStage::WantsBody(const RequestContext& ctx) const {
+bool IdempotencyStage::WantsBody(RequestContext& ctx) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   if (rules.dedup != config::DedupMode::kGateway) return false;
   switch (rules.policy) {
     case config::Policy::kWebhook: return rules.HandlesMethod(ctx.head->method);
     case config::Policy::kRequired:
-    case config::Policy::kOptional:
-      return rules.HandlesMethod(ctx.head->method) && ctx.head->Count(rules.header) > 0;
+    case config::Policy::kOptional: {
+      if (!rules.HandlesMethod(ctx.head->method)) return false;
+      const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
+      if (lines.empty()) return false;  // forwarded or refused as it is
+      // An invalid key is refused by Decide (which parses it again to say
+      // why) without the body.
+      core::ParsedKey parsed = core::ParseIdempotencyKey(lines, rules.key);
+      if (!parsed.ok()) return false;
+      ctx.header_key = std::move(parsed.key);
+      return true;
+    }
     case config::Policy::kPassthrough:
     case config::Policy::kProhibited: return false;
   }
@@ -318,6 +327,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
     }
     raw = *ctx.webhook_key;
     ctx.log.idempotency_source = "webhook";
+  } else if (ctx.header_key) {
+    raw = std::move(*ctx.header_key);  // parsed by WantsBody
+    ctx.log.idempotency_source = "header";
   } else {
     const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
     if (lines.empty()) {

@@ -30,7 +30,7 @@ class IdempotencyStage final : public IdempotencyHook {
   // True for a keyed request that the engine will fingerprint: a handled
   // method on a `required`, `optional` or `webhook` route with
   // `dedup: gateway`, carrying the key header (or on a webhook route).
-  bool WantsBody(const RequestContext& ctx) const override;
+  bool WantsBody(RequestContext& ctx) override;
 
   // Never throws. Answers by itself (a replay, or a problem: 400
   // missing-key / invalid-key / key-prohibited / translation-failed, 409

@@ -80,7 +80,7 @@ class ObserverLog final : public http::ForwardObserver {
 // header and an observer. Wants the body of POSTs.
 class TestIdempotencyHook final : public IdempotencyHook {
  public:
-  bool WantsBody(const RequestContext& ctx) const override { return ctx.head->method == "POST"; }
+  bool WantsBody(RequestContext& ctx) override { return ctx.head->method == "POST"; }
   Task<IdempotencyDecision> Decide(RequestContext& ctx) override {
     decided.fetch_add(1);
     if (ctx.head->path == "/echo/replay") {

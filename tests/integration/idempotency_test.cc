@@ -300,6 +300,35 @@ TEST_F(IdempotencyTest, EveryInvalidKeyClassIs400) {
   EXPECT_EQ(Send(KeyedPost("/echo", std::string(255, 'k'))).status, 200);
 }
 
+// A client that asks `Expect: 100-continue` before a large body learns of
+// an invalid key (or a missing one) at once: the 400 comes instead of
+// `100 Continue`, and the body is never asked for. A valid key still gets
+// `100 Continue`, and the request runs.
+TEST_F(IdempotencyTest, ExpectContinueWithABadKeyIsRefusedBeforeTheBody) {
+  Start({});
+  auto ask = [&](const std::string& key_line) {
+    RawConnection conn = *RawConnection::Connect(gateway_->endpoint());
+    EXPECT_TRUE(conn.Write("POST /echo HTTP/1.1\r\nHost: t\r\n" + key_line +
+                           "Expect: 100-continue\r\nContent-Length: 1000000\r\n\r\n")
+                    .ok());
+    std::string raw;
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (raw.find("\r\n\r\n") == std::string::npos && !conn.closed() &&
+           std::chrono::steady_clock::now() < give_up) {
+      auto piece = conn.ReadSome(1s);
+      if (piece.ok()) raw += *piece;
+    }
+    return raw;
+  };
+  for (const std::string line : {"Idempotency-Key: a/b\r\n", "Idempotency-Key: \"a\", \"b\"\r\n", ""}) {
+    SCOPED_TRACE(line);
+    const std::string raw = ask(line);
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 400")) << raw;
+  }
+  EXPECT_TRUE(ask("Idempotency-Key: \"k-continue\"\r\n").starts_with("HTTP/1.1 100 Continue\r\n"));
+  EXPECT_EQ(Executions(), 0u);
+}
+
 TEST_F(IdempotencyTest, KeyOnAMethodOutsideTheListIsNotIntercepted) {
   Start({});
   HttpRequest get{.method = "GET", .target = "/echo"};
