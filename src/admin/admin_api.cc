@@ -16,6 +16,7 @@
 #include "admin/prometheus.h"
 #include "common/ascii.h"
 #include "common/hex.h"
+#include "common/log.h"
 #include "common/text.h"
 
 namespace idemgate::admin {
@@ -263,6 +264,7 @@ core::Task<AdminResponse> AdminApi::Ready() const {
   }
   const Status status = co_await options_.store->Ping();
   if (!status.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kPing);
     co_return Problem(503, "store-unavailable", "Store Unavailable", "store: " + status.ToString());
   }
   co_return Respond(200, kText, "ok");
@@ -283,7 +285,18 @@ AdminResponse AdminApi::Stats() const {
 
 core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
                                         std::string_view encoded_key) const {
-  switch (Authorize(request)) {
+  const Auth auth = Authorize(request);
+  if (auth != Auth::kOk) {
+    // Refused calls leave a trace (a token being guessed shows), without
+    // what was presented.
+    LogWarn("admin call refused",
+            {{"method", SanitizeUtf8(request.method)},
+             {"path", SanitizeUtf8(request.target.substr(0, request.target.find('?')))},
+             {"reason", auth == Auth::kNoToken ? "no_token_configured"
+                        : auth == Auth::kMissing ? "missing_token"
+                                                 : "invalid_token"}});
+  }
+  switch (auth) {
     case Auth::kOk:
       break;
     case Auth::kNoToken:
@@ -309,7 +322,14 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
 
   if (request.method == "DELETE") {
     StatusOr<bool> purged = co_await options_.store->Purge(*key);
-    if (!purged.ok()) co_return StoreFailure(purged.status());
+    if (!purged.ok()) {
+      if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kPurge);
+      LogWarn("admin purge failed", {{"key", SanitizeUtf8(*key)}, {"error", purged.status().ToString()}});
+      co_return StoreFailure(purged.status());
+    }
+    // Purging a key in flight can let a retry run beside the original
+    // (docs/operations.md): every purge is logged.
+    LogInfo("admin purge", {{"key", SanitizeUtf8(*key)}, {"purged", *purged}});
     json::object body;
     body["purged"] = *purged;
     co_return Json(200, body);
@@ -317,7 +337,10 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
 
   StatusOr<std::optional<core::Record>> record =
       co_await options_.store->Get(*key, options_.clock->NowMillis());
-  if (!record.ok()) co_return StoreFailure(record.status());
+  if (!record.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kGet);
+    co_return StoreFailure(record.status());
+  }
   if (!record->has_value()) co_return NotFound("no record for this key");
   co_return Json(200, RecordToJson(*key, **record));
 }

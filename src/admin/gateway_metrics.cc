@@ -85,7 +85,7 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
       names::kCacheHit, "Requests answered by replaying a stored response, by replayed status.",
       ScopeLabels(t, "status"));
   cache_miss_ = &registry_.AddCounter(
-      names::kCacheMiss, "Keyed requests that found no record, reserved the key and went upstream.",
+      names::kCacheMiss, "Keyed requests that found no usable record and reserved the key (most then go upstream).",
       ScopeLabels(t));
   wait_ = &registry_.AddCounter(names::kWait,
                                 "Requests that waited for an in-flight original (in_flight: wait).",
@@ -298,6 +298,10 @@ void GatewayMetrics::StoreError(const MetricScope& scope, StoreOp op) {
   Route(scope).store_errors.Inc();
 }
 
+void GatewayMetrics::AdminStoreError(StoreOp op) {
+  Series(*store_errors_, MetricScope{.route = kAdminRoute}, StoreOpName(op), true).Inc();
+}
+
 void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
   Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
 }
@@ -324,8 +328,9 @@ void GatewayMetrics::SetStoreStatsSource(std::function<core::StoreStats()> sourc
   registry_.SetCallbackGauge(names::kStoreBytes, "Encoded bytes held by the store (approximate).",
                              [shared] { return static_cast<double>((*shared)().bytes); });
   registry_.SetCallbackCounter(names::kStoreBodiesDropped,
-                               "Responses stored without their body because the store had no room "
-                               "for them whole (memory store at max_bytes).",
+                               "Responses stored without their body: the memory store had no room for "
+                               "them whole (max_bytes), or the Redis store could not read them back "
+                               "within store.redis.timeout.",
                                [shared] { return static_cast<double>((*shared)().bodies_dropped); });
 }
 

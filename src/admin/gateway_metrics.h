@@ -64,6 +64,10 @@ enum class ConflictReason {
 // `op` of idempotency_store_errors_total.
 enum class StoreOp { kReserve, kComplete, kRelease, kGet, kPurge, kWatch, kPing };
 
+// The route label of store errors made by the admin listener: parentheses
+// are not allowed in route ids, so it names no configured route.
+inline constexpr std::string_view kAdminRoute = "(admin)";
+
 std::string_view ConflictReasonName(ConflictReason reason);
 std::string_view StoreOpName(StoreOp op);
 // The version compiled in (the CMake project version).
@@ -131,6 +135,10 @@ class GatewayMetrics {
   void Stored(const MetricScope& scope);
   // A store operation failed. Stats: store_errors.
   void StoreError(const MetricScope& scope, StoreOp op);
+  // A store operation of the admin listener failed (/readyz's ping, a key
+  // read or purge): counted with route kAdminRoute, tenant and project "_";
+  // not in any route's stats.
+  void AdminStoreError(StoreOp op);
   // An in-flight record whose lease had ended was taken over.
   void LeaseExpired(const MetricScope& scope);
   // store.on_error: fail_open forwarded a request without deduplication.

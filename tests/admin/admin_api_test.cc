@@ -7,10 +7,14 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <exception>
 #include <optional>
 #include <tuple>
 
+#include "common/log.h"
 #include "fake_store.h"
 
 namespace idemgate::admin {
@@ -304,6 +308,62 @@ TEST_F(AdminApiTest, StoreFailuresAre503) {
   }
   store_.Fail(InternalError("corrupt record"));
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 500);
+}
+
+// The admin listener's failed store operations are counted like the
+// request path's, under the route label "(admin)": /readyz's ping, a key
+// read and a purge.
+TEST_F(AdminApiTest, AdminStoreFailuresAreCountedByOperation) {
+  store_.Fail(UnavailableError("store down"));
+  const AdminApi api = MakeApi();
+  EXPECT_EQ(Call(api, Req("GET", "/readyz")).status, 503);
+  EXPECT_EQ(Call(api, Req("GET", "/readyz")).status, 503);
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 503);
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken))).status, 503);
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_NE(text.find("idempotency_store_errors_total{route=\"(admin)\",op=\"ping\"} 2\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("idempotency_store_errors_total{route=\"(admin)\",op=\"get\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("idempotency_store_errors_total{route=\"(admin)\",op=\"purge\"} 1\n"), std::string::npos);
+  EXPECT_EQ(json::parse(Call(api, Req("GET", "/admin/stats")).body).as_object().at("routes").as_object().size(), 0u)
+      << "in no route's stats";
+}
+
+// Every purge, and every call refused for its token, leaves a log line; the
+// token presented never appears in it.
+TEST_F(AdminApiTest, PurgesAndRefusedCallsAreLogged) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  SetLogFd(fds[1]);
+  SetLogFormat(LogFormat::kJson);
+  SetLogLevel(LogLevel::kInfo);
+  store_.Put(kKey, CompletedRecord());
+  const AdminApi api = MakeApi();
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken))).status, 200);
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("guess-1"))).status, 401);
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?x=1")).status, 401);
+  SetLogFd(1);
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  std::vector<json::object> lines;
+  std::size_t start = 0;
+  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(json::parse(out.substr(start, end - start)).as_object());
+  }
+  ASSERT_EQ(lines.size(), 3u) << out;
+  EXPECT_EQ(lines[0].at("msg"), "admin purge");
+  EXPECT_EQ(lines[0].at("key").as_string(), kKey);
+  EXPECT_EQ(lines[0].at("purged"), true);
+  EXPECT_EQ(lines[1].at("msg"), "admin call refused");
+  EXPECT_EQ(lines[1].at("reason"), "invalid_token");
+  EXPECT_EQ(lines[1].at("method"), "GET");
+  EXPECT_EQ(lines[2].at("reason"), "missing_token");
+  EXPECT_EQ(lines[2].at("path").as_string(), "/admin/keys/" + kKey);
+  EXPECT_EQ(out.find("guess-1"), std::string::npos);
 }
 
 TEST_F(AdminApiTest, InFlightRecordAndTheStoreLifecycle) {

@@ -325,7 +325,7 @@ StatusOr<RedisStore::Options> RedisStore::OptionsFromConfig(const config::Redis&
     const char* value = std::getenv(redis.password_env.c_str());
     if (value == nullptr || *value == '\0') {
       return InvalidArgumentError("store.redis.password_env: environment variable " + redis.password_env +
-                                  " is not set");
+                                  " is not set or empty");
     }
     o.password = value;
   }
