@@ -32,6 +32,7 @@
 
 #include "client/quote.h"
 #include "common/ascii.h"
+#include "common/text.h"
 #include "common/tls_peer.h"
 
 // One HTTP/1.1 exchange over TCP or TLS (SendOnce) and the Response accessors.
@@ -95,7 +96,7 @@ struct Target {
 };
 
 Status BadUrl(std::string_view url, std::string_view why) {
-  return InvalidArgumentError("bad URL " + QuoteInput(url) + ": " + std::string(why));
+  return InvalidArgumentError("bad URL " + QuoteInput(RedactUrl(url)) + ": " + std::string(why));
 }
 
 // Why `url` cannot be a URI as written (RFC 3986 has no place for these

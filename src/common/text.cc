@@ -86,4 +86,31 @@ std::string Base64(std::string_view bytes) {
   return out;
 }
 
+std::string RedactUrl(std::string_view url) {
+  std::string out;
+  out.reserve(url.size());
+  std::string_view rest = url;
+  const std::size_t scheme_end = rest.find("://");
+  if (scheme_end != std::string_view::npos) {
+    out.append(rest.substr(0, scheme_end + 3));
+    rest.remove_prefix(scheme_end + 3);
+    const std::size_t authority_end = rest.find_first_of("/?#");
+    const std::size_t at = rest.substr(0, authority_end).rfind('@');
+    if (at != std::string_view::npos) {
+      out.append("***");
+      rest.remove_prefix(at);  // keeps the '@'
+    }
+  }
+  const std::size_t query = rest.find('?');
+  if (query == std::string_view::npos) {
+    out.append(rest);
+    return out;
+  }
+  out.append(rest.substr(0, query));
+  out.append("?***");
+  const std::size_t fragment = rest.find('#', query);
+  if (fragment != std::string_view::npos) out.append(rest.substr(fragment));
+  return out;
+}
+
 }  // namespace idemgate

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "common/ascii.h"
+#include "common/text.h"
 
 namespace idemgate::config {
 namespace {
@@ -96,7 +97,7 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
 }
 
 Status ParseUpstreamUrl(std::string_view url, Upstream* upstream) {
-  const std::string quoted = "\"" + std::string(url) + "\"";
+  const std::string quoted = "\"" + RedactUrl(url) + "\"";
   const std::string expected =
       " (expected http://host[:port][/base] or https://host[:port][/base], e.g. http://127.0.0.1:9001)";
   for (char c : url) {

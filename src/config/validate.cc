@@ -8,6 +8,7 @@
 #include "common/ascii.h"
 #include "common/units.h"
 #include "common/request_path.h"
+#include "common/text.h"
 #include "config/address.h"
 #include "config/line_index.h"
 #include "config/names.h"
@@ -375,7 +376,7 @@ class Validator {
     if (!j.jwks_url.empty()) {
       const std::string problem = JwksUrlProblem(j.jwks_url);
       Check(problem.empty(), path + ".jwks_url",
-            "invalid URL " + Quote(j.jwks_url) + ": " + problem +
+            "invalid URL " + Quote(RedactUrl(j.jwks_url)) + ": " + problem +
                 " (expected http://host[:port]/path or https://host[:port]/path)");
     }
     Check(j.jwks_ca_file.empty() || StartsWithIgnoreCaseAscii(j.jwks_url, "https://"), path + ".jwks_ca_file",

@@ -6,6 +6,7 @@
 
 #include "client/client.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace idemgate::gateway {
 
@@ -67,7 +68,7 @@ Status JwksRefresher::Configure(const config::JwtIdentity& jwt) {
   }
   StatusOr<Keyset> keys = Fetch(*wanted);
   if (!keys.ok()) {
-    return Status(keys.status().code(), "identity.jwt.jwks_url: " + wanted->url + ": " + keys.status().message());
+    return Status(keys.status().code(), "identity.jwt.jwks_url: " + RedactUrl(wanted->url) + ": " + keys.status().message());
   }
   {
     std::lock_guard lock(mu_);
@@ -150,10 +151,10 @@ void JwksRefresher::Run() {
     lock.unlock();
     StatusOr<Keyset> keys = Fetch(source);
     if (keys.ok()) {
-      LogDebug("JWKS refreshed", {{"url", source.url}, {"keys", static_cast<std::uint64_t>((*keys)->size())}});
+      LogDebug("JWKS refreshed", {{"url", RedactUrl(source.url)}, {"keys", static_cast<std::uint64_t>((*keys)->size())}});
     } else {
       LogWarn("JWKS refresh failed; keeping the last keys",
-              {{"url", source.url}, {"error", keys.status().message()}});
+              {{"url", RedactUrl(source.url)}, {"error", keys.status().message()}});
     }
     lock.lock();
     if (generation_ != generation) continue;  // the settings changed meanwhile: this fetch is stale

@@ -352,8 +352,9 @@ std::vector<BadConfig> BadConfigs() {
        "identity.jwt.jwks_url", "invalid URL \"ftp://idp/jwks\": scheme must be http or https"},
       {"JwksUrlWithoutScheme", m + "identity:\n  mode: jwt\n  jwt: { jwks_url: idp.example.com/jwks }\n", 9,
        "identity.jwt.jwks_url", "scheme must be http or https"},
+      // The password in user information is not echoed.
       {"JwksUrlWithUserInfo", m + "identity:\n  mode: jwt\n  jwt: { jwks_url: \"https://u:p@idp/jwks\" }\n", 9,
-       "identity.jwt.jwks_url", "user info is not allowed"},
+       "identity.jwt.jwks_url", "invalid URL \"https://***@idp/jwks\": user info is not allowed"},
       {"JwksUrlWithoutHost", m + "identity:\n  mode: jwt\n  jwt: { jwks_url: \"https:///jwks\" }\n", 9,
        "identity.jwt.jwks_url", "missing host"},
       {"JwksUrlWithABadPort", m + "identity:\n  mode: jwt\n  jwt: { jwks_url: \"http://idp:99999/jwks\" }\n", 9,
