@@ -210,7 +210,7 @@ Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* r
   switch (why) {
     case Refusal::kNoRoute:
       code = http::ProblemCode::kNoRoute;
-      detail = "no route matches " + std::string(ex.head().method) + " " + std::string(ex.head().path);
+      detail = "no route matches " + std::string(ex.head().effective_method()) + " " + std::string(ex.head().path);
       outcome = "no_route";
       break;
     case Refusal::kTooLarge:
@@ -279,7 +279,7 @@ void MergeHeaderChanges(RequestContext& ctx, http::ForwardRequest& fr) {
 Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const Snapshot& snap,
                                  const std::vector<std::shared_ptr<http::UpstreamPool>>& pools,
                                  const GatewayOptions& options, std::string_view generated_request_id) {
-  const RouteEntry* route = snap.routes.Match(ctx.head->method, ctx.head->path);
+  const RouteEntry* route = snap.routes.Match(ctx.head->effective_method(), ctx.head->path);
   if (route == nullptr) co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
   ctx.route = route;
   const bool webhook = options.webhook != nullptr && options.webhook->Applies(ctx);

@@ -260,10 +260,10 @@ bool IdempotencyStage::WantsBody(RequestContext& ctx) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   if (rules.dedup != config::DedupMode::kGateway) return false;
   switch (rules.policy) {
-    case config::Policy::kWebhook: return rules.HandlesMethod(ctx.head->method);
+    case config::Policy::kWebhook: return rules.HandlesMethod(ctx.head->effective_method());
     case config::Policy::kRequired:
     case config::Policy::kOptional: {
-      if (!rules.HandlesMethod(ctx.head->method)) return false;
+      if (!rules.HandlesMethod(ctx.head->effective_method())) return false;
       const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
       if (lines.empty()) return false;  // forwarded or refused as it is
       // An invalid key is refused by Decide (which parses it again to say
@@ -302,7 +302,8 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const MetricScope scope = ScopeOf(ctx);
   ctx.log.idempotency_case = rules.case_name;
 
-  if (ctx.route->config->recovery && ctx.head->method == "GET" && rules.policy != config::Policy::kProhibited) {
+  if (ctx.route->config->recovery && ctx.head->effective_method() == "GET" &&
+      rules.policy != config::Policy::kProhibited) {
     if (auto segment = RecoverySegment(*ctx.route, ctx.head->path)) co_return co_await Recover(ctx, *segment);
   }
   if (rules.policy == config::Policy::kPassthrough) co_return IdempotencyDecision::Forward();
@@ -315,7 +316,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                      "route " + ctx.route->id + " does not accept an " + rules.header + " header",
                      "key_prohibited");
   }
-  if (!rules.HandlesMethod(ctx.head->method)) co_return IdempotencyDecision::Forward();
+  if (!rules.HandlesMethod(ctx.head->effective_method())) co_return IdempotencyDecision::Forward();
   DropKeyLookalikes(ctx, rules.header);
 
   std::string raw;
@@ -337,7 +338,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       if (metrics != nullptr) metrics->KeyMissing(scope, "required");
       co_return Refuse(ctx, http::ProblemCode::kMissingKey,
                        "route " + ctx.route->id + " requires an " + rules.header + " header on " +
-                           std::string(ctx.head->method),
+                           std::string(ctx.head->effective_method()),
                        "missing_key");
     }
     core::ParsedKey parsed = core::ParseIdempotencyKey(lines, rules.key);
@@ -386,7 +387,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   if (rules.dedup == config::DedupMode::kUpstream) co_return decision;
 
   core::FingerprintRequest fp;
-  fp.method = ctx.head->method;
+  fp.method = ctx.head->effective_method();
   fp.route_id = ctx.route->id;
   fp.target = ctx.head->path_and_query;
   fp.headers.reserve(ctx.head->headers.size());

@@ -119,13 +119,13 @@ bool WebhookStage::KnowsEndpoint(const RequestContext& ctx) const { return FindE
 
 std::optional<http::Response> WebhookStage::RefuseMethod(RequestContext& ctx) const {
   const RouteIdempotency& rules = ctx.route->idempotency;
-  if (rules.HandlesMethod(ctx.head->method)) return std::nullopt;
+  if (rules.HandlesMethod(ctx.head->effective_method())) return std::nullopt;
   std::string allow;
   for (const std::string& method : rules.methods) allow.append(allow.empty() ? "" : ", ").append(method);
   ctx.log.outcome = "method_not_allowed";
   http::Response r = http::MakeProblem(http::ProblemCode::kMethodNotAllowed,
                                        "webhook route " + ctx.route->id + " takes " + allow + ", not " +
-                                           std::string(ctx.head->method));
+                                           std::string(ctx.head->effective_method()));
   r.headers.push_back({"Allow", std::move(allow)});
   return r;
 }
@@ -139,8 +139,9 @@ std::optional<http::Response> WebhookStage::Translate(RequestContext& ctx) {
     // is for a caller that does not. The same answer as for any unknown
     // path: whether an id exists (for another provider) is not told.
     ctx.log.outcome = "no_route";
-    return http::MakeProblem(http::ProblemCode::kNoRoute,
-                             "no route matches " + std::string(ctx.head->method) + " " + std::string(ctx.head->path));
+    return http::MakeProblem(
+        http::ProblemCode::kNoRoute,
+        "no route matches " + std::string(ctx.head->effective_method()) + " " + std::string(ctx.head->path));
   }
   ctx.tenant = endpoint->tenant;
   ctx.project = endpoint->project;

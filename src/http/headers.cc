@@ -79,16 +79,24 @@ FastRandom& ThreadRandom() {
 }
 
 bool IsDotSegment(std::string_view seg) {
-  // ".", "..", "%2e", "%2E", ".%2e", "%2e%2e", ...
+  // ".", "..", "%2e", "%2E", ".%2e", "%2e%2e", ..., also with parameters
+  // ("..;x", "%2e%2e;x"): Tomcat and Spring cut a segment's ";parameters"
+  // before resolving dot segments, so "/x/..;/pay" is "/pay" to them. An
+  // encoded ';' ("%3B") ends the dots too, for servers that decode first.
+  auto is_escape = [&seg](std::size_t i, char hi, char lo) {
+    return i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == hi && LowerAscii(seg[i + 2]) == lo;
+  };
   std::size_t dots = 0;
   std::size_t i = 0;
   while (i < seg.size()) {
     if (seg[i] == '.') {
       ++dots;
       ++i;
-    } else if (i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == '2' && LowerAscii(seg[i + 2]) == 'e') {
+    } else if (is_escape(i, '2', 'e')) {
       ++dots;
       i += 3;
+    } else if (seg[i] == ';' || is_escape(i, '3', 'b')) {
+      break;
     } else {
       return false;
     }
@@ -283,7 +291,8 @@ std::optional<TargetParts> SplitTarget(std::string_view target) {
       return parts;
     }
     rest.remove_prefix(authority_end);
-    if (rest.front() == '?') return std::nullopt;  // "http://h?q" has no path to forward as a view
+    // "http://h?q": an empty path, which stands for "/" (RFC 9110 section
+    // 4.2.3); the caller forwards "/?q".
   }
   if (rest.find('#') != std::string_view::npos) return std::nullopt;
   parts.path_and_query = rest;

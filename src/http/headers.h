@@ -91,6 +91,10 @@ struct TargetParts {
 // Splits an origin-form ("/a?b") or absolute-form ("http://h/a?b") target.
 // nullopt for anything else (asterisk-form, authority-form, no leading '/').
 // A fragment ('#...') is not allowed in a request target and rejected.
+// An absolute-form target may have an empty path before its query
+// ("http://h?q": path "", path_and_query "?q"), which stands for "/"; a
+// caller forwarding it puts the '/' in front. The authority is not
+// validated (IsValidHostValue).
 std::optional<TargetParts> SplitTarget(std::string_view target);
 
 // True when `value` is a valid Host field value (RFC 9110 section 7.2):
@@ -101,8 +105,10 @@ std::optional<TargetParts> SplitTarget(std::string_view target);
 // take its first element, so the upstream would see two different hosts.
 bool IsValidHostValue(std::string_view value);
 
-// True when a path segment is "." or ".." (also percent-encoded, any case):
-// such paths are refused so a route prefix cannot be sidestepped.
+// True when a path segment is "." or ".." (also percent-encoded, any case),
+// or is one once its parameters are cut ("..;x", ".;x", "%2e%2e;x",
+// "..%3Bx"), as Tomcat and Spring cut them: such paths are refused so a
+// route prefix cannot be sidestepped.
 bool HasDotSegment(std::string_view path);
 
 }  // namespace idemgate::http

@@ -37,6 +37,11 @@ using HeaderView = core::HeaderView;
 // first request.
 struct RequestHead {
   std::string_view method;  // as sent, case-sensitive ("GET")
+  // The method an X-HTTP-Method-Override, X-HTTP-Method or X-Method-Override
+  // header names ("POST"); empty without one. Frameworks (Rails, Express,
+  // Laravel, ASP.NET) run the request as that method, so routes and
+  // idempotency go by it (effective_method()); the request is forwarded as sent.
+  std::string_view method_override;
   std::string_view target;  // as sent: origin-form or absolute-form
   std::string_view path;    // the path of the target (absolute-form: without scheme and authority)
   std::string_view query;   // after '?', without it; empty when absent
@@ -54,6 +59,8 @@ struct RequestHead {
   std::string_view peer_ip;      // the client's address ("127.0.0.1", "::1")
   bool secure = false;           // the connection is TLS (a listener with `tls`)
 
+  // The method routes, idempotency and the fingerprint go by: the override's, else `method`.
+  std::string_view effective_method() const { return method_override.empty() ? method : method_override; }
   // True when the request has a body to read (chunked or Content-Length > 0).
   bool has_body() const { return chunked || (content_length && *content_length > 0); }
   // The first value of `name` (case-insensitive), if any.

@@ -588,7 +588,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     // when the first send failed (the upstream cannot have had the whole
     // request), not when the connection broke after the request went out,
     // since the upstream may have acted on it before it went away.
-    const bool idempotent = IsIdempotentMethod(c_.head.method);
+    // Both methods count: an upstream that reads a method override header
+    // runs the request as the method it names, one that does not as sent.
+    const bool idempotent = IsIdempotentMethod(c_.head.method) && IsIdempotentMethod(c_.head.effective_method());
     bool fresh_only = false;
     bool failed = false;
     bool cut_short = false;  // the upstream answered or went away before it took the whole request

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/ascii.h"
 #include "common/log.h"
 #include "common/request_path.h"
 #include "http/headers.h"
@@ -55,6 +56,31 @@ bool OnlyChunked(std::size_t* chunked_count, std::string_view value) {
   return true;
 }
 
+// True for the names of the method override headers: X-HTTP-Method-Override,
+// X-HTTP-Method and X-Method-Override, also spelt with '_' for '-', which
+// CGI-style servers (Rack, PHP) read as the same header. Beast knows none of
+// them, so only names it does not know are asked, and their length decides
+// most at once.
+bool IsMethodOverrideName(std::string_view name) {
+  switch (name.size()) {
+    case 13: return EqualsIgnoreCaseDashOrUnderscore(name, "x-http-method");
+    case 17: return EqualsIgnoreCaseDashOrUnderscore(name, "x-method-override");
+    case 22: return EqualsIgnoreCaseDashOrUnderscore(name, "x-http-method-override");
+    default: return false;
+  }
+}
+
+// A method an override header may name: a token (RFC 9110 section 5.6.2)
+// without lower-case letters, as for the request line's, and not CONNECT.
+// A list ("POST, PUT") is not one.
+bool IsValidOverrideMethod(std::string_view method) {
+  if (method.empty() || method == "CONNECT") return false;
+  return std::all_of(method.begin(), method.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
 // Fills `head` from the parsed request. Returns false when the request is
 // unacceptable (answered 400).
 bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool merge_slashes, RequestHead& head,
@@ -89,6 +115,9 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   bool transfer_encoding_ok = true;
   std::size_t chunked_codings = 0;
   head.expect_continue = false;
+  head.method_override = {};
+  std::size_t overrides = 0;
+  bool overrides_disagree = false;
   for (const auto& f : msg) {
     const std::string_view name(f.name_string().data(), f.name_string().size());
     const std::string_view value(f.value().data(), f.value().size());
@@ -104,6 +133,15 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
         break;
       case bhttp::field::expect:
         if (NameEquals(value, "100-continue")) head.expect_continue = true;
+        break;
+      case bhttp::field::unknown:
+        if (IsMethodOverrideName(name)) {
+          if (overrides++ == 0) {
+            head.method_override = value;
+          } else if (value != head.method_override) {
+            overrides_disagree = true;
+          }
+        }
         break;
       default: break;
     }
@@ -135,6 +173,18 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
     *why = "chunked coding in an HTTP/1.0 request";
     return false;
   }
+  // The method an override header names is the one frameworks run (Rails,
+  // Express, Laravel, ASP.NET), so routes and idempotency go by it; which of
+  // two it is, or what a list or a lower-case name becomes, is theirs to
+  // guess, not the gateway's.
+  if (overrides_disagree) {
+    *why = "method override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) that disagree";
+    return false;
+  }
+  if (overrides > 0 && !IsValidOverrideMethod(head.method_override)) {
+    *why = "an invalid method override (one upper-case method, not CONNECT)";
+    return false;
+  }
   auto parts = SplitTarget(head.target);
   if (!parts) {
     *why = "unsupported request target";
@@ -147,6 +197,27 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   head.authority = parts->authority;
   if (head.authority.find('@') != std::string_view::npos) {
     *why = "user information in the request target";
+    return false;
+  }
+  // The authority replaces Host (RFC 9112 section 3.2.2) and becomes the
+  // upstream's Host and X-Forwarded-Host: the same rules as a Host value.
+  if (!head.authority.empty() && !IsValidHostValue(head.authority)) {
+    *why = "invalid authority in the request target";
+    return false;
+  }
+  if (head.path.empty()) {
+    // "http://h?q": an empty path is "/" (RFC 9110 section 4.2.3).
+    normalized_target.assign("/");
+    normalized_target.append(parts->path_and_query);
+    head.path = std::string_view(normalized_target).substr(0, 1);
+    head.path_and_query = normalized_target;
+    head.raw_path_and_query = normalized_target;
+    head.query = std::string_view(normalized_target).substr(2);
+  }
+  // RFC 3986 has no '\' in a path, and some upstreams read it as '/'
+  // (to them "/reads\..\x" leaves the route it matched).
+  if (head.path.find('\\') != std::string_view::npos) {
+    *why = "a backslash in the path";
     return false;
   }
   if (PathNeedsNormalizing(head.path, merge_slashes)) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <set>
 #include <boost/json.hpp>
 #include <thread>
@@ -266,6 +267,44 @@ TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
   // Each client got the id its line has.
   EXPECT_EQ(res->Header("X-Request-Id"), "req-77");
   EXPECT_EQ(missing->Header("X-Request-Id"), std::string(second.at("request_id").as_string()));
+}
+
+// A method override header names the method frameworks run the request as:
+// routes are matched by it, while the log keeps the request line's method
+// and the upstream gets the request as sent.
+TEST_F(GatewayTest, RoutesMatchTheMethodAMethodOverrideHeaderNames) {
+  LogCapture log;
+  ASSERT_TRUE(log.ok());
+  config::Route posts = MakeRoute("posts", "/echo");
+  posts.match.methods = {"POST"};
+  config::Route deletes = MakeRoute("deletes", "/gone");
+  deletes.match.methods = {"DELETE"};
+  Start(MakeConfig(upstream_.port(), {posts, deletes, MakeRoute("rest", "/echo")}));
+  HttpRequest overridden{.method = "PUT", .target = "/echo/x", .body = "hi"};
+  overridden.headers = {{"X-HTTP-Method-Override", "POST"}, {"X-Request-Id", "override-1"}};
+  auto res = SendRequest(endpoint_, overridden);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "hi");
+  HttpRequest plain{.method = "PUT", .target = "/echo/x", .body = "hi"};
+  plain.headers = {{"X-Request-Id", "plain-1"}};
+  ASSERT_TRUE(SendRequest(endpoint_, plain).ok());
+  // A DELETE route does not take a GET that a framework would run as a POST.
+  HttpRequest not_delete{.target = "/gone"};
+  not_delete.headers = {{"X-Method-Override", "POST"}};
+  auto missing = SendRequest(endpoint_, not_delete);
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  ExpectProblem(*missing, 404, "no-route");
+  EXPECT_NE(missing->body.find("no route matches POST /gone"), std::string::npos) << missing->body;
+  std::vector<json::object> lines;
+  ASSERT_TRUE(log.WaitForRequestLines(3, lines));
+  std::map<std::string, json::object> by_id;
+  for (const json::object& line : lines) by_id[std::string(line.at("request_id").as_string())] = line;
+  ASSERT_EQ(by_id.count("override-1"), 1u);
+  EXPECT_EQ(by_id["override-1"].at("route").as_string(), "posts");
+  EXPECT_EQ(by_id["override-1"].at("method").as_string(), "PUT");
+  ASSERT_EQ(by_id.count("plain-1"), 1u);
+  EXPECT_EQ(by_id["plain-1"].at("route").as_string(), "rest");
 }
 
 // Every answer carries the X-Request-Id its log line has, so that a client

@@ -144,6 +144,14 @@ TEST(HeadersTest, SplitTargetOriginAndAbsoluteForms) {
   ASSERT_TRUE(bare.has_value());
   EXPECT_EQ(bare->path_and_query, "/");
 
+  // An empty path before a query: the caller forwards "/?q".
+  auto query_only = SplitTarget("http://example.com?q=1");
+  ASSERT_TRUE(query_only.has_value());
+  EXPECT_EQ(query_only->authority, "example.com");
+  EXPECT_EQ(query_only->path, "");
+  EXPECT_EQ(query_only->query, "q=1");
+  EXPECT_EQ(query_only->path_and_query, "?q=1");
+
   EXPECT_FALSE(SplitTarget("*").has_value());
   EXPECT_FALSE(SplitTarget("example.com:443").has_value());
   EXPECT_FALSE(SplitTarget("").has_value());
@@ -174,6 +182,19 @@ TEST(HeadersTest, DotSegmentsAreFound) {
   EXPECT_FALSE(HasDotSegment("/.well-known/x"));
   EXPECT_FALSE(HasDotSegment("/"));
   EXPECT_FALSE(HasDotSegment("/a//b"));
+  // Tomcat and Spring cut ";parameters" before resolving dot segments.
+  EXPECT_TRUE(HasDotSegment("/x/..;/api/v1/payments"));
+  EXPECT_TRUE(HasDotSegment("/x/..;x/y"));
+  EXPECT_TRUE(HasDotSegment("/x/.;x"));
+  EXPECT_TRUE(HasDotSegment("/x/%2e%2E;x/y"));
+  EXPECT_TRUE(HasDotSegment("/x/.%2e;"));
+  EXPECT_TRUE(HasDotSegment("/x/..%3Bx/y"));
+  EXPECT_TRUE(HasDotSegment("/x/..%3b"));
+  EXPECT_FALSE(HasDotSegment("/x/...;x"));
+  EXPECT_FALSE(HasDotSegment("/x/;x"));
+  EXPECT_FALSE(HasDotSegment("/x/a..;x"));
+  EXPECT_FALSE(HasDotSegment("/x/b;..;x"));
+  EXPECT_FALSE(HasDotSegment("/x/..x;y"));
 }
 
 TEST(HeadersTest, HttpDateHasImfFixdateShape) {

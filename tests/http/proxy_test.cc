@@ -631,6 +631,32 @@ TEST(InProcessProxyTest, RequestLostAfterItWasSentIsSentAgainOnlyWhenIdempotent)
   }
 }
 
+// An upstream that reads a method override header runs the request as the
+// method it names, one that does not as sent: sent again only when both are
+// idempotent.
+TEST(InProcessProxyTest, RequestLostAfterItWasSentIsNotSentAgainWhenAnOverrideNamesANonIdempotentMethod) {
+  for (const auto& [method, override_to] :
+       {std::pair{"GET", "POST"}, std::pair{"PUT", "PATCH"}, std::pair{"POST", "GET"}}) {
+    SCOPED_TRACE(std::string(method) + " as " + override_to);
+    TestUpstream upstream;
+    HandlerOptions options;
+    options.target = TargetFor(upstream.port());
+    options.capture = true;
+    Harness h(options);
+    auto warm = SendRequest(h.endpoint(), HttpRequest{.target = "/echo"});  // leaves one pooled connection
+    ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+    ASSERT_EQ(upstream.connections(), 1);
+    auto res = SendRequest(h.endpoint(), HttpRequest{.method = method,
+                                                     .target = "/vanish",
+                                                     .headers = {{"X-HTTP-Method-Override", override_to}},
+                                                     .body = "x"});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    ExpectProblem(*res, 502, "upstream-unavailable");
+    EXPECT_EQ(upstream.requests(), 2);
+    EXPECT_EQ(upstream.connections(), 1);
+  }
+}
+
 TEST(InProcessProxyTest, ConnectRefusedIs502) {
   auto refused = testing::RefusedPort::Make();
   ASSERT_TRUE(refused.ok());

@@ -31,7 +31,8 @@ using idemgate::testing::PollUntil;
 using idemgate::testing::RawConnection;
 using idemgate::testing::SendRequest;
 
-// Answers "METHOD path?query"; /sleep waits 300 ms first; /body reads the
+// Answers "METHOD path?query" ("GET (as POST) path?query" with a method
+// override header); /sleep waits 300 ms first; /body reads the
 // body and answers its size; /limited refuses a declared body over 10 bytes
 // (413); /silent answers nothing.
 class TestHandler final : public http::Handler {
@@ -63,7 +64,9 @@ class TestHandler final : public http::Handler {
     }
     http::Response r;
     r.headers = {{"Content-Type", "text/plain"}, {"Content-Length", "999"}, {"Connection", "bogus"}};
-    r.body = std::string(head.method) + " " + std::string(head.path_and_query);
+    r.body = std::string(head.method) + " ";
+    if (!head.method_override.empty()) r.body += "(as " + std::string(head.effective_method()) + ") ";
+    r.body += head.path_and_query;
     co_await ex.Respond(std::move(r));
   }
   std::atomic<int> started{0};
@@ -402,6 +405,117 @@ TEST(ServerProxyBodyTest, StreamedBodyThatStallsIs408AndCloses) {
     ASSERT_TRUE(o.finished.has_value());
     EXPECT_EQ(o.finished->status, 408);
     EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kClientGone);
+  }
+}
+
+// Sends `bytes` and expects a 400 problem and the connection closed.
+void ExpectRefused(const HostPort& endpoint, const std::string& bytes) {
+  SCOPED_TRACE(bytes);
+  auto conn = RawConnection::Connect(endpoint);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write(bytes).ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  auto res = testing::ParseResponse(raw);
+  ASSERT_TRUE(res.ok()) << raw;
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(res->Header("Content-Type"), "application/problem+json");
+}
+
+// Sends `bytes` (one request, which closes) and returns the answer's body,
+// expecting a 200.
+std::string BodyOf200(const HostPort& endpoint, const std::string& bytes) {
+  SCOPED_TRACE(bytes);
+  auto conn = RawConnection::Connect(endpoint);
+  EXPECT_TRUE(conn.ok());
+  if (!conn.ok()) return {};
+  EXPECT_TRUE(conn->Write(bytes).ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(raw);
+  EXPECT_TRUE(res.ok()) << raw;
+  if (!res.ok()) return {};
+  EXPECT_EQ(res->status, 200) << res->body;
+  return res->body;
+}
+
+// An absolute-form target's authority replaces Host (and becomes the
+// upstream's Host and X-Forwarded-Host): it is held to the rules of a Host
+// value, the comma refusal included.
+TEST_F(ServerTest, AbsoluteFormAuthorityIsValidatedLikeAHostValue) {
+  Start();
+  for (const std::string authority :
+       {"a,b", "a\"b", "a<b", "a\\b", "[::1", "a:b", ":80", "a b%", "a%zz", "[]"}) {
+    ExpectRefused(endpoint_, "GET http://" + authority + "/x HTTP/1.1\r\nHost: good\r\n\r\n");
+  }
+  for (const std::string authority :
+       {"a.example", "a.example:8080", "127.0.0.1:80", "[::1]:8443", "a%2Db"}) {
+    EXPECT_EQ(BodyOf200(endpoint_, "GET http://" + authority +
+                                       "/x HTTP/1.1\r\nHost: good\r\nConnection: close\r\n\r\n"),
+              "GET /x");
+  }
+}
+
+// "http://h?q" has an empty path, which stands for "/" (RFC 9110 section 4.2.3).
+TEST_F(ServerTest, AbsoluteFormWithAnEmptyPathBeforeItsQueryIsForTheRoot) {
+  Start();
+  EXPECT_EQ(BodyOf200(endpoint_,
+                      "POST http://evil?x HTTP/1.1\r\nHost: good\r\nContent-Length: 0\r\n"
+                      "Connection: close\r\n\r\n"),
+            "POST /?x");
+  EXPECT_EQ(
+      BodyOf200(endpoint_,
+                "GET http://evil:80?a=1&b HTTP/1.1\r\nHost: good\r\nConnection: close\r\n\r\n"),
+      "GET /?a=1&b");
+  EXPECT_EQ(
+      BodyOf200(endpoint_, "GET http://evil? HTTP/1.1\r\nHost: good\r\nConnection: close\r\n\r\n"),
+      "GET /?");
+}
+
+// A segment that is a dot segment once its ";parameters" are cut (as Tomcat
+// and Spring cut them), and a backslash (a '/' to some upstreams), could take
+// a request out of the route it matched: refused like "..".
+TEST_F(ServerTest, DotSegmentsWithParametersAndBackslashesAre400) {
+  Start();
+  for (const std::string target :
+       {"/x/..;/api/v1/payments", "/x/..;x/y", "/x/.;x/y", "/x/%2e%2E;/y", "/x/%2E.;a=b",
+        "/reads\\..\\x", "/a\\b", "/a%5C\\b", "http://h/a\\b"}) {
+    ExpectRefused(endpoint_, "GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  // Parameters on other segments, and a backslash in the query, still pass.
+  EXPECT_EQ(
+      BodyOf200(endpoint_, "GET /a;b/c..;d/...;e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+      "GET /a;b/c..;d/...;e");
+  EXPECT_EQ(BodyOf200(endpoint_, "GET /x?q=a\\b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+            "GET /x?q=a\\b");
+}
+
+// X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override (also with '_'
+// for '-') name the method frameworks run the request as: the head carries
+// it beside the request line's. One method, agreed on by every such line.
+TEST_F(ServerTest, MethodOverrideHeadersAreReadAndRefusedWhenAmbiguous) {
+  Start();
+  for (const std::string field :
+       {"X-HTTP-Method-Override: POST", "x-http-method: POST", "X-Method-Override: POST",
+        "X_HTTP_Method_Override: POST", "X-HTTP-Method-Override: POST\r\nX-HTTP-Method: POST"}) {
+    EXPECT_EQ(BodyOf200(endpoint_,
+                        "GET /x HTTP/1.1\r\nHost: x\r\n" + field + "\r\nConnection: close\r\n\r\n"),
+              "GET (as POST) /x");
+  }
+  EXPECT_EQ(BodyOf200(endpoint_,
+                      "GET /x HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: M-SEARCH\r\n"
+                      "Connection: close\r\n\r\n"),
+            "GET (as M-SEARCH) /x");
+  // Other names alike are not override headers.
+  EXPECT_EQ(BodyOf200(endpoint_,
+                      "GET /x HTTP/1.1\r\nHost: x\r\nX-HTTP-Methods: post\r\n"
+                      "X-Method-Overrides: a, b\r\nConnection: close\r\n\r\n"),
+            "GET /x");
+  for (const std::string fields :
+       {"X-HTTP-Method-Override: POST\r\nX-HTTP-Method-Override: DELETE",
+        "X-HTTP-Method: POST\r\nX-Method-Override: PUT", "X-HTTP-Method-Override: POST, PUT",
+        "X-HTTP-Method-Override: POST PUT", "X-HTTP-Method-Override: post",
+        "X-Method-Override: CONNECT", "X-HTTP-Method-Override: ", "X_HTTP_METHOD: Delete"}) {
+    ExpectRefused(endpoint_, "GET /x HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n\r\n");
   }
 }
 

@@ -208,6 +208,40 @@ TEST_F(IdempotencyTest, ChangedPayloadIs422AndLeavesTheRecordUsable) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// A GET carrying X-HTTP-Method-Override: POST runs as a POST in Rails,
+// Express, Laravel or ASP.NET: the route's policy and deduplication apply
+// to it as to a POST, and it is forwarded as sent.
+TEST_F(IdempotencyTest, MethodOverrideHeaderIsHandledAsTheMethodItNames) {
+  Start({});
+  for (const char* name : {"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}) {
+    const HttpResponse keyless = Send(HttpRequest{.target = "/echo/override", .headers = {{name, "POST"}}});
+    ExpectProblem(keyless, 400, "missing-key");
+  }
+  EXPECT_EQ(Executions(), 0u);
+  // Without one, a GET is not deduplicated and needs no key.
+  ASSERT_EQ(Send(HttpRequest{.target = "/echo/override"}).status, 200);
+  EXPECT_EQ(Executions(), 1u);
+
+  HttpRequest keyed{.target = "/echo/override",
+                    .headers = {{"X-HTTP-Method-Override", "POST"}, {"Idempotency-Key", "\"override-1\""}}};
+  const HttpResponse first = Send(keyed);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(echo.at("method").as_string(), "GET");
+  EXPECT_EQ(Values(EchoedHeaders(echo), "X-HTTP-Method-Override"), (std::vector<std::string>{"POST"}));
+  const HttpResponse again = Send(keyed);
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 2u);
+  // Lines that disagree on the method are refused before anything else.
+  HttpRequest ambiguous = keyed;
+  ambiguous.headers.push_back({"X-HTTP-Method", "DELETE"});
+  ExpectProblem(Send(ambiguous), 400, "bad-request");
+  EXPECT_EQ(Executions(), 2u);
+}
+
 TEST_F(IdempotencyTest, ConcurrentDuplicateIs409InRejectMode) {
   Start({.idempotency = "{ policy: required, in_flight: reject }"});
   std::optional<HttpResponse> original;
