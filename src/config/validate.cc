@@ -557,9 +557,29 @@ class Validator {
                   "and run it twice; set at least " + FormatDuration(u.timeout) +
                   ", or leave lease unset (the upstream's timeout + 5s)");
       }
+      if (r.recovery && idem.policy != Policy::kWebhook) {
+        // Recovery answers GET {path_prefix}/by-idempotency-key/{key}: below
+        // an exact path there is nothing to answer, and a prohibited route
+        // keeps no outcome to answer with.
+        Check(r.match.path.empty(), path + ".recovery",
+              "recovery serves GET {path_prefix}/by-idempotency-key/{key}, which an exact match.path has no room "
+              "for; match this route with path_prefix (or remove recovery)");
+        Check(idem.policy != Policy::kProhibited, path + ".recovery",
+              "recovery is not available on policy: prohibited routes (they keep no outcome to recover)");
+      }
       if (r.recovery && idem.dedup == DedupMode::kUpstream) {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",
               "recovery with dedup: upstream needs recovery_upstream_path");
+      }
+      // recovery_upstream_path is where recovery requests go when the upstream
+      // deduplicates; anywhere else it would be ignored.
+      if (!r.recovery_upstream_path.empty()) {
+        Check(r.recovery, path + ".recovery_upstream_path",
+              "recovery_upstream_path is where recovery requests are sent under dedup: upstream; it needs "
+              "recovery: true on this route (and idempotency.dedup: upstream), or remove it");
+        Check(idem.dedup == DedupMode::kUpstream, path + ".recovery_upstream_path",
+              "recovery_upstream_path is used only with idempotency.dedup: upstream (under dedup: gateway recovery "
+              "answers from the store); set dedup: upstream on this route, or remove it");
       }
       // Under dedup: upstream the key the upstream is sent is the only
       // deduplication there is, and the only scoping.

@@ -174,8 +174,15 @@ std::vector<BadConfig> BadConfigs() {
        "routes[0].idempotency.methods", "must list at least one method"},
       {"ZeroMaxInFlight", m + "    max_in_flight: 0\n", 7, "routes[0].max_in_flight",
        "must be greater than 0"},
-      {"RecoveryPathWithoutSlash", m + "    recovery_upstream_path: attach\n", 7,
+      {"RecoveryPathWithoutSlash",
+       m + "    recovery: true\n    recovery_upstream_path: attach\n    idempotency: { dedup: upstream }\n", 8,
        "routes[0].recovery_upstream_path", "must start with '/'"},
+      // recovery_upstream_path is used only by recovery under dedup: upstream.
+      {"RecoveryUpstreamPathWithoutRecovery",
+       m + "    recovery_upstream_path: /attach/{key}\n    idempotency: { dedup: upstream }\n", 7,
+       "routes[0].recovery_upstream_path", "it needs recovery: true on this route"},
+      {"RecoveryUpstreamPathWithoutUpstreamDedup", m + "    recovery: true\n    recovery_upstream_path: /attach/{key}\n",
+       8, "routes[0].recovery_upstream_path", "used only with idempotency.dedup: upstream"},
       {"UpstreamDedupWithoutAKey", WithIdempotency("      dedup: upstream\n      forward_key: none\n"), 9,
        "routes[0].idempotency.forward_key", "forward_key: none sends none"},
       {"UpstreamDedupWithARawKeyAcrossScopes",
@@ -295,6 +302,13 @@ std::vector<BadConfig> BadConfigs() {
        "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: pay\n"
        "    match: { path_prefix: /pay, methods: [POST, PATCH] }\n    upstream: app\n    recovery: true\n",
        7, "routes[0].recovery", "route \"pay\" serves recovery (GET .../by-idempotency-key/{key}) but its match.methods"},
+      // ... so an exact path has nothing below it to serve, and a prohibited route no outcome.
+      {"RecoveryOnAnExactPath",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: pay\n"
+       "    match: { path: /pay }\n    upstream: app\n    recovery: true\n",
+       7, "routes[0].recovery", "an exact match.path has no room for; match this route with path_prefix"},
+      {"RecoveryOnAProhibitedRoute", m + "    recovery: true\n    idempotency: { policy: prohibited }\n", 7,
+       "routes[0].recovery", "recovery is not available on policy: prohibited routes"},
       {"ZeroWaitTimeout", WithIdempotency("      wait_timeout: 0s\n"), 8,
        "routes[0].idempotency.wait_timeout", "must be greater than 0"},
       {"ZeroMaxResponseBytes", WithIdempotency("      max_response_bytes: 0\n"), 8,
