@@ -208,6 +208,12 @@ int CheckConfig(const std::string& path) {
     Print(stderr, path + ": " + webhooks.status().message() + "\n");
     return 1;
   }
+  // The Redis password is read when the store opens, which check-config does
+  // not do; an unset variable stops the start as surely.
+  if (config->store.kind == config::StoreKind::kRedis && !config->store.redis.password_env.empty()) {
+    const std::optional<std::string> password = DefaultEnvLookup(config->store.redis.password_env);
+    if (!password || password->empty()) unset.insert(config->store.redis.password_env);
+  }
   for (const std::string& name : unset) {
     Print(stderr, path + ": note: the environment variable " + name +
                       " is not set here; the gateway needs it at start\n");
@@ -247,6 +253,18 @@ int Run(const Args& args) {
       return 1;
     }
     admin_listen = *a;
+  }
+
+  // The secrets and key files the config names are read before the store
+  // opens (the gateway reads them again below), so that a start that fails
+  // on one leaves nothing behind, such as a new embedded store's directory.
+  if (auto identity = gateway::IdentityCredentials::Load(config.identity, DefaultEnvLookup); !identity.ok()) {
+    Print(stderr, "idemgate: " + identity.status().message() + "\n");
+    return 1;
+  }
+  if (auto webhooks = gateway::WebhookEndpoints::Resolve(config, DefaultEnvLookup); !webhooks.ok()) {
+    Print(stderr, "idemgate: " + webhooks.status().message() + "\n");
+    return 1;
   }
 
   admin::GatewayMetrics metrics(admin::GatewayMetricsOptions{.tenant_labels = config.metrics.tenant_labels});
@@ -426,6 +444,10 @@ int Run(const Args& args) {
           reloaded->admin.listen != config.admin.listen || reloaded->tls.configured != config.tls.configured ||
           reloaded->admin.tls.configured != config.admin.tls.configured) {
         LogWarn("listen, tls or admin.tls on or off, admin.listen and workers changes need a restart");
+      }
+      if (reloaded->admin.token_env != config.admin.token_env) {
+        LogWarn("admin.token_env changes need a restart; the admin API keeps the token it read at start",
+                {{"token_env", config.admin.token_env}});
       }
       if (reloaded->metrics.tenant_labels != config.metrics.tenant_labels) {
         LogWarn("metrics.tenant_labels changes need a restart; the metrics keep their start-up labels");

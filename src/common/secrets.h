@@ -1,10 +1,13 @@
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <functional>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "common/status.h"
@@ -24,14 +27,28 @@ inline std::optional<std::string> DefaultEnvLookup(const std::string& name) {
   return std::string(value);
 }
 
-// The whole file at `path`; InvalidArgument naming it when it cannot be read.
+// The whole file at `path`; InvalidArgument naming it and the cause ("cannot
+// read PATH: No such file or directory") when it cannot be read.
 inline StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError("cannot read " + path);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return InvalidArgumentError("cannot read " + path);
-  return contents.str();
+  auto failed = [&path](int err) { return InvalidArgumentError("cannot read " + path + ": " + std::strerror(err)); };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return failed(errno);
+  std::string contents;
+  char buffer[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      contents.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int err = errno;  // EISDIR for a directory
+      ::close(fd);
+      return failed(err);
+    }
+  }
+  ::close(fd);
+  return contents;
 }
 
 // A secret file's contents without one trailing line break (as editors and

@@ -610,6 +610,13 @@ StatusOr<Config> LoadString(std::string_view yaml, std::string source_name) {
     const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
     std::string message = "YAML syntax error: " + e.msg;
     if (!e.mark.is_null()) message += " (column " + std::to_string(e.mark.column + 1) + ")";
+    // A '{' or '}' inside a plain value of a { ... } mapping ends or opens a
+    // mapping to YAML: "path: /webhooks/{webhook_id}" there needs quotes.
+    const auto pos = e.mark.is_null() ? std::string_view::npos : static_cast<std::size_t>(e.mark.pos);
+    if (pos != std::string_view::npos && pos > 0 && pos < yaml.size() && (yaml[pos] == '{' || yaml[pos] == '}') &&
+        std::string_view(" \t:,[{").find(yaml[pos - 1]) == std::string_view::npos) {
+      message += "; a value holding '{' or '}' must be quoted, e.g. path: \"/webhooks/{webhook_id}\"";
+    }
     return InvalidArgumentError(Located(source_name, line, "", message));
   } catch (const LoadError& e) {
     return InvalidArgumentError(e.what());

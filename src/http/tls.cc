@@ -1,5 +1,10 @@
 #include "http/tls.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include <openssl/asn1.h>
@@ -63,6 +68,18 @@ bool IsEncryptedPem(const std::string& file) {
                        text->find("Proc-Type: 4,ENCRYPTED") != std::string::npos);
 }
 
+// `TLS: cannot read listener certificate "FILE": No such file or directory`:
+// said before OpenSSL is handed the file, whose error stack names the cause
+// only in its own terms.
+Status CheckReadable(const std::string& file, const std::string& what) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return InvalidArgumentError("TLS: cannot read " + what + " \"" + file + "\": " + std::strerror(errno));
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
 // Loads a certificate chain and its key; `what` names them in errors
 // ("client" or "listener").
 Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::string& key_file,
@@ -74,6 +91,8 @@ Status LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::st
   // controlling terminal and block the start (or a reload, and with it the
   // signal loop). An encrypted key fails to load instead.
   SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
+  if (Status s = CheckReadable(cert_file, what + " certificate"); !s.ok()) return s;
+  if (Status s = CheckReadable(key_file, what + " key"); !s.ok()) return s;
   if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
     return InvalidArgumentError("TLS: cannot read " + what + " certificate \"" + cert_file +
                                 "\": " + OpenSslErrors("no certificate in it"));
@@ -121,6 +140,8 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOpt
     if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
       return InvalidArgumentError("TLS: cannot load the system's trust store: " + OpenSslErrors("unknown error"));
     }
+  } else if (Status s = CheckReadable(options.ca_file, "CA file"); !s.ok()) {
+    return s;
   } else if (SSL_CTX_load_verify_file(ctx, options.ca_file.c_str()) != 1) {
     return InvalidArgumentError("TLS: cannot read CA file \"" + options.ca_file +
                                 "\": " + OpenSslErrors("no certificate in it"));
@@ -170,6 +191,7 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
   if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "listener"); !s.ok()) return s;
   WarnIfOutsideValidity(ctx, options.cert_file);
   if (!options.client_ca_file.empty()) {
+    if (Status s = CheckReadable(options.client_ca_file, "client CA file"); !s.ok()) return s;
     if (SSL_CTX_load_verify_file(ctx, options.client_ca_file.c_str()) != 1) {
       return InvalidArgumentError("TLS: cannot read client CA file \"" + options.client_ca_file +
                                   "\": " + OpenSslErrors("no certificate in it"));

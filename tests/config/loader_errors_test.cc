@@ -479,6 +479,11 @@ std::vector<BadConfig> BadConfigs() {
        "    match: { path_prefix: / ]\n",
        5, "", "YAML syntax error: "},
       {"YamlTab", m + "listen: a\n\tb: c\n", 8, "", "YAML syntax error: "},
+      // A '{' in a plain value of a flow mapping opens a mapping to YAML.
+      {"UnquotedBraceInAFlowMapping",
+       "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: h\n"
+       "    match: { path: /h/{webhook_id} }\n    upstream: app\n",
+       5, "", "a value holding '{' or '}' must be quoted, e.g. path: \"/webhooks/{webhook_id}\""},
       {"TwoDocuments", m + "---\nlisten: 127.0.0.1:1\n", 8, "", "only one YAML document"},
       // Found by fuzz/config_fuzz.cc: yaml-cpp 0.7's LoadAll loops for ever,
       // allocating, on a document that starts with a comma.
