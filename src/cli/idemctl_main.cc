@@ -71,7 +71,7 @@ constexpr std::string_view kUsage =
     "  -v, --verbose          print each attempt's outcome (and the wait after it) on stderr\n"
     "\n"
     "retry options (send and dlq replay; durations up to 365d):\n"
-    "      --attempts N       attempts in all (default 3)\n"
+    "      --attempts N       attempts in all, 1..100 (default 3)\n"
     "      --base-delay D     first backoff cap (default 250ms)\n"
     "      --max-delay D      longest wait, Retry-After included (default 5s)\n"
     "      --timeout D        per attempt (default 10s)\n"
@@ -443,7 +443,10 @@ std::string ReasonPhrase(int status) {
 
 void PrintResponse(const client::Response& r, bool include) {
   if (include) {
-    std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + ReasonPhrase(r.status) + "\r\n";
+    // The reason phrase that arrived (RFC 9110 §15.5.21 renamed 422, and
+    // servers still send the old name); a standard one when none came.
+    const std::string reason = r.reason.empty() ? ReasonPhrase(r.status) : r.reason;
+    std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + reason + "\r\n";
     for (const auto& [name, value] : r.headers) head += name + ": " + value + "\r\n";
     head += "\r\n";
     Print(stdout, head);

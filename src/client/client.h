@@ -96,6 +96,7 @@ struct Request {
 
 struct Response {
   int status = 0;
+  std::string reason;  // the reason phrase of the status line, as received (may be empty)
   std::vector<std::pair<std::string, std::string>> headers;  // as received (the Header type)
   std::string body;
   // The first value of header `name` (case-insensitive).

@@ -385,6 +385,7 @@ StatusOr<Response> Converse(Runner& runner, Stream& stream, http::request<http::
     if (status >= 100 && status < 200 && status != 101) continue;  // an interim response
     Response response;
     response.status = status;
+    response.reason = std::string(message.reason());
     for (const auto& field : message) {
       response.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }

@@ -62,6 +62,17 @@ TEST(SendOnceTest, SendsTheRequestWithHostLengthConnectionAndKey) {
   EXPECT_EQ(got.headers, expected);
 }
 
+// The reason phrase is kept as the server sent it (idemctl -i prints it):
+// not replaced by the standard one for the status.
+TEST(SendOnceTest, KeepsTheReasonPhraseThatArrived) {
+  ScriptedServer server;
+  server.Push(Canned::Raw("HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
+  auto response = SendOnce(Post(server), Millis(5000));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  EXPECT_EQ(response->status, 422);
+  EXPECT_EQ(response->reason, "Unprocessable Entity");
+}
+
 TEST(SendOnceTest, KeyIsAnEscapedSfStringUnderTheChosenHeader) {
   ScriptedServer server;
   server.Push(Canned::Answer(200));
