@@ -200,7 +200,7 @@ namespace {
 // Why the pipeline answered by itself. The problem details are built in
 // Refuse (a frame of its own, made only on these paths) to keep the
 // pipeline's coroutine frame small.
-enum class Refusal { kNoRoute, kTooLarge, kMalformedBody, kBodyGone, kAdmission, kTenantAdmission };
+enum class Refusal { kNoRoute, kOverrideRoute, kTooLarge, kMalformedBody, kBodyGone, kAdmission, kTenantAdmission };
 
 Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* route, std::string_view tenant = {}) {
   http::ProblemCode code = http::ProblemCode::kBadRequest;
@@ -212,6 +212,16 @@ Task<PipelineResult> Refuse(http::Exchange& ex, Refusal why, const RouteEntry* r
       code = http::ProblemCode::kNoRoute;
       detail = "no route matches " + std::string(ex.head().effective_method()) + " " + std::string(ex.head().path);
       outcome = "no_route";
+      break;
+    case Refusal::kOverrideRoute:
+      // Whether the upstream runs the request as its own method or as the
+      // override's is the upstream's business: both must be under the same
+      // route, or one of them would skip that route's checks.
+      detail = "the method override names " + std::string(ex.head().method_override) + ", but " +
+               std::string(ex.head().method_override) + " and " + std::string(ex.head().method) + " " +
+               std::string(ex.head().path) + " are for different routes; send the request as " +
+               std::string(ex.head().method_override);
+      outcome = "bad_request";
       break;
     case Refusal::kTooLarge:
       code = http::ProblemCode::kRequestTooLarge;
@@ -280,6 +290,10 @@ Task<PipelineResult> RunPipeline(http::Exchange& ex, RequestContext& ctx, const 
                                  const std::vector<std::shared_ptr<http::UpstreamPool>>& pools,
                                  const GatewayOptions& options, std::string_view generated_request_id) {
   const RouteEntry* route = snap.routes.Match(ctx.head->effective_method(), ctx.head->path);
+  if (!ctx.head->method_override.empty() && ctx.head->method_override != ctx.head->method &&
+      snap.routes.Match(ctx.head->method, ctx.head->path) != route) {
+    co_return co_await Refuse(ex, Refusal::kOverrideRoute, nullptr);
+  }
   if (route == nullptr) co_return co_await Refuse(ex, Refusal::kNoRoute, nullptr);
   ctx.route = route;
   const bool webhook = options.webhook != nullptr && options.webhook->Applies(ctx);

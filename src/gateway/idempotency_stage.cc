@@ -41,6 +41,16 @@ std::vector<std::string_view> HeaderLines(const http::RequestHead& head, std::st
   return out;
 }
 
+// Whether the route's idempotency takes this request: by the method it is
+// run as (a method override's) or, with an override, by its own. An upstream
+// that ignores the override runs the request line's method, and one that
+// honours it runs the override's: either way a key is asked for when the
+// route would ask for it.
+bool HandlesRequest(const RouteIdempotency& rules, const http::RequestHead& head) {
+  return rules.HandlesMethod(head.effective_method()) ||
+         (!head.method_override.empty() && rules.HandlesMethod(head.method));
+}
+
 // The upstream marked its response final (SPEC §4.3): `true` (or the
 // structured-field boolean `?1`) in the terminal header.
 bool MarkedTerminal(const std::vector<http::Header>& stripped, std::string_view terminal_header) {
@@ -263,7 +273,7 @@ bool IdempotencyStage::WantsBody(RequestContext& ctx) {
     case config::Policy::kWebhook: return rules.HandlesMethod(ctx.head->effective_method());
     case config::Policy::kRequired:
     case config::Policy::kOptional: {
-      if (!rules.HandlesMethod(ctx.head->effective_method())) return false;
+      if (!HandlesRequest(rules, *ctx.head)) return false;
       const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
       if (lines.empty()) return false;  // forwarded or refused as it is
       // An invalid key is refused by Decide (which parses it again to say
@@ -316,7 +326,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                      "route " + ctx.route->id + " does not accept an " + rules.header + " header",
                      "key_prohibited");
   }
-  if (!rules.HandlesMethod(ctx.head->effective_method())) co_return IdempotencyDecision::Forward();
+  if (!HandlesRequest(rules, *ctx.head)) co_return IdempotencyDecision::Forward();
   DropKeyLookalikes(ctx, rules.header);
 
   std::string raw;

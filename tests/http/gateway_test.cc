@@ -271,16 +271,20 @@ TEST_F(GatewayTest, ProxiesAndWritesOneLogLinePerRequest) {
 
 // A method override header names the method frameworks run the request as:
 // routes are matched by it, while the log keeps the request line's method
-// and the upstream gets the request as sent.
+// and the upstream gets the request as sent. The request line's method must
+// lead to the same route (an upstream that ignores the header runs that
+// one), or the request is refused.
 TEST_F(GatewayTest, RoutesMatchTheMethodAMethodOverrideHeaderNames) {
   LogCapture log;
   ASSERT_TRUE(log.ok());
+  config::Route writes = MakeRoute("writes", "/echo/w");
+  writes.match.methods = {"POST", "PUT"};
   config::Route posts = MakeRoute("posts", "/echo");
   posts.match.methods = {"POST"};
   config::Route deletes = MakeRoute("deletes", "/gone");
   deletes.match.methods = {"DELETE"};
-  Start(MakeConfig(upstream_.port(), {posts, deletes, MakeRoute("rest", "/echo")}));
-  HttpRequest overridden{.method = "PUT", .target = "/echo/x", .body = "hi"};
+  Start(MakeConfig(upstream_.port(), {writes, posts, deletes, MakeRoute("rest", "/echo")}));
+  HttpRequest overridden{.method = "PUT", .target = "/echo/w", .body = "hi"};
   overridden.headers = {{"X-HTTP-Method-Override", "POST"}, {"X-Request-Id", "override-1"}};
   auto res = SendRequest(endpoint_, overridden);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
@@ -289,6 +293,14 @@ TEST_F(GatewayTest, RoutesMatchTheMethodAMethodOverrideHeaderNames) {
   HttpRequest plain{.method = "PUT", .target = "/echo/x", .body = "hi"};
   plain.headers = {{"X-Request-Id", "plain-1"}};
   ASSERT_TRUE(SendRequest(endpoint_, plain).ok());
+  // PUT /echo/x is for `rest`, POST /echo/x for `posts`: which one runs
+  // depends on the upstream, so neither is taken.
+  HttpRequest split{.method = "PUT", .target = "/echo/x", .body = "hi"};
+  split.headers = {{"X-HTTP-Method-Override", "POST"}};
+  auto refused = SendRequest(endpoint_, split);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  ExpectProblem(*refused, 400, "bad-request");
+  EXPECT_NE(refused->body.find("are for different routes"), std::string::npos) << refused->body;
   // A DELETE route does not take a GET that a framework would run as a POST.
   HttpRequest not_delete{.target = "/gone"};
   not_delete.headers = {{"X-Method-Override", "POST"}};
@@ -297,11 +309,11 @@ TEST_F(GatewayTest, RoutesMatchTheMethodAMethodOverrideHeaderNames) {
   ExpectProblem(*missing, 404, "no-route");
   EXPECT_NE(missing->body.find("no route matches POST /gone"), std::string::npos) << missing->body;
   std::vector<json::object> lines;
-  ASSERT_TRUE(log.WaitForRequestLines(3, lines));
+  ASSERT_TRUE(log.WaitForRequestLines(4, lines));
   std::map<std::string, json::object> by_id;
   for (const json::object& line : lines) by_id[std::string(line.at("request_id").as_string())] = line;
   ASSERT_EQ(by_id.count("override-1"), 1u);
-  EXPECT_EQ(by_id["override-1"].at("route").as_string(), "posts");
+  EXPECT_EQ(by_id["override-1"].at("route").as_string(), "writes");
   EXPECT_EQ(by_id["override-1"].at("method").as_string(), "PUT");
   ASSERT_EQ(by_id.count("plain-1"), 1u);
   EXPECT_EQ(by_id["plain-1"].at("route").as_string(), "rest");

@@ -218,6 +218,12 @@ TEST_F(IdempotencyTest, MethodOverrideHeaderIsHandledAsTheMethodItNames) {
     ExpectProblem(keyless, 400, "missing-key");
   }
   EXPECT_EQ(Executions(), 0u);
+  // A POST that names GET still needs its key: an upstream that ignores
+  // the header runs it as a POST.
+  const HttpResponse post_as_get = Send(HttpRequest{
+      .method = "POST", .target = "/echo/override", .headers = {{"X-HTTP-Method-Override", "GET"}}, .body = "{}"});
+  ExpectProblem(post_as_get, 400, "missing-key");
+  EXPECT_EQ(Executions(), 0u);
   // Without one, a GET is not deduplicated and needs no key.
   ASSERT_EQ(Send(HttpRequest{.target = "/echo/override"}).status, 200);
   EXPECT_EQ(Executions(), 1u);
