@@ -99,24 +99,45 @@ BeginResult StoreError(Status status) {
 // watch, registers one and re-reads at once (registering first means a
 // completion in between still wakes it); with one, sleeps until it fires,
 // the wait ends or the holder's lease does, then re-reads. Updates
-// `*existing` and `*now`; sets `*waited` once it slept.
+// `*existing` and `*now`; sets `*waited` once it slept. On a store error,
+// counts it in `*errors` (wait_watch_errors or wait_get_errors) and drops the
+// watch: the next step registers one again before it reads.
 Task<Status> WaitAndReread(Store& store, const Clock& clock, const std::string& key,
                            SteadyClock::time_point deadline, std::unique_ptr<Watch>* watch,
-                           std::optional<Record>* existing, UnixMillis* now, bool* waited) {
+                           std::optional<Record>* existing, UnixMillis* now, bool* waited, BeginResult* errors) {
   if (*watch != nullptr) {
     *waited = true;
     if (co_await (*watch)->Changed(NextWake(deadline, **existing, *now))) watch->reset();
   }
   if (*watch == nullptr) {
     StatusOr<std::unique_ptr<Watch>> made = co_await store.WatchKey(key);
-    if (!made.ok()) co_return made.status();
+    if (!made.ok()) {
+      ++errors->wait_watch_errors;
+      co_return made.status();
+    }
     *watch = std::move(made).value();
   }
   *now = clock.NowMillis();
   StatusOr<std::optional<Record>> fresh = co_await store.Get(key, *now);
-  if (!fresh.ok()) co_return fresh.status();
+  if (!fresh.ok()) {
+    ++errors->wait_get_errors;
+    watch->reset();
+    co_return fresh.status();
+  }
   *existing = std::move(fresh).value();
   co_return Status::Ok();
+}
+
+// After a store error while waiting: sleeps `*delay` (at most until
+// `deadline`), then doubles it up to kWaitRetryMax.
+constexpr Duration kWaitRetryMin = std::chrono::milliseconds(50);
+constexpr Duration kWaitRetryMax = std::chrono::seconds(1);
+
+Task<void> PauseAfterStoreError(SteadyClock::time_point deadline, Duration* delay) {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  timer.expires_at(std::min(deadline, SteadyClock::now() + *delay));
+  *delay = std::min<Duration>(2 * *delay, kWaitRetryMax);
+  (void)co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
 }
 
 }  // namespace
@@ -174,6 +195,16 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
   std::string owner = NewOwnerToken();
   bool waited = false;
   std::unique_ptr<Watch> watch;
+  // Store errors while waiting (counted in the result) and the pause before
+  // looking again after one.
+  BeginResult errors;
+  Duration retry_delay = kWaitRetryMin;
+  Status wait_error;
+  auto counted = [&errors](BeginResult r) {
+    r.wait_watch_errors = errors.wait_watch_errors;
+    r.wait_get_errors = errors.wait_get_errors;
+    return r;
+  };
   auto cancelled = [&request, &waited]() -> std::optional<BeginResult> {
     if (request.cancelled == nullptr || !request.cancelled(request.cancelled_arg)) return std::nullopt;
     BeginResult r;
@@ -185,7 +216,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
   while (true) {
     // Also where a waiter comes back to when the holder released the key:
     // one woken by a release at shutdown must not take it.
-    if (auto r = cancelled()) co_return std::move(*r);
+    if (auto r = cancelled()) co_return counted(std::move(*r));
     UnixMillis now = clock_.NowMillis();
     std::string operation_id = NewOperationId(now);
     // The record goes to the store; what the reservation needs of it is kept
@@ -204,7 +235,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
                               ReleaseIfItLands(store_, clock_, request.key, owner, now + request.lease.count()),
                               boost::asio::detached);
       }
-      co_return StoreError(reserved.status());
+      co_return counted(StoreError(reserved.status()));
     }
 
     if (reserved->outcome != ReserveOutcome::kExists) {
@@ -215,7 +246,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
       r.taken_over = reserved->outcome == ReserveOutcome::kTakenOver;
       r.waited = waited;
       if (r.taken_over) r.record = std::move(reserved->existing);
-      co_return r;
+      co_return counted(std::move(r));
     }
 
     std::optional<Record> existing = std::move(reserved->existing);
@@ -234,7 +265,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           r.outcome = BeginOutcome::kReplay;
           r.record = std::move(existing);
           r.waited = waited;
-          co_return r;
+          co_return counted(std::move(r));
         }
         case ActionKind::kKeyReused: {
           BeginResult r;
@@ -242,28 +273,46 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           r.conflict_in_flight = action.conflict_in_flight;
           r.record = std::move(existing);
           r.waited = waited;
-          co_return r;
+          co_return counted(std::move(r));
         }
         case ActionKind::kRejectInFlight:
         case ActionKind::kWait: {
           const bool out_of_time = SteadyClock::now() >= deadline;
           auto in_flight = [&] {
             BeginResult r;
+            if (!wait_error.ok()) {
+              LogWarn("store still failing when the wait for the request in flight ended; answering 409",
+                      {{"key", request.key}, {"error", wait_error.message()}});
+            }
             r.outcome = BeginOutcome::kInFlight;
             r.retry_after = action.retry_after;
             r.record = std::move(existing);
             r.waited = waited;
-            return r;
+            return counted(std::move(r));
           };
           if (action.kind == ActionKind::kRejectInFlight || (watch != nullptr && out_of_time)) {
             co_return in_flight();
           }
-          if (auto r = cancelled()) co_return std::move(*r);
-          const Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch,
-                                                  &existing, &now, &waited);
-          // The record was in flight when last read. A store error would
-          // let fail_open forward the request beside the one running.
-          if (!s.ok()) co_return in_flight();
+          if (auto r = cancelled()) co_return counted(std::move(*r));
+          Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch, &existing, &now,
+                                            &waited, &errors);
+          if (s.ok()) {
+            wait_error = Status::Ok();
+            retry_delay = kWaitRetryMin;
+            break;
+          }
+          // The record was in flight when last read: a store error must not
+          // end the wait (as a store error, fail_open would forward the
+          // request beside the one running). Look again after a pause until
+          // the wait ends; if the store still fails then, answer 409.
+          if (wait_error.ok()) {
+            LogWarn("store failed while waiting for the request in flight; looking again",
+                    {{"key", request.key}, {"error", s.message()}});
+          }
+          wait_error = std::move(s);
+          if (SteadyClock::now() >= deadline) co_return in_flight();
+          co_await PauseAfterStoreError(deadline, &retry_delay);
+          waited = true;
           break;
         }
       }

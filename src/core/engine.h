@@ -63,6 +63,11 @@ struct BeginResult {
   std::chrono::seconds retry_after{0};  // kInFlight
   bool conflict_in_flight = false;      // kKeyReused: the record found was in flight
   Status status;                        // kStoreError
+  // Store errors met while waiting (kWait): each ended one look at the
+  // record, and the engine looked again after a pause (50 ms doubling to
+  // 1 s) until wait_timeout. Registering the watch / reading the record.
+  int wait_watch_errors = 0;
+  int wait_get_errors = 0;
 };
 
 enum class LookupOutcome {
@@ -95,6 +100,9 @@ class Engine {
   // to wait_timeout, waking early when the holder's lease ends) and replays
   // the landed response, reserves again when the holder released, takes
   // over when its lease ended, or answers kInFlight when the wait ran out.
+  // A store error while waiting is logged, counted in the result and does
+  // not end the wait: the record is read again after a pause; kInFlight
+  // when the wait ran out with the store still failing.
   // kCancelled once KeyedRequest::cancelled holds (checked before each
   // reserve and each wait; a sleeping waiter sees it when it wakes).
   // Never throws.

@@ -418,6 +418,11 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   }
   core::BeginResult begun = co_await engine_.Begin(std::move(request));
   if (begun.waited && metrics != nullptr) metrics->Waited(scope);
+  if (metrics != nullptr) {
+    // Store errors the engine met while waiting (it kept waiting through them).
+    for (int i = 0; i < begun.wait_watch_errors; ++i) metrics->StoreError(scope, StoreOp::kWatch);
+    for (int i = 0; i < begun.wait_get_errors; ++i) metrics->StoreError(scope, StoreOp::kGet);
+  }
 
   switch (begun.outcome) {
     case core::BeginOutcome::kProceed: {

@@ -433,6 +433,109 @@ TEST_F(EngineTest, AResponseTheFullStoreCannotHoldWholeIsReplayedNotRunAgain) {
   EXPECT_EQ(small.Stats().bodies_dropped, 1u);
 }
 
+// A memory store whose WatchKey and Get fail (Unavailable) the next
+// `fail_watches` / `fail_gets` times (-1: every time).
+class FlakyReadStore final : public Store {
+ public:
+  explicit FlakyReadStore(store::memory::MemoryStore& inner) : inner_(inner) {}
+  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
+    co_return co_await inner_.Reserve(std::move(key), std::move(reservation), now);
+  }
+  Task<Status> Complete(std::string key, std::string owner, Record completed) override {
+    co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
+  }
+  Task<Status> Release(std::string key, std::string owner) override {
+    co_return co_await inner_.Release(std::move(key), std::move(owner));
+  }
+  Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
+    if (Fail(&fail_gets)) {
+      ++failed_gets;
+      co_return UnavailableError("get: paused");
+    }
+    co_return co_await inner_.Get(std::move(key), now);
+  }
+  Task<StatusOr<bool>> Purge(std::string key) override { co_return co_await inner_.Purge(std::move(key)); }
+  Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
+    if (Fail(&fail_watches)) {
+      ++failed_watches;
+      co_return UnavailableError("watch: paused");
+    }
+    co_return co_await inner_.WatchKey(std::move(key));
+  }
+  Task<Status> Ping() override { co_return Status::Ok(); }
+  StoreStats Stats() const override { return inner_.Stats(); }
+
+  int fail_gets = 0;
+  int fail_watches = 0;
+  int failed_gets = 0;
+  int failed_watches = 0;
+
+ private:
+  static bool Fail(int* left) {
+    if (*left == 0) return false;
+    if (*left > 0) --*left;
+    return true;
+  }
+  store::memory::MemoryStore& inner_;
+};
+
+// A store that fails a moment while a request waits for the original (a
+// paused Redis) does not end the wait: the waiter looks again and gets the
+// original's response when it lands; the errors are reported for counting.
+TEST_F(EngineTest, ShortStoreErrorsWhileWaitingDoNotEndTheWait) {
+  FlakyReadStore flaky(store_);
+  Engine engine(flaky, clock_);
+  const BeginResult owner = RunTask(ctx_, engine.Begin(Request()));
+  ASSERT_EQ(owner.outcome, BeginOutcome::kProceed);
+
+  flaky.fail_watches = 1;
+  flaky.fail_gets = 2;
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine.Begin(Request(kFp, InFlightMode::kWait)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] {
+    return waiter.has_value() || (flaky.fail_gets == 0 && store_.watchers() == 1);
+  }));
+  ASSERT_FALSE(waiter.has_value()) << "the wait ended at a store error";
+  EXPECT_EQ(flaky.failed_watches, 1);
+  EXPECT_EQ(flaky.failed_gets, 2);
+
+  std::optional<Status> completed;
+  Spawn(ctx_, engine.Complete(owner.reservation, Response(201, "landed"), 24h), &completed);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value() && completed.has_value(); }));
+  ASSERT_TRUE(completed->ok());
+  ASSERT_EQ(waiter->outcome, BeginOutcome::kReplay);
+  EXPECT_TRUE(waiter->waited);
+  EXPECT_EQ(waiter->record->operation_id, owner.reservation.operation_id);
+  EXPECT_EQ(waiter->wait_watch_errors, 1);
+  EXPECT_EQ(waiter->wait_get_errors, 2);
+  EXPECT_EQ(store_.watchers(), 0u);
+}
+
+// A store that keeps failing until the wait ends: the waiter kept looking
+// and answers 409 (SPEC §4.2: after wait_timeout, 409), never a store error
+// (under fail_open that would forward the request beside the original).
+TEST_F(EngineTest, AStoreFailingUntilTheWaitEndsAnswers409) {
+  FlakyReadStore flaky(store_);
+  Engine engine(flaky, clock_);
+  ASSERT_EQ(RunTask(ctx_, engine.Begin(Request())).outcome, BeginOutcome::kProceed);
+  for (int* failing : {&flaky.fail_watches, &flaky.fail_gets}) {
+    SCOPED_TRACE(failing == &flaky.fail_gets ? "get" : "watch");
+    flaky.fail_watches = flaky.fail_gets = flaky.failed_watches = flaky.failed_gets = 0;
+    *failing = -1;
+    KeyedRequest waiting = Request(kFp, InFlightMode::kWait);
+    waiting.wait_timeout = 200ms;
+    const BeginResult r = RunTask(ctx_, engine.Begin(waiting));
+    EXPECT_EQ(r.outcome, BeginOutcome::kInFlight);
+    EXPECT_TRUE(r.waited);
+    EXPECT_GE(r.retry_after, 1s);
+    // It looked again after the first error, at least once more at the end.
+    EXPECT_GE(flaky.failed_watches + flaky.failed_gets, 2);
+    EXPECT_EQ(r.wait_watch_errors, flaky.failed_watches);
+    EXPECT_EQ(r.wait_get_errors, flaky.failed_gets);
+    EXPECT_EQ(store_.watchers(), 0u);
+  }
+}
+
 TEST_F(EngineTest, LookupFindsCompletedInFlightAndMissing) {
   EXPECT_EQ(RunTask(ctx_, engine_.Lookup(kKey, 0ms)).outcome, LookupOutcome::kNotFound);
   const BeginResult first = Begin(Request());
