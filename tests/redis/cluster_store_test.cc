@@ -240,5 +240,102 @@ TEST_F(RedisClusterStoreTest, PingsEveryMaster) {
   EXPECT_TRUE(WaitUntil([&] { return store_->Stats().bytes > 0; }, 20s));
 }
 
+// Clusters of their own: these tests change the membership.
+class RedisClusterMembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override { IDEMGATE_REQUIRE_REDIS(); }
+
+  std::unique_ptr<RedisStore> MakeStore(std::vector<std::string> addresses) {
+    RedisStore::Options o;
+    o.addresses = std::move(addresses);
+    o.cluster = true;
+    o.timeout = 2s;
+    o.clock = &clock_;
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 100ms;
+    auto s = RedisStore::Connect(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  // Reserve + Complete, returning the first failure.
+  Status Store(RedisStore& s, const std::string& key) {
+    const Record r = InFlight("o", Fingerprint('c'), clock_.NowMillis());
+    auto res = io_.Run(s.Reserve(key, r, clock_.NowMillis()));
+    if (!res.ok()) return res.status();
+    if (res->outcome != ReserveOutcome::kReserved) return AbortedError("not reserved");
+    return io_.Run(s.Complete(key, "o", CompletedFrom(r, clock_.NowMillis(), 600'000)));
+  }
+
+  FakeClock clock_;
+  IoThread io_;
+};
+
+// A seed that is a cluster node but no member of the cluster answers
+// CLUSTER SLOTS with an empty array. Listed first, it must not become the
+// slot map (every command would then go to it and get CLUSTERDOWN).
+TEST_F(RedisClusterMembershipTest, ASeedWithAnEmptySlotMapDoesNotReplaceTheMap) {
+  RedisCluster cluster(3, /*spares=*/1);
+  ASSERT_TRUE(cluster.Start());
+  ASSERT_TRUE(cluster.spare(0).Run({"CLUSTER", "SLOTS"}).elements.empty());
+  auto store = MakeStore({cluster.spare(0).address(), cluster.node(0).address()});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(io_.Run(store->client().RefreshSlots()).ok());
+  for (int i = 0; i < 30; ++i) {
+    const std::string key = "seeded-" + std::to_string(i);
+    const Status s = Store(*store, key);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+  }
+  // The empty node alone: no map to load, and the error says why.
+  auto lonely = MakeStore({cluster.spare(0).address()});
+  ASSERT_NE(lonely, nullptr);
+  const Status refreshed = io_.Run(lonely->client().RefreshSlots());
+  EXPECT_EQ(refreshed.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refreshed.message().find("serves no slot"), std::string::npos) << refreshed.ToString();
+}
+
+// Scale-in: a node's slots are resharded away and the node reset (as
+// `redis-cli --cluster del-node` does), but it keeps running with an empty
+// slot map. A client whose map still sends slots there gets CLUSTERDOWN from
+// it; the refresh that follows must load the map from the other nodes, not
+// the empty one, even when that node is a seed and the first master known.
+TEST_F(RedisClusterMembershipTest, ANodeResetAfterScaleInDoesNotTakeTheClientDown) {
+  RedisCluster cluster(4);
+  ASSERT_TRUE(cluster.Start());
+  auto store = MakeStore(cluster.addresses());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(io_.Run(store->client().RefreshSlots()).ok());
+  ASSERT_EQ(cluster.OwnerOf(0), 0) << "node 0 serves the first slots: the first master of the map";
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 10; ++i) {
+    // Keys of node 0's slots, which the client's map still sends there.
+    std::string key = "scaled-" + std::to_string(i);
+    if (cluster.OwnerOf(KeySlot(store->RecordKey(key))) == 0) keys.push_back(std::move(key));
+  }
+  ASSERT_TRUE(cluster.RemoveNode(0, 1));
+  ASSERT_TRUE(cluster.node(0).Run({"CLUSTER", "SLOTS"}).elements.empty());
+
+  std::size_t stored = 0;
+  Status last;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        while (stored < keys.size()) {
+          last = Store(*store, keys[stored]);
+          if (!last.ok()) return false;
+          ++stored;
+        }
+        return true;
+      },
+      10s))
+      << stored << " of " << keys.size() << " stored; last error: " << last.ToString();
+  for (const auto& key : keys) {
+    auto got = io_.Run(store->Get(key, clock_.NowMillis()));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(got->has_value()) << key;
+    EXPECT_EQ(cluster.node(1).Run({"EXISTS", store->RecordKey(key)}).integer, 1) << key;
+  }
+  EXPECT_TRUE(io_.Run(store->Ping()).ok());
+}
+
 }  // namespace
 }  // namespace idemgate::store::redis

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -226,10 +227,11 @@ Reply RedisServer::Run(const std::vector<std::string>& args) {
   return out;
 }
 
-RedisCluster::RedisCluster(int masters) {
+RedisCluster::RedisCluster(int masters, int spares) {
   RedisServer::Options o;
   o.cluster = true;
   for (int i = 0; i < masters; ++i) nodes_.push_back(std::make_unique<RedisServer>(o));
+  for (int i = 0; i < spares; ++i) spares_.push_back(std::make_unique<RedisServer>(o));
 }
 
 RedisCluster::~RedisCluster() = default;
@@ -241,9 +243,11 @@ std::vector<std::string> RedisCluster::addresses() const {
 }
 
 ::testing::AssertionResult RedisCluster::Start() {
-  for (auto& n : nodes_) {
-    auto started = n->Start();
-    if (!started) return started;
+  for (auto* group : {&nodes_, &spares_}) {
+    for (auto& n : *group) {
+      auto started = n->Start();
+      if (!started) return started;
+    }
   }
   std::vector<std::string> argv = {"redis-cli", "--cluster", "create"};
   for (auto& a : addresses()) argv.push_back(a);
@@ -325,6 +329,81 @@ int RedisCluster::OwnerOf(int slot) {
     if (!IsOk(r)) return ::testing::AssertionFailure() << "SETSLOT NODE on " << i << ": " << r.DebugString();
   }
   return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult RedisCluster::RemoveNode(int from, int to) {
+  const std::string from_id = NodeId(from);
+  const std::string to_id = NodeId(to);
+  std::vector<int> others;
+  for (int i = 0; i < size(); ++i) {
+    if (i != from && i != to && std::find(removed_.begin(), removed_.end(), i) == removed_.end()) {
+      others.push_back(i);
+    }
+  }
+  Reply slots = node(from).Run({"CLUSTER", "SLOTS"});
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (const Reply& range : slots.elements) {
+    if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
+    if (range.elements[2].elements[1].integer != node(from).port()) continue;
+    ranges.emplace_back(range.elements[0].integer, range.elements[1].integer);
+  }
+  for (const auto& [first, last] : ranges) {
+    for (std::int64_t slot = first; slot <= last; ++slot) {
+      const std::string s = std::to_string(slot);
+      Reply r = node(to).Run({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id});
+      if (!IsOk(r)) return ::testing::AssertionFailure() << "IMPORTING " << s << ": " << r.DebugString();
+      r = node(from).Run({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id});
+      if (!IsOk(r)) return ::testing::AssertionFailure() << "MIGRATING " << s << ": " << r.DebugString();
+      for (;;) {
+        Reply keys = node(from).Run({"CLUSTER", "GETKEYSINSLOT", s, "100"});
+        if (keys.type != Reply::Type::kArray) {
+          return ::testing::AssertionFailure() << "GETKEYSINSLOT: " << keys.DebugString();
+        }
+        if (keys.elements.empty()) break;
+        std::vector<std::string> migrate = {"MIGRATE", "127.0.0.1", std::to_string(node(to).port()), "", "0",
+                                            "5000", "KEYS"};
+        for (const Reply& k : keys.elements) migrate.push_back(k.str);
+        r = node(from).Run(migrate);
+        if (!IsOk(r)) return ::testing::AssertionFailure() << "MIGRATE: " << r.DebugString();
+      }
+      std::vector<int> order = {to, from};
+      order.insert(order.end(), others.begin(), others.end());
+      for (int i : order) {
+        r = node(i).Run({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+        // Having lost its last slot, `from` may already have turned into a
+        // replica of `to` (cluster-allow-replica-migration).
+        if (i == from && r.str.find("only with masters") != std::string::npos) continue;
+        if (!IsOk(r)) return ::testing::AssertionFailure() << "SETSLOT NODE on " << i << ": " << r.DebugString();
+      }
+    }
+  }
+  std::vector<int> remaining = {to};
+  remaining.insert(remaining.end(), others.begin(), others.end());
+  for (int i : remaining) {
+    Reply r = node(i).Run({"CLUSTER", "FORGET", from_id});
+    if (!IsOk(r)) return ::testing::AssertionFailure() << "FORGET on " << i << ": " << r.DebugString();
+  }
+  Reply r = node(from).Run({"CLUSTER", "RESET", "SOFT"});
+  if (!IsOk(r)) return ::testing::AssertionFailure() << "RESET: " << r.DebugString();
+  removed_.push_back(from);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool ready = node(from).Run({"CLUSTER", "SLOTS"}).elements.empty();
+    for (int i : remaining) {
+      Reply info = node(i).Run({"CLUSTER", "INFO"});
+      Reply map = node(i).Run({"CLUSTER", "SLOTS"});
+      std::int64_t served = 0;
+      for (const Reply& range : map.elements) {
+        if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
+        if (range.elements[2].elements[1].integer == node(from).port()) ready = false;
+        served += range.elements[1].integer - range.elements[0].integer + 1;
+      }
+      if (info.str.find("cluster_state:ok") == std::string::npos || served != 16384) ready = false;
+    }
+    if (ready) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(50ms);
+  }
+  return ::testing::AssertionFailure() << "the remaining nodes did not agree on the map after removing " << from;
 }
 
 ::testing::AssertionResult RedisCluster::MigrateSlot(int slot, int from, int to) {

@@ -75,16 +75,19 @@ class RedisServer {
 };
 
 // A Redis Cluster of `masters` nodes with no replicas, made with
-// `redis-cli --cluster create`.
+// `redis-cli --cluster create`, and `spares` more cluster-enabled nodes that
+// Start starts but that join no cluster (CLUSTER SLOTS: empty).
 class RedisCluster {
  public:
-  explicit RedisCluster(int masters = 3);
+  explicit RedisCluster(int masters = 3, int spares = 0);
   ~RedisCluster();
 
   ::testing::AssertionResult Start();
   RedisServer& node(int i) { return *nodes_[static_cast<std::size_t>(i)]; }
   int size() const { return static_cast<int>(nodes_.size()); }
+  // The masters' addresses (spares not included).
   std::vector<std::string> addresses() const;
+  RedisServer& spare(int i) { return *spares_[static_cast<std::size_t>(i)]; }
   // Index of the node that owns `slot` according to node 0, or -1.
   int OwnerOf(int slot);
   // Moves `slot` (and its keys) from node `from` to node `to`, the way
@@ -96,9 +99,17 @@ class RedisCluster {
   ::testing::AssertionResult BeginMigration(int slot, int from, int to, const std::vector<std::string>& keys);
   ::testing::AssertionResult FinishMigration(int slot, int from, int to);
   std::string NodeId(int i);
+  // Scale-in, as `redis-cli --cluster reshard` then `--cluster del-node` do
+  // it: every slot of node `from` (and its keys) moves to node `to`, the
+  // other nodes CLUSTER FORGET it, and it gets CLUSTER RESET SOFT. Node
+  // `from` keeps running, a cluster node with an empty slot map. Waits
+  // until the remaining nodes agree on the map and report cluster_state:ok.
+  ::testing::AssertionResult RemoveNode(int from, int to);
 
  private:
   std::vector<std::unique_ptr<RedisServer>> nodes_;
+  std::vector<std::unique_ptr<RedisServer>> spares_;
+  std::vector<int> removed_;
 };
 
 // Runs a program with a deadline; output goes to `log`. Returns the exit

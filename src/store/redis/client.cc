@@ -125,14 +125,22 @@ std::shared_ptr<Connection> Client::AsideNode(const Address& address) {
 }
 
 std::shared_ptr<Connection> Client::AnyNode() {
-  if (options_.cluster) {
-    for (Connection* c : slots_) {
-      if (c != nullptr && c->state() != Connection::State::kBackoff) return c->shared_from_this();
+  // A node that answered CLUSTERDOWN or an empty slot map only when no other
+  // one is left: a seed that is no cluster member would answer every command
+  // with CLUSTERDOWN.
+  for (const bool avoid_shunned : {true, false}) {
+    auto usable = [&](const Connection* c) {
+      return c->state() != Connection::State::kBackoff && !(avoid_shunned && shunned_.contains(c));
+    };
+    if (options_.cluster) {
+      for (Connection* c : slots_) {
+        if (c != nullptr && usable(c)) return c->shared_from_this();
+      }
     }
-  }
-  for (const Address& seed : options_.seeds) {
-    auto c = Node(seed);
-    if (c->state() != Connection::State::kBackoff) return c;
+    for (const Address& seed : options_.seeds) {
+      auto c = Node(seed);
+      if (usable(c.get())) return c;
+    }
   }
   return Node(options_.seeds.front());
 }
@@ -214,7 +222,12 @@ Task<StatusOr<Reply>> Client::Route(Command command, SteadyTime deadline, bool a
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    if (reply->IsErrorCode("CLUSTERDOWN")) RequestRefresh();
+    if (reply->IsErrorCode("CLUSTERDOWN")) {
+      // The next refresh asks other nodes first: this one may be no cluster
+      // member at all (reset, or never joined), with an empty slot map.
+      shunned_.insert(Node(conn->address()).get());
+      RequestRefresh();
+    }
     co_return reply;
   }
   co_return UnavailableError("redis: too many redirects");
@@ -266,14 +279,26 @@ Task<Status> Client::RefreshSlots() {
 Task<Status> Client::RefreshOnce() {
   if (!options_.cluster) co_return Status::Ok();
   if (closed_) co_return UnavailableError("redis: client closed");
+  // The masters of the current map, the seeds, then every other node known;
+  // those that answered CLUSTERDOWN or an empty slot map last.
   std::vector<std::shared_ptr<Connection>> candidates = Masters();
-  for (const Address& seed : options_.seeds) {
-    auto c = Node(seed);
-    if (std::find(candidates.begin(), candidates.end(), c) == candidates.end()) candidates.push_back(c);
-  }
+  auto add = [&candidates](std::shared_ptr<Connection> c) {
+    if (std::find(candidates.begin(), candidates.end(), c) == candidates.end()) candidates.push_back(std::move(c));
+  };
+  for (const Address& seed : options_.seeds) add(Node(seed));
+  for (const auto& [name, conn] : nodes_) add(conn);
+  std::stable_partition(candidates.begin(), candidates.end(),
+                        [this](const auto& c) { return !shunned_.contains(c.get()); });
   const auto slots_command = ClusterSlotsCommand();
   Status last = UnavailableError("redis cluster: no node to ask for the slot map");
   std::string not_a_cluster;
+  // The reply that serves the most slots. One that serves them all is taken
+  // at once; else every candidate is asked. A node that is no cluster member
+  // (never joined, or reset after a scale-in) answers with no slot at all:
+  // taking that would leave every command without a node.
+  std::vector<SlotRange> best;
+  std::size_t best_served = 0;
+  Connection* best_from = nullptr;
   for (auto& conn : candidates) {
     auto reply = co_await conn->Execute(slots_command, SteadyClock::now() + options_.timeout);
     if (closed_) co_return UnavailableError("redis: client closed");
@@ -292,20 +317,37 @@ Task<Status> Client::RefreshOnce() {
       last = ranges.status();
       continue;
     }
+    std::vector<bool> served(kSlotCount, false);
+    for (const SlotRange& r : *ranges) std::fill(served.begin() + r.first, served.begin() + r.last + 1, true);
+    const auto count = static_cast<std::size_t>(std::count(served.begin(), served.end(), true));
+    if (count == 0) {
+      shunned_.insert(conn.get());
+      last = UnavailableError("redis cluster: " + conn->address().ToString() +
+                              " serves no slot (CLUSTER SLOTS is empty: not a member of the cluster)");
+      continue;
+    }
+    if (count <= best_served) continue;
+    best = std::move(ranges).value();
+    best_served = count;
+    best_from = conn.get();
+    if (count == static_cast<std::size_t>(kSlotCount)) break;
+  }
+  if (best_from != nullptr) {
     std::vector<Connection*> next(kSlotCount, nullptr);
-    for (const SlotRange& r : *ranges) {
+    for (const SlotRange& r : best) {
       Connection* master = Node(r.master).get();
       std::fill(next.begin() + r.first, next.begin() + r.last + 1, master);
     }
     slots_.swap(next);
     not_a_cluster_.clear();
+    shunned_.erase(best_from);
     refreshes_.fetch_add(1, std::memory_order_relaxed);
     co_return Status::Ok();
   }
-  // No node had a slot map; one without cluster support at all means the
-  // configuration is wrong: everything fails with that, rather than run
-  // unrouted on whichever seed answers (two standalone servers would each
-  // hold half the records).
+  // No node had a slot map (the map in use, if any, is kept); one without
+  // cluster support at all means the configuration is wrong: everything
+  // fails with that, rather than run unrouted on whichever seed answers (two
+  // standalone servers would each hold half the records).
   if (!not_a_cluster.empty()) not_a_cluster_ = std::move(not_a_cluster);
   co_return last;
 }

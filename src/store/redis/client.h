@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,7 +64,13 @@ Command MakeCommand(const std::vector<std::string>& args, int key_index = -1);
 // SLOTS, loaded in the background at start). -MOVED updates that slot at
 // once and schedules a background refresh; -ASK retries once on the named
 // node behind ASKING; -TRYAGAIN retries after a short pause; connection
-// failures schedule a refresh. Commands are never resent after a transport
+// failures and -CLUSTERDOWN schedule a refresh. A refresh takes the CLUSTER
+// SLOTS reply of the first node that serves every slot, else the one that
+// serves the most, asking the map's masters, the seeds and every other node
+// known; a reply that serves no slot (a node that is no cluster member:
+// never joined, or reset after a scale-in) never replaces the map. Nodes
+// that answered CLUSTERDOWN or an empty map are asked last, and commands
+// for a slot the map lacks avoid them. Commands are never resent after a transport
 // failure (the server may have run them). A seed that answers CLUSTER SLOTS
 // with "cluster support disabled" (a standalone server), while no node has a
 // slot map, makes every command fail with Unavailable saying so.
@@ -146,6 +153,9 @@ class Client {
   std::map<std::string, std::shared_ptr<Connection>> aside_;  // ExecuteAside's, likewise
   std::vector<Connection*> slots_;                             // cluster: slot -> master
   std::shared_ptr<Connection> standalone_;                     // standalone: the node
+  // Cluster: nodes that answered CLUSTERDOWN or an empty slot map since
+  // their last slot map was taken (see RefreshOnce).
+  std::set<const Connection*> shunned_;
   bool closed_ = false;
   // Cluster: set when no node had a slot map and one said it has no cluster
   // support (a standalone server); every command fails with it until a
