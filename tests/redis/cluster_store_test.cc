@@ -286,6 +286,7 @@ TEST_F(RedisClusterMembershipTest, ASeedWithAnEmptySlotMapDoesNotReplaceTheMap) 
     const Status s = Store(*store, key);
     ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
   }
+  EXPECT_TRUE(io_.Run(store->Ping()).ok());
   // The empty node alone: no map to load, and the error says why.
   auto lonely = MakeStore({cluster.spare(0).address()});
   ASSERT_NE(lonely, nullptr);
@@ -335,6 +336,29 @@ TEST_F(RedisClusterMembershipTest, ANodeResetAfterScaleInDoesNotTakeTheClientDow
     EXPECT_EQ(cluster.node(1).Run({"EXISTS", store->RecordKey(key)}).integer, 1) << key;
   }
   EXPECT_TRUE(io_.Run(store->Ping()).ok());
+}
+
+// Ping answers what keyed commands would: not ready while a master reports
+// cluster_state:fail (here: a slot left without a master), though every
+// master still answers PING.
+TEST_F(RedisClusterMembershipTest, PingFailsWhileTheClusterIsDown) {
+  RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.Start());
+  auto store = MakeStore({cluster.node(0).address()});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(io_.Run(store->client().RefreshSlots()).ok());
+  ASSERT_TRUE(io_.Run(store->Ping()).ok());
+  for (int i = 0; i < cluster.size(); ++i) {
+    ASSERT_EQ(cluster.node(i).Run({"CLUSTER", "DELSLOTS", "0"}).str, "OK") << i;
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    return cluster.node(0).Run({"CLUSTER", "INFO"}).str.find("cluster_state:fail") != std::string::npos;
+  }));
+  const Status down = io_.Run(store->Ping());
+  EXPECT_EQ(down.code(), StatusCode::kUnavailable) << down.ToString();
+  EXPECT_NE(down.message().find("cluster_state"), std::string::npos) << down.ToString();
+  ASSERT_EQ(cluster.node(0).Run({"CLUSTER", "ADDSLOTS", "0"}).str, "OK");  // the others learn it by gossip
+  EXPECT_TRUE(WaitUntil([&] { return io_.Run(store->Ping()).ok(); }, 20s));
 }
 
 }  // namespace

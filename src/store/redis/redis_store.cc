@@ -729,6 +729,20 @@ Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string ke
 }
 
 Task<Status> RedisStore::Ping() {
+  if (client_options_.cluster) {
+    // PING is answered while the cluster is down; keyed commands are not.
+    std::vector<std::string> info = Args({"CLUSTER", "INFO"});
+    auto replies = co_await Here().ExecuteOnMasters(std::move(info));
+    for (auto& r : replies) {
+      if (!r.ok()) co_return r.status();
+      if (r->type != Reply::Type::kString) co_return UnexpectedReply(*r, "cluster info");
+      if (r->str.find("cluster_state:ok") == std::string::npos) {
+        co_return UnavailableError("redis cluster: a master reports cluster_state:fail (keyed commands get "
+                                   "CLUSTERDOWN)");
+      }
+    }
+    co_return Status::Ok();
+  }
   std::vector<std::string> ping = Args({"PING"});
   auto replies = co_await Here().ExecuteOnMasters(std::move(ping));
   for (auto& r : replies) {

@@ -96,7 +96,8 @@ class RedisStore final : public core::Store {
   Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
   Task<StatusOr<bool>> Purge(std::string key) override;
   Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
-  // Ok when every master answers PING.
+  // Ok when every master answers PING; in a cluster, when every master of
+  // the slot map answers CLUSTER INFO with cluster_state:ok.
   Task<Status> Ping() override;
   // keys: DBSIZE summed over masters; bytes: used_memory summed over
   // masters. Both cover the whole database, not only this store's keys, and
