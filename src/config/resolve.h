@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+
 #include "config/config.h"
 
 // The values a route uses where config.h leaves a member unset on purpose
@@ -21,6 +23,24 @@ inline Scope EffectiveScope(const Idempotency& idempotency, const Identity& iden
 inline Duration EffectiveLease(const Idempotency& idempotency, const Upstream& upstream) {
   if (idempotency.lease) return *idempotency.lease;
   return upstream.timeout + kLeaseMargin;
+}
+
+// How long before its lease ends a keyed exchange must be over: a tenth of
+// the lease, at most a second, left to store the outcome. A keyed request is
+// sent upstream only while its upstream's timeout still fits before that.
+inline Duration LeaseMargin(Duration lease) { return std::min<Duration>(lease / 10, std::chrono::seconds(1)); }
+
+// The least time a route's lease leaves, beyond its upstream's timeout and
+// the LeaseMargin, to get an upstream connection: a lease without it would
+// let no keyed request be sent.
+inline constexpr Duration kLeaseConnectAllowance = std::chrono::milliseconds(100);
+
+// The shortest lease a route whose upstream has `timeout` may have.
+inline Duration LeastLease(Duration timeout) {
+  const Duration needed = timeout + kLeaseConnectAllowance;
+  Duration least = needed + std::min<Duration>(needed / 9, std::chrono::seconds(1));
+  while (least - LeaseMargin(least) < needed) ++least;
+  return least;
 }
 
 // The route's body limit, else limits.max_request_bytes.

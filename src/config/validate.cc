@@ -13,6 +13,7 @@
 #include "config/line_index.h"
 #include "config/names.h"
 #include "config/redis_names.h"
+#include "config/resolve.h"
 
 namespace idemgate::config {
 namespace {
@@ -543,19 +544,25 @@ class Validator {
       }
       // There is no lease renewal: a reservation whose lease ends before
       // the upstream must answer can be taken over by a retry while the
-      // original still runs, and the write runs twice. Only routes that
-      // reserve keys hold leases.
+      // original still runs, and the write runs twice. A keyed request is
+      // sent only while the upstream timeout fits in what is left of its
+      // lease less the margin (LeaseMargin), so the lease must also leave
+      // time to get a connection (LeastLease). Only routes that reserve
+      // keys hold leases.
       const bool reserves = idem.dedup == DedupMode::kGateway &&
                             (idem.policy == Policy::kRequired || idem.policy == Policy::kOptional ||
                              idem.policy == Policy::kWebhook);
       if (reserves && idem.lease && config_.upstreams.contains(r.upstream)) {
         const Upstream& u = config_.upstreams.at(r.upstream);
-        Check(*idem.lease >= u.timeout, path + ".idempotency.lease",
+        const Duration least = LeastLease(u.timeout);
+        Check(*idem.lease >= least, path + ".idempotency.lease",
               "lease " + FormatDuration(*idem.lease) + " of route " + Quote(r.id) +
                   " is shorter than the timeout of its upstream " + Quote(r.upstream) + " (" +
-                  FormatDuration(u.timeout) + "): a retry could take over a request still running " +
-                  "and run it twice; set at least " + FormatDuration(u.timeout) +
-                  ", or leave lease unset (the upstream's timeout + 5s)");
+                  FormatDuration(u.timeout) + ") plus the margin a keyed exchange keeps before its lease ends " +
+                  "(a tenth of the lease, at most 1s) and 100ms to get an upstream connection: a retry could " +
+                  "take over a request still running and run it twice; set at least " + FormatDuration(least) +
+                  " (more leaves time to wait for a free upstream connection), or leave lease unset " +
+                  "(the upstream's timeout + 5s)");
       }
       if (r.recovery && idem.policy != Policy::kWebhook) {
         // Recovery answers GET {path_prefix}/by-idempotency-key/{key}: below

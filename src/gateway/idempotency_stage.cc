@@ -11,6 +11,7 @@
 #include "common/ascii.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "config/resolve.h"
 #include "core/decision.h"
 #include "core/fingerprint.h"
 #include "core/key.h"
@@ -443,9 +444,10 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       fr.capture_max_body_bytes = rules.max_response_bytes;
       // The response's relay ends inside the lease (with a tenth of it, at
       // most a second, left to store the outcome), so the key cannot be
-      // taken over while a slow client is still reading the original.
-      fr.finish_by = std::chrono::steady_clock::now() + rules.lease -
-                     std::min<Duration>(rules.lease / 10, std::chrono::seconds(1));
+      // taken over while a slow client is still reading the original; and
+      // the request is sent only while the upstream timeout fits before
+      // then (a wait for a free upstream connection eats into the lease).
+      fr.finish_by = std::chrono::steady_clock::now() + rules.lease - config::LeaseMargin(rules.lease);
       decision.observer =
           std::make_unique<Settlement>(engine_, metrics, rules, scope, std::move(reservation));
       co_return decision;

@@ -59,7 +59,9 @@ struct ForwardResult {
   int upstream_status = 0;  // the upstream's final status (0: none was read)
   bool response_started = false;  // response bytes reached the client socket
   bool captured = false;    // ForwardObserver::OnResponse was called
-  std::chrono::microseconds upstream_duration{0};  // from acquiring a connection until the upstream was done with
+  // From the connect (or taking an idle connection; the wait for a free one
+  // not counted) until the upstream was done with.
+  std::chrono::microseconds upstream_duration{0};
   // An upstream connection was obtained and the request went out on it (or
   // began to): the upstream was contacted, whatever followed (a response,
   // a timeout, a broken connection). upstream_duration is meaningful then.
@@ -138,6 +140,10 @@ struct ForwardRequest {
   // the key over while the original is still running (cut after its status
   // line, the outcome is stored). The wait for the status line is bounded by
   // the upstream timeout alone: cutting it would not stop the upstream.
+  // Instead the request is sent only while the whole upstream timeout still
+  // fits before finish_by: the wait for a free pooled connection and the
+  // connect end at finish_by - timeout at the latest, and past it Forward
+  // answers 502 upstream-unavailable (kConnectFailed) without sending it.
   // Default: only the upstream timeout and the idle timeout bound the body.
   std::chrono::steady_clock::time_point finish_by = std::chrono::steady_clock::time_point::max();
   // How far the relay may read the upstream's response ahead of a client

@@ -539,6 +539,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     }
   };
   std::unique_ptr<UpstreamConnection> conn;
+  SteadyClock::time_point upstream_started = started;
   SteadyClock::time_point upstream_ended{};
 
   do {
@@ -606,13 +607,39 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       failed = true;
       return true;
     };
+    // A request with a finish_by (a keyed one: its lease) is sent only while
+    // the upstream's whole timeout still fits before it, so that the
+    // exchange ends inside the lease: the wait for a free connection and the
+    // connect stop at send_by, and a connection in hand after it is not used.
+    // Nothing was sent: 502, and the key is released.
+    const SteadyClock::time_point send_by =
+        fr.finish_by == SteadyClock::time_point::max() ? fr.finish_by : fr.finish_by - target.timeout;
+    const auto too_late = [&] {
+      const auto now = SteadyClock::now();
+      if (now <= send_by) return false;
+      const auto left = std::max(send_by, started) - started;
+      detail_ = "the request was not sent: no upstream connection became free within the " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()) +
+                "ms left to send it inside its idempotency key's lease";
+      fail(ForwardOutcome::kConnectFailed, ProblemCode::kUpstreamUnavailable);
+      if (!body_complete) {
+        c_.must_close = true;  // the rest of the client's body is unread
+        c_.linger = true;
+      }
+      failed = true;
+      return true;
+    };
     for (int attempt = 0;; ++attempt) {
-      if (stopping()) break;
+      if (stopping() || too_late()) break;
       Acquired acquired;
       if (!fresh_only) acquired.connection = p.TakeIdle();
-      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only);
+      if (!acquired.connection) acquired = co_await p.Acquire(fresh_only, send_by);
       if (acquired.connection && stopping()) {
         p.Release(std::move(acquired.connection), false);
+        break;
+      }
+      if (acquired.connection && too_late()) {
+        p.Release(std::move(acquired.connection), true);  // unused: another request may have it
         break;
       }
       if (!acquired.connection) {
@@ -626,6 +653,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         break;
       }
       conn = std::move(acquired.connection);
+      if (!result.upstream_contacted) upstream_started = acquired.since;  // not the wait for a free connection
       result.upstream_contacted = true;
       // A reused connection that fails before any response byte was probably
       // closed by the upstream while idle: the request is sent again, once,
@@ -865,6 +893,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     bool client_gone = false;
     bool upstream_failed = false;
     bool upstream_timed_out = false;
+    bool cut_at_finish_by = false;  // the last wait for the body ended at finish_by, not the timeout
     // Read-ahead (ForwardRequest::read_ahead_bytes): when the client's
     // socket is full, the relay keeps reading the upstream and queues what
     // the client is owed in s.backlog instead of waiting for the client. A
@@ -912,7 +941,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           // Once the head is in, the timeout bounds the upstream's silence
           // while it sends the body, counted from each wait for it: time
           // spent writing to a slow client is not the upstream's.
-          conn->deadline.ExpireAt(std::min(SteadyClock::now() + target.timeout, fr.finish_by));
+          const SteadyClock::time_point silence_ends = SteadyClock::now() + target.timeout;
+          cut_at_finish_by = fr.finish_by < silence_ends;
+          conn->deadline.ExpireAt(std::min(silence_ends, fr.finish_by));
           error_code read_ec;
           std::size_t got = 0;
           if (conn->tls) {
@@ -1002,7 +1033,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       if (!result.response_started) {
         // Nothing reached the client yet: a clean error instead of a torso.
         if (upstream_timed_out) {
-          detail_ = "the upstream response did not complete within " + std::to_string(target.timeout.count()) + "ms";
+          detail_ = cut_at_finish_by
+                        ? std::string("the upstream response did not complete inside the idempotency key's lease")
+                        : "the upstream response did not complete within " + std::to_string(target.timeout.count()) +
+                              "ms";
           fail(ForwardOutcome::kTimedOut, ProblemCode::kUpstreamTimeout);
         } else {
           detail_ = "the upstream connection broke during the response";
@@ -1051,7 +1085,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
   } while (false);
 
   if (upstream_ended == SteadyClock::time_point{}) upstream_ended = SteadyClock::now();
-  result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(upstream_ended - started);
+  result.upstream_duration = std::chrono::duration_cast<std::chrono::microseconds>(upstream_ended - upstream_started);
   if (problem) {
     // Let the observer settle first: a client that retries the moment it
     // has the error must find the key released.

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "common/log.h"
 #include "common/tls_peer.h"
@@ -37,6 +39,10 @@ bool LooksStale(tcp::socket& socket) {
   return true;  // readable (closed, or unsolicited bytes), hung up, or an error
 }
 
+long long WholeMillis(internal::SteadyClock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
 void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->cancel(); }
 
 // Prepares a TLS session over `socket` for `name`: SNI (for a DNS name; RFC
@@ -62,12 +68,13 @@ UpstreamPool::Impl::Impl(Worker& worker_ref, UpstreamTarget t)
   if (target.max_connections == 0) target.max_connections = 1;
 }
 
-Task<internal::Acquired> UpstreamPool::Impl::Connect() {
+Task<internal::Acquired> UpstreamPool::Impl::Connect(internal::SteadyTime by) {
   internal::Acquired result;
   ++open;
   ++connects;
   auto connection = std::make_unique<internal::UpstreamConnection>(w);
-  connection->deadline.ExpireAfter(target.connect_timeout);
+  const internal::SteadyTime connect_by = result.since + target.connect_timeout;
+  connection->deadline.ExpireAt(std::min(connect_by, by));
   error_code ec;
   if (address) {
     std::tie(ec) = co_await connection->socket.async_connect(tcp::endpoint(*address, target.port), kTuple);
@@ -87,7 +94,11 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect() {
   bool fired = connection->deadline.fired();
   std::string why;
   if (ec || fired) {
-    why = fired ? std::string("connect timeout") : ec.message();
+    why = !fired ? ec.message()
+          : by < connect_by
+              ? "not connected within the " + std::to_string(WholeMillis(by - result.since)) +
+                    "ms left to send the request inside its idempotency key's lease"
+              : std::string("connect timeout");
   } else {
     connection->socket.set_option(tcp::no_delay(true), ec);
     connection->socket.non_blocking(true, ec);
@@ -153,8 +164,9 @@ std::unique_ptr<internal::UpstreamConnection> UpstreamPool::Impl::TakeIdle() {
   return nullptr;
 }
 
-Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
-  const auto give_up = internal::SteadyClock::now() + target.connect_timeout;
+Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only, internal::SteadyTime by) {
+  const auto began = internal::SteadyClock::now();
+  const auto give_up = std::min(began + target.connect_timeout, by);
   for (;;) {
     if (!fresh_only) {
       if (auto c = TakeIdle()) co_return internal::Acquired{std::move(c), false, {}};
@@ -165,11 +177,15 @@ Task<internal::Acquired> UpstreamPool::Impl::Acquire(bool fresh_only) {
       idle.erase(idle.begin());
       --open;
     }
-    if (open < target.max_connections) co_return co_await Connect();
+    if (open < target.max_connections) co_return co_await Connect(by);
     if (internal::SteadyClock::now() >= give_up) {
-      co_return internal::Acquired{nullptr, true,
-                                   "upstream " + target.name + ": all " + std::to_string(target.max_connections) +
-                                       " connections of this worker are busy"};
+      // Truthful about the time: a keyed request waits only as long as its
+      // lease leaves room to send it, which may be less than connect_timeout.
+      std::string error = "upstream " + target.name + ": all " + std::to_string(target.max_connections) +
+                          " connections of this worker are busy; none became free within " +
+                          std::to_string(WholeMillis(give_up - began)) + "ms";
+      if (by < began + target.connect_timeout) error += ", the time left to send the request inside its lease";
+      co_return internal::Acquired{nullptr, true, std::move(error)};
     }
     asio::steady_timer timer(w.io, give_up);
     auto it = waiters.insert(waiters.end(), &timer);

@@ -229,8 +229,9 @@ TEST(ValidateTest, PublicUrlIsForTwilioEndpointsOnly) {
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
 }
 
-// No lease renewal: a lease shorter than the upstream's timeout lets a retry
-// take over (and run again) a request that is still within its timeout.
+// No lease renewal: a lease shorter than the upstream's timeout (and the
+// margin kept before the lease ends) lets a retry take over (and run again)
+// a request that is still within its timeout.
 TEST(ValidateTest, LeaseMustLastAsLongAsTheUpstreamTimeout) {
   Config c = CodeConfig();
   c.upstreams.at("app").timeout = 30s;
@@ -241,8 +242,19 @@ TEST(ValidateTest, LeaseMustLastAsLongAsTheUpstreamTimeout) {
                           0),
             0u)
       << message;
+  // Nor may it be just as long: a keyed exchange ends a tenth of the lease
+  // (at most 1s) before it, and a request is sent only while the upstream's
+  // timeout fits in that, which leaves 100ms at least to get a connection.
   c.routes[0].idempotency.lease = 30s;
+  EXPECT_NE(Validate(c).message().find("set at least 31100ms"), std::string::npos) << Validate(c).message();
+  c.routes[0].idempotency.lease = 31100ms;
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.upstreams.at("app").timeout = 2s;  // below 9s the margin is a tenth of the lease
+  c.routes[0].idempotency.lease = 2333ms;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+  c.routes[0].idempotency.lease = 2332ms;
+  EXPECT_NE(Validate(c).message().find("set at least 2333ms"), std::string::npos) << Validate(c).message();
+  c.upstreams.at("app").timeout = 30s;
   c.routes[0].idempotency.lease.reset();  // the default: timeout + 5s
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
   // Routes that reserve no key hold no lease: a shorter one (say from

@@ -754,6 +754,39 @@ TEST(InProcessProxyTest, PoolBusyPastTheConnectTimeoutIs502) {
   EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kConnectFailed);
 }
 
+// With a finish_by (a keyed request's lease) the wait for a free pooled
+// connection ends once the upstream timeout no longer fits before it, well
+// within connect_timeout: the request is answered 502 without being sent,
+// since sent later its exchange could outlive the lease.
+TEST(InProcessProxyTest, PoolBusyUntilTheTimeoutNoLongerFitsBeforeFinishByIs502) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.max_connections = 1;
+  options.target.connect_timeout = 30s;
+  options.target.timeout = 1s;
+  options.capture = true;
+  options.base.finish_by = std::chrono::steady_clock::now() + 1300ms;  // sent by 300 ms from now, or not at all
+  Harness h(options);
+  RawConnection holder = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(holder.Write("GET /gated?n=10&first=5 HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string head = ReadUntil(holder, [](const std::string& got) { return BodyBytesAfterHead(got) >= 5; });
+  ASSERT_EQ(BodyBytesAfterHead(head), 5u) << head;
+
+  auto res = SendRequest(h.endpoint(), HttpRequest{.method = "POST", .target = "/echo/x", .body = "b"}, 20s);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 502, "upstream-unavailable");
+  EXPECT_NE(res->body.find("inside its lease"), std::string::npos) << res->body;
+  EXPECT_EQ(upstream.requests(), 1);
+  upstream.OpenGate();
+  ReadUntil(holder, [&](const std::string& got) { return BodyBytesAfterHead(head + got) >= 10; });
+  ASSERT_TRUE(h.handler().WaitForResults(2));
+  const auto observers = h.handler().observers();
+  ASSERT_EQ(observers.size(), 2u);
+  ASSERT_TRUE(observers[0].finished.has_value());
+  EXPECT_EQ(observers[0].finished->outcome, http::ForwardOutcome::kConnectFailed);
+}
+
 TEST(InProcessProxyTest, SlowUpstreamIs504) {
   TestUpstream upstream;
   HandlerOptions options;
@@ -858,6 +891,7 @@ TEST(InProcessProxyTest, FinishByCutsAnExchangeThatWouldOutliveIt) {
   TestUpstream upstream;
   HandlerOptions options;
   options.target = TargetFor(upstream.port());
+  options.target.timeout = 300ms;  // the request is sent only while its timeout fits before finish_by
   options.capture = true;
   options.base.finish_by = std::chrono::steady_clock::now() + 700ms;
   Harness h(options);
@@ -889,6 +923,7 @@ TEST(InProcessProxyTest, AResponseThatFitsTheCaptureIsReadAheadOfASlowClient) {
   options.capture = true;
   constexpr std::size_t kBytes = 16 * 1024 * 1024;  // beyond the socket buffers in between (about 4 MiB here)
   options.capture_cap = 32 * 1024 * 1024;
+  options.target.timeout = 1s;  // the request is sent only while its timeout fits before finish_by
   options.base.finish_by = std::chrono::steady_clock::now() + 1500ms;
   Harness h(options);
   RawConnection conn = *RawConnection::Connect(h.endpoint());

@@ -31,10 +31,11 @@ std::string ForwardedKey(const std::string& key) { return "\"t-_:_:_:api:" + key
 
 struct GatewaySetup {
   std::string data_path;
-  // The lease must last at least the upstream timeout (check-config refuses
-  // less): the sentinel (4 s) fits in both.
+  // The lease must last at least the upstream timeout, the tenth of the
+  // lease a keyed exchange keeps before its end and 100ms to get a
+  // connection (check-config refuses less): the sentinel (4 s) fits in both.
   std::string lease = "5s";
-  std::string upstream_timeout = "5s";
+  std::string upstream_timeout = "4400ms";
   std::string shutdown_grace = "10s";
   std::string listen = "127.0.0.1:0";
   std::string in_flight = "reject";

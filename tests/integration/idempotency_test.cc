@@ -616,7 +616,7 @@ TEST_F(IdempotencyTest, AnAnswerBeforeTheWholeBodyIsRelayedAndStored) {
 TEST_F(IdempotencyTest, AResponseTheFullStoreCannotHoldWholeIsReplayedWithoutItsBody) {
   Start({.idempotency = "{ policy: required, lease: 1s }",
          .store = "{ kind: memory, max_bytes: 3KiB }",
-         .upstream_timeout = "1s"});
+         .upstream_timeout = "800ms"});
   const HttpResponse first = Send(KeyedPost("/large?bytes=4000", "k-no-room"));
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body.size(), 4000u);
@@ -719,6 +719,39 @@ TEST_F(IdempotencyTest, ARelayToAStalledClientDoesNotOutliveTheLease) {
   EXPECT_TRUE(conn.closed());
   EXPECT_TRUE(raw.starts_with("HTTP/1.1 200")) << raw.substr(0, 200);
   EXPECT_LT(raw.size(), kBytes);
+}
+
+// A keyed request that waits for a free upstream connection is sent only
+// while the upstream's timeout still fits in what is left of its lease;
+// else it gets 502 without being sent and its key is released. Sent later,
+// it would still be running when a retry takes the key over after the lease,
+// and the upstream would run it twice.
+TEST_F(IdempotencyTest, AKeyedRequestIsNotSentWhenItsExchangeNoLongerFitsItsLease) {
+  std::string yaml =
+      GatewayConfigHead(fake_endpoint_, {.upstream = "timeout: 1s, connect_timeout: 6s, max_connections: 1"}) +
+      "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n"
+      "    idempotency: { policy: required, lease: 3s }\n";
+  yaml.replace(yaml.find("workers: 2"), 10, "workers: 1");  // one worker: one upstream connection
+  StartGateway(yaml);
+  // Three requests without a key hold the only connection one after another (2.7 s).
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 3; ++i) busy.emplace_back([&] { Send(HttpRequest{.target = "/slow?ms=900"}); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  // K's lease (3 s, less 0.3 s of margin) leaves 1.7 s to send it with its 1 s timeout.
+  const auto sent_at = std::chrono::steady_clock::now();
+  std::optional<HttpResponse> original;
+  std::thread keyed([&] { original = Send(KeyedPost("/slow?ms=900", "k-late")); });
+  std::this_thread::sleep_until(sent_at + 3300ms);  // past K's lease
+  const HttpResponse retry = Send(KeyedPost("/slow?ms=900", "k-late"));
+  keyed.join();
+  for (std::thread& t : busy) t.join();
+  ASSERT_TRUE(original.has_value());
+  ExpectProblem(*original, 502, "upstream-unavailable");
+  EXPECT_NE(original->body.find("lease"), std::string::npos) << original->body;
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  auto stats = FetchFakeStats(fake_endpoint_);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->by_key["\"t-_:_:_:api:k-late\""], 1u);
 }
 
 TEST_F(IdempotencyTest, RetentionExpiryMakesTheKeyNew) {

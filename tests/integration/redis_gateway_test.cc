@@ -502,7 +502,7 @@ TEST_F(RedisGatewayTest, RedisKilledMidLoadFailsOpenAndCountsIt) {
 
 TEST_F(RedisGatewayTest, KilledOwnersReservationIsTakenOverByTheOtherGatewayAfterItsLease) {
   GatewaySetup s = Standalone("{ policy: required, in_flight: reject, lease: 6s }");
-  s.upstream_timeout = "6s";
+  s.upstream_timeout = "5300ms";
   GatewayProcess* a = StartGateway(s, "gw-a");
   GatewayProcess* b = StartGateway(s, "gw-b");
   ASSERT_TRUE(a != nullptr && b != nullptr);
@@ -605,7 +605,7 @@ TEST_F(RedisGatewayTest, ACompletionRedisRefusedIsStoredOnceRedisTakesWritesAgai
 // compare-and-set on the owner token (SPEC §4.2).
 TEST_F(RedisGatewayTest, AStalledOwnerLosesItsLeaseAndCannotOverwriteTheTakeover) {
   GatewaySetup s = Standalone("{ policy: required, in_flight: reject, lease: 2s }");
-  s.upstream_timeout = "2s";
+  s.upstream_timeout = "1700ms";
   GatewayProcess* a = StartGateway(s, "gw-a");
   GatewayProcess* b = StartGateway(s, "gw-b");
   ASSERT_TRUE(a != nullptr && b != nullptr);

@@ -39,6 +39,9 @@ struct Acquired {
   std::unique_ptr<UpstreamConnection> connection;  // null on failure
   bool timed_out = false;  // connect (or waiting for a free connection) took too long
   std::string error;       // why, on failure
+  // When the connect began (or the idle connection was taken): the start of
+  // the upstream exchange, without the wait for a free connection.
+  SteadyTime since = SteadyClock::now();
 };
 
 }  // namespace internal
@@ -49,8 +52,9 @@ struct UpstreamPool::Impl {
   // A connection for one exchange: an idle one that still looks alive (most
   // recently used first) unless `fresh_only`, else a new one if the pool is
   // below max_connections, else waits up to connect_timeout for one to be
-  // returned.
-  Task<internal::Acquired> Acquire(bool fresh_only);
+  // returned. Neither the wait nor the connect goes past `by` (a keyed
+  // request's last moment to be sent inside its lease).
+  Task<internal::Acquired> Acquire(bool fresh_only, internal::SteadyTime by = internal::SteadyTime::max());
   // The idle part of Acquire without a coroutine (the common case under
   // load): an idle connection that still looks alive (neither closed by the
   // upstream nor holding unread bytes), or null.
@@ -69,7 +73,7 @@ struct UpstreamPool::Impl {
   std::uint64_t connects = 0;
 
  private:
-  Task<internal::Acquired> Connect();
+  Task<internal::Acquired> Connect(internal::SteadyTime by);
   void WakeOne();
 };
 
