@@ -150,6 +150,7 @@ std::string_view BeginOutcomeName(BeginOutcome outcome) {
     case BeginOutcome::kInFlight: return "in_flight";
     case BeginOutcome::kStoreError: return "store_error";
     case BeginOutcome::kCancelled: return "cancelled";
+    case BeginOutcome::kClientGone: return "client_gone";
   }
   return "unknown";
 }
@@ -215,8 +216,15 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
 
   while (true) {
     // Also where a waiter comes back to when the holder released the key:
-    // one woken by a release at shutdown must not take it.
+    // one woken by a release at shutdown must not take it, nor one whose
+    // client has gone meanwhile (the run would answer nobody).
     if (auto r = cancelled()) co_return counted(std::move(*r));
+    if (waited && request.abandoned != nullptr && request.abandoned(request.cancelled_arg)) {
+      BeginResult r;
+      r.outcome = BeginOutcome::kClientGone;
+      r.waited = true;
+      co_return counted(std::move(r));
+    }
     UnixMillis now = clock_.NowMillis();
     std::string operation_id = NewOperationId(now);
     // The record goes to the store; what the reservation needs of it is kept

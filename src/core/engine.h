@@ -27,6 +27,13 @@ struct KeyedRequest {
   // A waiter woken by the release of an original cut at shutdown must not
   // take the key and run the request again while the gateway stops.
   bool (*cancelled)(const void* arg) = nullptr;
+  // When set, asked (with `cancelled_arg`) before a request that waited for
+  // an original (`in_flight: wait`) takes the key the original released or
+  // whose lease ended: once it returns true (the client that sent the
+  // request is gone), Begin gives up with kClientGone and leaves the key
+  // free. Nobody would get the answer of that run, and the client that
+  // closed will most likely retry. Not asked of a request that did not wait.
+  bool (*abandoned)(const void* arg) = nullptr;
   const void* cancelled_arg = nullptr;
 };
 
@@ -47,9 +54,11 @@ enum class BeginOutcome {
   kInFlight,    // 409 request-in-flight with Retry-After `retry_after`
   kStoreError,  // the store failed: `status`
   kCancelled,   // KeyedRequest::cancelled said to give up; the key was not taken
+  kClientGone,  // a waiter's KeyedRequest::abandoned said its client is gone; the key was not taken
 };
 
-// "proceed", "replay", "key_reused", "in_flight", "store_error", "cancelled".
+// "proceed", "replay", "key_reused", "in_flight", "store_error", "cancelled",
+// "client_gone".
 std::string_view BeginOutcomeName(BeginOutcome outcome);
 
 struct BeginResult {
@@ -104,7 +113,9 @@ class Engine {
   // not end the wait: the record is read again after a pause; kInFlight
   // when the wait ran out with the store still failing.
   // kCancelled once KeyedRequest::cancelled holds (checked before each
-  // reserve and each wait; a sleeping waiter sees it when it wakes).
+  // reserve and each wait; a sleeping waiter sees it when it wakes), and
+  // kClientGone when a waiter about to take the key finds
+  // KeyedRequest::abandoned true.
   // Never throws.
   Task<BeginResult> Begin(KeyedRequest request);
 

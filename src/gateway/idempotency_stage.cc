@@ -412,9 +412,11 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   request.in_flight = rules.in_flight;
   request.wait_timeout = rules.wait_timeout;
   // Past shutdown_grace the key is not taken any more (a waiter woken by the
-  // original's release at shutdown would run the request again).
+  // original's release at shutdown would run the request again); nor by a
+  // waiter whose client has closed its connection meanwhile.
   if (ctx.exchange != nullptr) {
     request.cancelled = [](const void* ex) { return static_cast<const http::Exchange*>(ex)->stopping(); };
+    request.abandoned = [](const void* ex) { return static_cast<const http::Exchange*>(ex)->client_gone(); };
     request.cancelled_arg = ctx.exchange;
   }
   core::BeginResult begun = co_await engine_.Begin(std::move(request));
@@ -477,6 +479,13 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
     case core::BeginOutcome::kCancelled:
       co_return Refuse(ctx, http::ProblemCode::kShuttingDown,
                        "the gateway stopped before the request could run; retry", "shutdown");
+    case core::BeginOutcome::kClientGone:
+      // Not a conflict: the key was free, but nobody waits for this run.
+      // The answer reaches a client that only half-closed.
+      co_return Refuse(ctx, http::ProblemCode::kBadRequest,
+                       "the connection was closed while the request waited for the original with this key; "
+                       "it did not run",
+                       "client_gone");
     case core::BeginOutcome::kStoreError:
       break;
   }

@@ -212,6 +212,13 @@ class Exchange {
   // Forward answers 503 shutting-down without contacting the upstream.
   virtual bool stopping() const = 0;
 
+  // True when the client has closed or reset its connection: its FIN (also
+  // behind unread bytes, such as a pipelined request or a TLS close_notify;
+  // a client that only half-closed counts too) or an error is on the socket.
+  // Bytes alone mean it is still there. One system call, without waiting:
+  // for rare checks (a waiter about to take a key), not per request.
+  virtual bool client_gone() const { return false; }
+
   // True once a response (or its first bytes) was sent.
   virtual bool responded() const = 0;
   // The status sent (0: none yet).

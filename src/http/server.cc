@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -533,6 +534,16 @@ ExchangeImpl::ExchangeImpl(ClientConnection& connection, RequestParser& parser, 
       limits_(limits),
       body_state_(connection.head.has_body() ? BodyState::kUnread : BodyState::kNone),
       body_limit_(limits.max_request_bytes) {}
+
+bool ExchangeImpl::client_gone() const {
+  if (!c_.socket.is_open()) return true;
+  // poll() reports the socket's state whatever is queued before it: the
+  // peer's FIN (POLLRDHUP) even behind bytes nobody read yet, a reset or
+  // an error (POLLERR, POLLHUP).
+  pollfd p{c_.socket.native_handle(), POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 bool ExchangeImpl::SetBodyLimit(std::uint64_t limit) {
   body_limit_ = limit;

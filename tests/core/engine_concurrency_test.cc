@@ -140,6 +140,7 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
         model.Fail("store error: " + r.status.ToString());
         break;
       case BeginOutcome::kCancelled:
+      case BeginOutcome::kClientGone:
         model.Fail("cancelled without a cancel hook");
         break;
     }

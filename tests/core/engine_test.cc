@@ -280,6 +280,46 @@ TEST_F(EngineTest, CancelledRequestDoesNotReserve) {
   EXPECT_FALSE(Get(kKey).has_value());
 }
 
+// A waiter whose client has gone does not take the key the original
+// released: the run would answer nobody. `abandoned` is asked only then,
+// not of a request that never waited.
+TEST_F(EngineTest, AWaiterWhoseClientIsGoneLeavesAReleasedKeyFree) {
+  struct Client {
+    bool gone = false;
+    mutable int asked = 0;
+  };
+  auto abandoned = [](const void* c) {
+    const auto* client = static_cast<const Client*>(c);
+    ++client->asked;
+    return client->gone;
+  };
+  Client first_client;
+  KeyedRequest first = Request();
+  first.abandoned = abandoned;
+  first.cancelled_arg = &first_client;
+  const BeginResult owner = Begin(std::move(first));
+  ASSERT_EQ(owner.outcome, BeginOutcome::kProceed);
+  EXPECT_EQ(first_client.asked, 0);
+
+  Client client;
+  KeyedRequest waiting = Request(kFp, InFlightMode::kWait);
+  waiting.abandoned = abandoned;
+  waiting.cancelled_arg = &client;
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine_.Begin(std::move(waiting)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+
+  client.gone = true;
+  std::optional<Status> released;
+  Spawn(ctx_, engine_.Release(owner.reservation), &released);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value() && released.has_value(); }));
+  ASSERT_TRUE(released->ok());
+  EXPECT_EQ(waiter->outcome, BeginOutcome::kClientGone) << BeginOutcomeName(waiter->outcome);
+  EXPECT_TRUE(waiter->waited);
+  EXPECT_GE(client.asked, 1);
+  EXPECT_FALSE(Get(kKey).has_value());
+}
+
 TEST_F(EngineTest, ReleasedKeyLetsOneOfManyWaitersRunAndTheRestReplayIt) {
   const BeginResult owner = Begin(Request());
   constexpr int kWaiters = 4;

@@ -31,7 +31,7 @@
 //                         each request header X-Echo-Set-Cookie: V adds "Set-Cookie: V" and
 //                         each X-Echo-Header: "Name: V" adds "Name: V" to the response
 //   /status/{code}        that status (200..599), JSON {status, execution}; request header
-//                         X-Terminal: 1 adds Idempotency-Terminal: true
+//                         X-Terminal: 1 adds Idempotency-Terminal: true; ?ms=N answers after N ms
 //   /slow?ms=N            200 after N ms
 //   /large?bytes=N        N bytes of a..z repeated, streamed; &chunked=1 for chunked coding
 //   /die-mid-response     headers and part of a Content-Length body, then close
@@ -495,6 +495,11 @@ class Server {
       if (path == "/echo" || path.starts_with("/echo/")) {
         reply = Echo(req, wire_fields, body, execution);
       } else if (path.starts_with("/status/")) {
+        if (const auto ms = ParseUint(QueryParam(query, "ms").value_or(""))) {
+          asio::steady_timer timer(co_await asio::this_coro::executor);
+          timer.expires_after(std::chrono::milliseconds(*ms));
+          co_await timer.async_wait(kTuple);
+        }
         reply = StatusReply(req, path.substr(8), execution);
       } else if (path == "/slow") {
         const auto ms = ParseUint(QueryParam(query, "ms").value_or("")).value_or(1000);

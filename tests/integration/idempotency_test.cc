@@ -307,6 +307,52 @@ TEST_F(IdempotencyTest, WaitModeGives409WhenTheOriginalOutlastsTheWait) {
             1.0);
 }
 
+// Waiters whose clients closed their connections while the original ran do
+// not take the key when the original releases it (a 500 is not stored): a
+// run would answer nobody. They are logged client_gone, not as conflicts,
+// and the key stays free for the client's retry.
+TEST_F(IdempotencyTest, WaitersWhoseClientsLeftDoNotTakeTheReleasedKey) {
+  Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 20s }"});
+  const std::string target = "/status/500?ms=1500";
+  std::optional<HttpResponse> original;
+  std::thread first([&] { original = Send(KeyedPost(target, "k-left")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+  constexpr int kWaiters = 5;
+  std::vector<RawConnection> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    auto conn = RawConnection::Connect(gateway_->endpoint());
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    ASSERT_TRUE(conn->Write(RawKeyedPost(target, "k-left")).ok());
+    waiters.push_back(std::move(*conn));
+  }
+  std::this_thread::sleep_for(300ms);  // they wait for the original
+  for (RawConnection& conn : waiters) conn.Close();
+  first.join();
+  ASSERT_TRUE(original.has_value());
+  EXPECT_EQ(original->status, 500);
+  auto gone = [&] {
+    const std::string log = gateway_->Stdout();
+    int n = 0;
+    for (std::size_t at = log.find("\"outcome\":\"client_gone\""); at != std::string::npos;
+         at = log.find("\"outcome\":\"client_gone\"", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_TRUE(PollUntil([&] { return gone() == kWaiters; }, 10s)) << gone() << " waiters logged client_gone";
+  EXPECT_EQ(Executions(), 1u);
+  const std::string metrics = Metrics();
+  for (const std::string reason : {"in_flight", "wait_timeout"}) {
+    EXPECT_FALSE(MetricValue(metrics, R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason=")" +
+                                          reason + R"("})")
+                     .has_value())
+        << reason;
+  }
+  // The key is free: the client's retry runs it.
+  EXPECT_EQ(Send(KeyedPost("/status/500", "k-left")).status, 500);
+  EXPECT_EQ(Executions(), 2u);
+}
+
 TEST_F(IdempotencyTest, EveryInvalidKeyClassIs400) {
   Start({});
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {

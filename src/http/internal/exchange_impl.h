@@ -167,6 +167,7 @@ class ExchangeImpl final : public Exchange {
   Task<ForwardResult> Forward(UpstreamPool& pool, const ForwardRequest& request) override;  // proxy.cc
   void SetRequestId(std::string_view id) override { c_.request_id.assign(id); }
   bool stopping() const override { return c_.w.watchdog.killing(); }
+  bool client_gone() const override;  // server.cc
   bool responded() const override { return responded_; }
   int status_sent() const override { return status_sent_; }
 
