@@ -122,6 +122,22 @@ bool IsHopByHop(std::string_view name) {
   }
 }
 
+bool IsClientForwardingField(std::string_view name) {
+  // Dispatch on length first, as IsHopByHop does; a name is compared
+  // ignoring '_' against '-' only when it holds a '_'.
+  const auto is = [name](std::string_view field) {
+    return NameEquals(name, field) ||
+           (name.find('_') != std::string_view::npos && EqualsIgnoreCaseDashOrUnderscore(name, field));
+  };
+  switch (name.size()) {
+    case 9: return NameEquals(name, "forwarded") || is("x-real-ip");
+    case 15: return is("x-forwarded-for");
+    case 16: return is("x-forwarded-host");
+    case 17: return is("x-forwarded-proto");
+    default: return false;
+  }
+}
+
 void HopByHopFilter::AddConnectionValue(std::string_view value) {
   std::size_t start = 0;
   while (start <= value.size()) {

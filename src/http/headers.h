@@ -23,6 +23,13 @@ bool NameEquals(std::string_view a, std::string_view b);
 // Content-Length is not hop-by-hop.
 bool IsHopByHop(std::string_view name);
 
+// True for the client's forwarding fields, which never reach the upstream
+// as sent: X-Forwarded-For, -Proto and -Host (the gateway writes its own),
+// Forwarded (RFC 7239) and X-Real-IP (the gateway writes neither), and
+// those names spelled with '_' for '-' in any case (X_Forwarded_Host),
+// which CGI-style upstreams (WSGI, Rack, PHP) read as the real field.
+bool IsClientForwardingField(std::string_view name);
+
 // Decides which fields of one message are dropped when forwarding: the
 // hop-by-hop fields and every field named by a Connection header of that
 // message. Feed it every Connection value first, then ask ShouldDrop for

@@ -74,9 +74,9 @@ enum class Framing { kNone, kLength, kChunked };
 
 // Writes the upstream request head from the parsed client request, which
 // stays untouched (RequestHead views into it remain valid for the whole
-// exchange): hop-by-hop fields and those Connection names dropped,
-// forwarding headers set, the ForwardRequest's changes applied, the body
-// re-framed. `in` holds the header section only: the request parser drops
+// exchange): hop-by-hop fields and those Connection names dropped, the
+// client's forwarding fields (IsClientForwardingField) replaced by the
+// gateway's own, the ForwardRequest's changes applied, the body re-framed. `in` holds the header section only: the request parser drops
 // a chunked body's trailer fields (RequestParser).
 Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& head, const ForwardRequest& fr,
                                  const UpstreamTarget& target, std::optional<std::size_t> buffered_size,
@@ -135,10 +135,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
         (id == bhttp::field::host && (own_host || !head.authority.empty()))) {
       continue;
     }
-    if (NameEquals(name, "x-forwarded-for") || NameEquals(name, "x-forwarded-proto") ||
-        NameEquals(name, "x-forwarded-host")) {
-      continue;
-    }
+    if (IsClientForwardingField(name)) continue;
     if (replace_request_id && NameEquals(name, "x-request-id")) continue;
     if (new_trace && (NameEquals(name, "traceparent") || NameEquals(name, "tracestate"))) continue;
     if (!fr.remove_headers.empty() && InList(fr.remove_headers, name)) continue;

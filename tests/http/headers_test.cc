@@ -26,6 +26,17 @@ TEST(HeadersTest, HopByHopList) {
   }
 }
 
+TEST(HeadersTest, ClientForwardingFields) {
+  for (const char* name : {"X-Forwarded-For", "x-forwarded-host", "X-FORWARDED-PROTO", "Forwarded", "X-Real-IP",
+                           "X_Forwarded_For", "x_forwarded_host", "X-Forwarded_Proto", "X_REAL_IP", "x-real_ip"}) {
+    EXPECT_TRUE(IsClientForwardingField(name)) << name;
+  }
+  for (const char* name : {"Forwarded_", "X-Forwarded-Port", "X_Forwarded_Port", "X-Forwarded-Hosts", "X-Real-IPs",
+                           "X.Real.IP", "X_Custom_Field", "Host", ""}) {
+    EXPECT_FALSE(IsClientForwardingField(name)) << name;
+  }
+}
+
 TEST(HeadersTest, FilterDropsFieldsNamedByConnection) {
   HopByHopFilter filter;
   filter.AddConnectionValue("keep-alive, X-Hop-One ,,x-hop-two");

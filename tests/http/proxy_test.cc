@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -137,6 +138,48 @@ TEST(InProcessProxyTest, ForwardsWithHopByHopRemovedAndForwardingHeadersSet) {
   for (const auto& v : res->Headers("Keep-Alive")) EXPECT_EQ(v.find("77"), std::string::npos);
   EXPECT_EQ(res->Headers("Set-Cookie"), (std::vector<std::string>{"a=1; Path=/", "b=2; HttpOnly"}));
   EXPECT_EQ(res->Header("X-Upstream"), "yes");
+}
+
+// The client's own forwarding fields never reach the upstream: Forwarded
+// (RFC 7239, read first by Spring's ForwardedHeaderFilter) and X-Real-IP
+// would carry a forged host, scheme or address past the gateway's
+// X-Forwarded-*, and so would the '_' spellings CGI-style upstreams (WSGI,
+// Rack, PHP) read as the real fields. The client's address chain stays in
+// X-Forwarded-For; other names with '_' pass.
+TEST(InProcessProxyTest, ClientForwardedXRealIpAndUnderscoreSpellingsAreDropped) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  HttpRequest req{.target = "/echo"};
+  req.headers = {{"Host", "api.example.test"},
+                 {"Forwarded", "for=198.51.100.9;host=evil.example;proto=https"},
+                 {"forwarded", "for=198.51.100.10"},
+                 {"X-Real-IP", "198.51.100.9"},
+                 {"X_Real_IP", "198.51.100.9"},
+                 {"x-real_ip", "198.51.100.9"},
+                 {"X_Forwarded_For", "198.51.100.9"},
+                 {"x_forwarded_host", "evil.example"},
+                 {"X_FORWARDED_PROTO", "https"},
+                 {"X-Forwarded_Host", "evil.example"},
+                 {"X-Forwarded-For", "203.0.113.7"},
+                 {"X_Custom_Field", "kept"}};
+  auto res = SendRequest(h.endpoint(), req);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  const SeenRequest seen = upstream.last_echo();
+  for (const auto& [name, value] : seen.headers) {
+    std::string folded;
+    for (char c : name) folded += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_TRUE(folded != "forwarded" && folded != "x-real-ip") << name << ": " << value;
+    if (folded.starts_with("x-forwarded-")) {
+      EXPECT_EQ(name.find('_'), std::string::npos) << name << ": " << value;
+    }
+  }
+  EXPECT_EQ(seen.Values("X-Forwarded-For"), (std::vector<std::string>{"203.0.113.7, 127.0.0.1"}));
+  EXPECT_EQ(seen.Values("X-Forwarded-Host"), (std::vector<std::string>{"api.example.test"}));
+  EXPECT_EQ(seen.Values("X-Forwarded-Proto"), (std::vector<std::string>{"http"}));
+  EXPECT_EQ(seen.Values("X_Custom_Field"), (std::vector<std::string>{"kept"}));
 }
 
 // An absolute-form target names the host: its authority is the Host the
