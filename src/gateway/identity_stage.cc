@@ -242,12 +242,13 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   ctx.project = std::move(caller->project);
   ctx.subject = std::move(caller->subject);
 
-  if (identity.mode == config::IdentityMode::kJwt || identity.mode == config::IdentityMode::kApiKey) {
-    SetUpstreamIdentity(ctx, kUpstreamIdentityHeaders);
+  // trusted_headers too: the layer in front set the real ones, which the
+  // upstream gets as the gateway's own lines, so a client's Connection
+  // naming them (hop-by-hop removal) cannot take them away from a request
+  // stored under them.
+  SetUpstreamIdentity(ctx, UpstreamIdentityHeaders(identity));
+  if (identity.mode == config::IdentityMode::kApiKey) {
     for (std::string_view name : credential_headers) ctx.remove_headers.push_back(std::string(name));
-  } else {
-    // trusted_headers: the layer in front set the real ones, which pass on.
-    DropIdentityLookalikes(ctx, identity.trusted_headers);
   }
   return std::nullopt;
 }

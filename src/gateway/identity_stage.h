@@ -27,7 +27,11 @@
 // `WWW-Authenticate: Bearer` challenge in the jwt and api_key modes). With
 // jwt and api_key, the identity headers a client sent are removed and the
 // verified caller is set on the upstream request (X-Tenant-Id, X-Project-Id,
-// X-Subject); api_key also keeps the key itself from the upstream. Webhook
+// X-Subject); api_key also keeps the key itself from the upstream. With
+// trusted_headers, the caller read from the configured
+// headers is set on the upstream request under them the same way, so the
+// upstream always gets the identity the request was scoped under (a client's
+// Connection naming them does not remove the gateway's lines). Webhook
 // routes are identified by their endpoint instead (webhook_stage.h), and set
 // the endpoint's caller the same way in every mode. In every mode but none,
 // header names that differ from an identity header only in '-' against '_'

@@ -1120,5 +1120,29 @@ TEST_F(IdempotencyTest, TrustedHeadersScopeKeysPerCaller) {
             std::string::npos);
 }
 
+// The identity a request is scoped and stored under reaches the upstream
+// whatever the client's Connection header names: the gateway sets the
+// trusted headers' values as its own lines (as jwt and api_key set theirs),
+// so they are not hop-by-hop fields of the client's to remove.
+TEST_F(IdempotencyTest, TrustedHeadersReachTheUpstreamWhenConnectionNamesThem) {
+  Start({.identity = "{ mode: trusted_headers, trusted_headers: { tenant: X-Org-Id } }"});
+  HttpRequest req = KeyedPost("/echo", "named-in-connection");
+  req.headers.push_back({"x-org-id", "acme"});
+  req.headers.push_back({"X-Project-Id", "p1"});
+  req.headers.push_back({"X-Subject", "user:alice"});
+  req.headers.push_back({"Connection", "X-Org-Id, x-project-id"});
+  req.headers.push_back({"Connection", "X-Subject"});
+  const HttpResponse res = Send(req);
+  ASSERT_EQ(res.status, 200) << res.body;
+  auto echo = ParseObject(res.body);
+  const auto seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "X-Org-Id"), (std::vector<std::string>{"acme"}));
+  EXPECT_EQ(Values(seen, "X-Project-Id"), (std::vector<std::string>{"p1"}));
+  EXPECT_EQ(Values(seen, "X-Subject"), (std::vector<std::string>{"user:alice"}));
+  EXPECT_TRUE(Values(seen, "X-Tenant-Id").empty());
+  EXPECT_EQ(Values(seen, "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:p1:user:alice:api:named-in-connection\""}));
+}
+
 }  // namespace
 }  // namespace idemgate::testing
