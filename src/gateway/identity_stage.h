@@ -27,8 +27,8 @@
 // `WWW-Authenticate: Bearer` challenge in the jwt and api_key modes). With
 // jwt and api_key, the identity headers a client sent are removed and the
 // verified caller is set on the upstream request (X-Tenant-Id, X-Project-Id,
-// X-Subject); api_key also keeps the key itself from the upstream. With
-// trusted_headers, the caller read from the configured
+// X-Subject); api_key also keeps the key itself (in any '_' spelling) from
+// the upstream. With trusted_headers, the caller read from the configured
 // headers is set on the upstream request under them the same way, so the
 // upstream always gets the identity the request was scoped under (a client's
 // Connection naming them does not remove the gateway's lines). Webhook

@@ -220,11 +220,16 @@ TEST_F(IdentityTest, ApiKeysIdentifyTheCallerAndStayAwayFromTheUpstream) {
 
   HttpRequest acme = KeyedPost("/echo/pay", "k3");
   acme.headers.push_back({"X-API-Key", "k_live_acme"});
+  // Nor in a spelling that CGI-style upstreams read as the same variable.
+  acme.headers.push_back({"X_API_Key", "k_live_acme"});
+  acme.headers.push_back({"x-api_KEY", "k_live_acme"});
   const HttpResponse first = Send(acme);
   ASSERT_EQ(first.status, 200) << first.body;
   auto echo = ParseObject(first.body);
   const std::vector<HeaderField> seen = EchoedHeaders(echo);
   EXPECT_TRUE(Values(seen, "X-API-Key").empty());
+  EXPECT_TRUE(Values(seen, "X_API_Key").empty());
+  EXPECT_TRUE(Values(seen, "x-api_KEY").empty());
   EXPECT_EQ(Values(seen, "X-Tenant-Id"), (std::vector<std::string>{"acme"}));
   EXPECT_EQ(Values(seen, "Idempotency-Key"), (std::vector<std::string>{"\"t-acme:shop:service:billing:api:k3\""}));
 
