@@ -289,7 +289,8 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
   if (auth != Auth::kOk) {
     // Refused calls leave a trace (a token being guessed shows), without
     // what was presented.
-    LogWarn("admin call refused",
+    static LogLimiter limiter;
+    LogWarn(limiter, "admin call refused",
             {{"method", SanitizeUtf8(request.method)},
              {"path", SanitizeUtf8(request.target.substr(0, request.target.find('?')))},
              {"reason", auth == Auth::kNoToken ? "no_token_configured"
@@ -324,7 +325,8 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
     StatusOr<bool> purged = co_await options_.store->Purge(*key);
     if (!purged.ok()) {
       if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kPurge);
-      LogWarn("admin purge failed", {{"key", SanitizeUtf8(*key)}, {"error", purged.status().ToString()}});
+      static LogLimiter limiter;
+      LogWarn(limiter, "admin purge failed", {{"key", SanitizeUtf8(*key)}, {"error", purged.status().ToString()}});
       co_return StoreFailure(purged.status());
     }
     // Purging a key in flight can let a retry run beside the original

@@ -284,15 +284,61 @@ void AppendJsonEscaped(std::string_view s, std::string& out) {
   }
 }
 
-void Log(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields) {
-  if (!LogEnabled(level)) return;
+namespace {
+
+void WriteLine(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields,
+               const LogField* extra) {
   std::string& out = ThreadBuffer();
   LineBuilder b(out, GetLogFormat());
   b.Begin(level, msg);
   for (const LogField& f : fields) b.Field(f);
+  if (extra != nullptr) b.Field(*extra);
   b.End();
   out += '\n';
   WriteAll(out);
+}
+
+}  // namespace
+
+void Log(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) return;
+  WriteLine(level, msg, fields, nullptr);
+}
+
+bool LogLimiter::Allow(std::int64_t now_ms, std::uint64_t* suppressed) {
+  std::int64_t start = window_start_ms_.load(std::memory_order_relaxed);
+  if (now_ms - start >= kIntervalMs &&
+      window_start_ms_.compare_exchange_strong(start, now_ms, std::memory_order_relaxed)) {
+    // This thread opened the window. A line counted by another thread
+    // between the two stores goes to the new window: a burst may be one or
+    // two lines off, never unbounded, and no refused line is lost.
+    in_window_.store(0, std::memory_order_relaxed);
+  }
+  if (in_window_.fetch_add(1, std::memory_order_relaxed) < kBurst) {
+    *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+    return true;
+  }
+  suppressed_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void LogAt(LogLimiter& limiter, std::int64_t now_ms, LogLevel level, std::string_view msg,
+           std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) return;
+  std::uint64_t suppressed = 0;
+  if (!limiter.Allow(now_ms, &suppressed)) return;
+  if (suppressed == 0) {
+    WriteLine(level, msg, fields, nullptr);
+  } else {
+    const LogField extra("suppressed", suppressed);
+    WriteLine(level, msg, fields, &extra);
+  }
+}
+
+void Log(LogLimiter& limiter, LogLevel level, std::string_view msg, std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) return;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  LogAt(limiter, std::chrono::duration_cast<std::chrono::milliseconds>(now).count(), level, msg, fields);
 }
 
 void FormatRequestLog(const RequestLogLine& line, std::string& out) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -84,6 +85,52 @@ inline void LogWarn(std::string_view msg, std::initializer_list<LogField> fields
 }
 inline void LogError(std::string_view msg, std::initializer_list<LogField> fields = {}) {
   Log(LogLevel::kError, msg, fields);
+}
+
+// Limits one call site's lines, for lines that can repeat once per request
+// (a full or failing store, an unreachable upstream): at most kBurst lines
+// per kIntervalMs window; further lines in the window are dropped and
+// counted, and the next line written (in a later window) carries a
+// `suppressed` field with how many were dropped since the line before it.
+// Metrics count the events themselves exactly. Lock-free; constant-
+// initialised, so a function-local `static LogLimiter` costs no guard:
+//
+//   static LogLimiter limiter;
+//   LogWarn(limiter, "store failed", {{"error", message}});
+//
+// Nothing is touched unless the line's level is enabled.
+class LogLimiter {
+ public:
+  static constexpr std::uint32_t kBurst = 10;
+  static constexpr std::int64_t kIntervalMs = 1000;
+
+  constexpr LogLimiter() = default;
+  LogLimiter(const LogLimiter&) = delete;
+  LogLimiter& operator=(const LogLimiter&) = delete;
+
+  // True when a line may be written at `now_ms` (steady clock, in
+  // milliseconds); then `*suppressed` is the number of lines refused since
+  // the last one allowed.
+  bool Allow(std::int64_t now_ms, std::uint64_t* suppressed);
+
+ private:
+  std::atomic<std::int64_t> window_start_ms_{0};
+  std::atomic<std::uint32_t> in_window_{0};
+  std::atomic<std::uint64_t> suppressed_{0};
+};
+
+// Log through `limiter`, adding `suppressed` (an integer) to the line when
+// lines were dropped before it. The At form takes the time (steady clock,
+// milliseconds); exposed for tests.
+void Log(LogLimiter& limiter, LogLevel level, std::string_view msg, std::initializer_list<LogField> fields = {});
+void LogAt(LogLimiter& limiter, std::int64_t now_ms, LogLevel level, std::string_view msg,
+           std::initializer_list<LogField> fields = {});
+
+inline void LogWarn(LogLimiter& limiter, std::string_view msg, std::initializer_list<LogField> fields = {}) {
+  Log(limiter, LogLevel::kWarn, msg, fields);
+}
+inline void LogError(LogLimiter& limiter, std::string_view msg, std::initializer_list<LogField> fields = {}) {
+  Log(limiter, LogLevel::kError, msg, fields);
 }
 
 // The per-request line of SPEC §9. Unknown fields stay unset and are written

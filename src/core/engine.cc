@@ -357,7 +357,8 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
     }
     if (stored.code() == StatusCode::kFailedPrecondition) co_return;  // taken over meanwhile
   }
-  LogError("response not stored: the store kept failing; the key stays reserved until its lease ends",
+  static LogLimiter limiter;
+  LogError(limiter, "response not stored: the store kept failing; the key stays reserved until its lease ends",
            {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
 }
 

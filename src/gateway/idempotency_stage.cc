@@ -135,7 +135,8 @@ class Settlement final : public http::ForwardObserver {
       // our lease ended (its outcome wins), an admin purged it, or the store
       // lost it (a Redis restarted without persistence).
       if (metrics_ != nullptr) metrics_->Conflict(scope_, ConflictReason::kLeaseLost);
-      LogWarn("response not stored: the reservation is gone (taken over after its lease ended, or purged, "
+      static LogLimiter limiter;
+      LogWarn(limiter, "response not stored: the reservation is gone (taken over after its lease ended, or purged, "
               "or the store lost it: a Redis restart without persistence)",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
       co_return;
@@ -146,11 +147,13 @@ class Settlement final : public http::ForwardObserver {
     // store whose faults may pass, the completion is tried again meanwhile.
     if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kComplete);
     if (engine_.store().FailedWritesMayLand()) {  // the engine tries again (Engine::Complete)
-      LogWarn("response not stored: the store failed; trying again while the lease lasts",
+      static LogLimiter limiter;
+      LogWarn(limiter, "response not stored: the store failed; trying again while the lease lasts",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}, {"error", stored.message()}});
       co_return;
     }
-    LogError("response not stored: the store failed; the key stays reserved until its lease ends",
+    static LogLimiter limiter;
+    LogError(limiter, "response not stored: the store failed; the key stays reserved until its lease ends",
              {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}, {"error", stored.message()}});
   }
 
@@ -170,7 +173,8 @@ class Settlement final : public http::ForwardObserver {
     } else if (released.code() != StatusCode::kFailedPrecondition) {
       // Unreleased, the key waits for its lease to end before a retry runs again.
       if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kRelease);
-      LogError("reservation not released: the store failed",
+      static LogLimiter limiter;
+      LogError(limiter, "reservation not released: the store failed",
                {{"key", reservation_.key}, {"error", released.message()}});
     }
   }
@@ -433,7 +437,8 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       if (metrics != nullptr) metrics->CacheMiss(scope);
       if (begun.taken_over) {
         if (metrics != nullptr) metrics->LeaseExpired(scope);
-        LogWarn("lease expired; the key is taken over and the request runs again",
+        static LogLimiter limiter;
+        LogWarn(limiter, "lease expired; the key is taken over and the request runs again",
                 {{"key", reservation.key},
                  {"previous_operation_id",
                   begun.record ? std::string_view(begun.record->operation_id) : std::string_view()},
@@ -493,11 +498,13 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   if (metrics != nullptr) metrics->StoreError(scope, StoreOp::kReserve);
   if (options_.on_error == config::OnError::kFailOpen) {
     if (metrics != nullptr) metrics->FailOpen(scope);
-    LogWarn("store failed; forwarding without deduplication (store.on_error: fail_open)",
+    static LogLimiter limiter;
+    LogWarn(limiter, "store failed; forwarding without deduplication (store.on_error: fail_open)",
             {{"route", ctx.route->id}, {"error", begun.status.message()}});
     co_return decision;
   }
-  LogError("store failed; refusing the keyed request (store.on_error: fail_closed)",
+  static LogLimiter limiter;
+  LogError(limiter, "store failed; refusing the keyed request (store.on_error: fail_closed)",
            {{"route", ctx.route->id}, {"error", begun.status.message()}});
   co_return Refuse(ctx, http::ProblemCode::kStoreUnavailable,
                    "the idempotency store is unavailable; retry later", "store_unavailable",
@@ -581,7 +588,8 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
       break;
   }
   if (options_.metrics != nullptr) options_.metrics->StoreError(ScopeOf(ctx), StoreOp::kGet);
-  LogError("store failed during recovery", {{"route", ctx.route->id}, {"error", found.status.message()}});
+  static LogLimiter limiter;
+  LogError(limiter, "store failed during recovery", {{"route", ctx.route->id}, {"error", found.status.message()}});
   co_return Refuse(ctx, http::ProblemCode::kStoreUnavailable, "the idempotency store is unavailable; retry later",
                    "store_unavailable", std::chrono::seconds(1));
 }

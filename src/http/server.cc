@@ -250,7 +250,8 @@ Task<void> AcceptLoop(Worker& worker, internal::Listener& listener) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !listener.acceptor.is_open()) break;
       // Out of file descriptors or similar: back off instead of spinning.
-      LogWarn("accept failed", {{"error", ec.message()}});
+      static LogLimiter limiter;
+      LogWarn(limiter, "accept failed", {{"error", ec.message()}});
       asio::steady_timer timer(w.io, std::chrono::milliseconds(50));
       co_await timer.async_wait(kTuple);
       continue;
@@ -500,7 +501,8 @@ Task<void> ClientConnection::Run() {
         co_await handler.Handle(exchange);
       } catch (const std::exception& e) {
         failed = true;
-        LogError("request handler failed", {{"error", e.what()}});
+        static LogLimiter limiter;
+        LogError(limiter, "request handler failed", {{"error", e.what()}});
       }
       if (failed) must_close = true;
       if (!exchange.responded()) {

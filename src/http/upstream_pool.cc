@@ -126,7 +126,8 @@ Task<internal::Acquired> UpstreamPool::Impl::Connect(internal::SteadyTime by) {
     result.timed_out = result.timed_out || fired;
     // The client is told the upstream's name and the reason; its address,
     // the network's inside, goes to the log only.
-    LogWarn("cannot connect to upstream",
+    static LogLimiter limiter;
+    LogWarn(limiter, "cannot connect to upstream",
             {{"upstream", target.name},
              {"address", target.host + ":" + std::to_string(target.port)},
              {"error", why}});

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <thread>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -122,6 +126,86 @@ TEST_F(LogTest, TextFormatIsKeyValue) {
   const std::string out = Drain();
   EXPECT_NE(out.find(" level=warn msg=\"slow thing\" ms=12 who=\"a b\"\n"), std::string::npos) << out;
   EXPECT_TRUE(out.starts_with("ts=")) << out;
+}
+
+// Each line of `out`, parsed.
+std::vector<json::value> Lines(const std::string& out) {
+  std::vector<json::value> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+TEST(LogLimiterTest, AllowsABurstPerIntervalAndCountsTheRest) {
+  LogLimiter limiter;
+  std::uint64_t suppressed = 99;
+  for (std::uint32_t i = 0; i < LogLimiter::kBurst; ++i) {
+    ASSERT_TRUE(limiter.Allow(5000, &suppressed)) << i;
+    EXPECT_EQ(suppressed, 0u);
+  }
+  for (int i = 0; i < 25; ++i) EXPECT_FALSE(limiter.Allow(5000 + i, &suppressed));
+  EXPECT_FALSE(limiter.Allow(5000 + LogLimiter::kIntervalMs - 1, &suppressed));
+  // A new interval: the first line allowed carries what was refused.
+  ASSERT_TRUE(limiter.Allow(5000 + LogLimiter::kIntervalMs, &suppressed));
+  EXPECT_EQ(suppressed, 26u);
+  ASSERT_TRUE(limiter.Allow(5000 + LogLimiter::kIntervalMs, &suppressed));
+  EXPECT_EQ(suppressed, 0u);
+}
+
+TEST(LogLimiterTest, ConcurrentCallersShareOneBudgetAndLoseNoCount) {
+  LogLimiter limiter;
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 2000;
+  std::atomic<int> allowed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      std::uint64_t suppressed = 0;
+      for (int i = 0; i < kCalls; ++i) {
+        if (limiter.Allow(100, &suppressed)) allowed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(allowed.load(), static_cast<int>(LogLimiter::kBurst));
+  std::uint64_t suppressed = 0;
+  ASSERT_TRUE(limiter.Allow(100 + LogLimiter::kIntervalMs, &suppressed));
+  EXPECT_EQ(suppressed, static_cast<std::uint64_t>(kThreads * kCalls) - LogLimiter::kBurst);
+}
+
+TEST_F(LogTest, LimitedSiteWritesABurstThenOneLineSayingHowManyWereSuppressed) {
+  LogLimiter limiter;
+  SetLogLevel(LogLevel::kWarn);
+  for (int i = 0; i < 1000; ++i) {
+    LogAt(limiter, 7000, LogLevel::kError, "store failed", {{"route", "payments"}, {"n", i}});
+  }
+  LogAt(limiter, 7000 + LogLimiter::kIntervalMs, LogLevel::kError, "store failed", {{"route", "payments"}});
+  const std::vector<json::value> lines = Lines(Drain());
+  ASSERT_EQ(lines.size(), LogLimiter::kBurst + 1);
+  for (std::uint32_t i = 0; i < LogLimiter::kBurst; ++i) {
+    EXPECT_EQ(lines[i].at("n").as_int64(), i);
+    EXPECT_FALSE(lines[i].as_object().contains("suppressed"));
+  }
+  const json::object& last = lines.back().as_object();
+  EXPECT_EQ(last.at("msg").as_string(), "store failed");
+  EXPECT_EQ(last.at("level").as_string(), "error");
+  EXPECT_EQ(last.at("route").as_string(), "payments");
+  EXPECT_EQ(last.at("suppressed").as_int64(), 1000 - static_cast<std::int64_t>(LogLimiter::kBurst));
+}
+
+TEST_F(LogTest, LimitedSitesAreIndependentAndDisabledLevelsSpendNoBudget) {
+  LogLimiter a;
+  LogLimiter b;
+  SetLogLevel(LogLevel::kWarn);
+  for (int i = 0; i < 50; ++i) LogAt(a, 0, LogLevel::kInfo, "filtered");
+  for (int i = 0; i < 50; ++i) LogAt(a, 0, LogLevel::kWarn, "a");
+  for (int i = 0; i < 50; ++i) LogAt(b, 0, LogLevel::kWarn, "b");
+  LogWarn(b, "b");  // the real clock is far past 0: a new interval
+  const std::vector<json::value> lines = Lines(Drain());
+  ASSERT_EQ(lines.size(), 2 * LogLimiter::kBurst + 1);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const json::value& v) { return v.at("msg") == "a"; }),
+            static_cast<long>(LogLimiter::kBurst));
+  EXPECT_EQ(lines.back().at("suppressed").as_int64(), 50 - static_cast<std::int64_t>(LogLimiter::kBurst));
 }
 
 TEST(LogLevelTest, ParseNames) {

@@ -395,7 +395,8 @@ Status MemoryStore::CompleteNow(std::string_view key, std::string_view owner, co
       ForceCharge(static_cast<std::int64_t>(key.size() + value_size) - old_charged);
       if (dropped > 0) {
         bodies_dropped_.fetch_add(1, std::memory_order_relaxed);
-        LogWarn("response stored without its body: the memory store is full (store.max_bytes); "
+        static LogLimiter limiter;
+        LogWarn(limiter, "response stored without its body: the memory store is full (store.max_bytes); "
                 "replays answer with an empty body and Idempotency-Replay: omitted",
                 {{"key", key},
                  {"operation_id", completed.operation_id},

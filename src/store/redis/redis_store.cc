@@ -631,7 +631,8 @@ Task<Status> RedisStore::Complete(std::string key, std::string owner, Record com
   if (reply->integer != 1) co_return OwnerMismatch(reply->integer);
   if (dropped > 0) {  // counted once stored: a completion may be tried more than once
     bodies_dropped_.fetch_add(1, std::memory_order_relaxed);
-    LogWarn("response stored without its body: larger than the Redis store keeps at its timeout "
+    static LogLimiter limiter;
+    LogWarn(limiter, "response stored without its body: larger than the Redis store keeps at its timeout "
             "(store.redis.timeout); replays answer with an empty body and Idempotency-Replay: omitted",
             {{"key", key},
              {"operation_id", operation_id},
