@@ -119,6 +119,13 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "header_timeout"}) {
     requests_refused_->WithLabelValues({reason});
   }
+  connections_refused_ =
+      &registry_
+           .AddCounter(names::kConnectionsRefused,
+                       "Client connections closed as soon as they were accepted because limits.max_connections "
+                       "were open.",
+                       {})
+           .WithLabelValues(std::span<const std::string_view>{});
   request_duration_ = &registry_.AddHistogram(
       names::kRequestDuration,
       "Time from the request's first byte to the end of its response, in seconds.", ScopeLabels(t));
@@ -305,6 +312,8 @@ void GatewayMetrics::AdminStoreError(StoreOp op) {
 void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
   Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
 }
+
+void GatewayMetrics::ConnectionRefused() { connections_refused_->Inc(); }
 
 void GatewayMetrics::RequestRefused(std::string_view reason) {
   requests_refused_->WithLabelValues({reason}).Inc();

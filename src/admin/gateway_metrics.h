@@ -39,6 +39,7 @@ inline constexpr std::string_view kRequestDuration = "idemgate_request_duration_
 inline constexpr std::string_view kUpstreamDuration = "idemgate_upstream_duration_seconds";
 inline constexpr std::string_view kRequestsInFlight = "idemgate_requests_in_flight";
 inline constexpr std::string_view kRequestsRefused = "idemgate_requests_refused_total";
+inline constexpr std::string_view kConnectionsRefused = "idemgate_connections_refused_total";
 inline constexpr std::string_view kBuildInfo = "idemgate_build_info";
 inline constexpr std::string_view kStoreKeys = "idemgate_store_keys";
 inline constexpr std::string_view kStoreBytes = "idemgate_store_bytes";
@@ -103,6 +104,9 @@ class GatewayMetrics {
   // `reason` is "bad_request", "uri_too_long", "headers_too_large" or
   // "header_timeout". Not in the route stats (no route).
   void RequestRefused(std::string_view reason);
+  // A client connection closed as soon as it was accepted because
+  // limits.max_connections were open (http::Handler::ConnectionRefused).
+  void ConnectionRefused();
 
   // A request carried a usable key (or the webhook translation produced one);
   // `idempotency_case` is the policy's case name (e.g. "REQUIRED_A").
@@ -220,6 +224,7 @@ class GatewayMetrics {
   CounterFamily* lease_expired_;
   CounterFamily* fail_open_;
   CounterFamily* requests_refused_;
+  Counter* connections_refused_;
   std::atomic<std::uint64_t> shutdown_releases_{0};
   HistogramFamily* request_duration_;
   HistogramFamily* upstream_duration_;

@@ -3,6 +3,7 @@
 // reloads the config).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,6 +156,33 @@ void ApplyLogSettings(const config::Config& config) {
   SetLogFormat(config.log.format == "text" ? LogFormat::kText : LogFormat::kJson);
 }
 
+// The admin listener's limits: the data listener's, without max_connections
+// (which counts the clients of `listen` only).
+http::Limits AdminLimits(const config::Config& config) {
+  http::Limits limits = gateway::LimitsFromConfig(config);
+  limits.max_connections = 0;
+  return limits;
+}
+
+// Each client connection is a file descriptor, and so is each pooled
+// upstream connection; the store, the admin listener and the log need a few
+// more. A soft RLIMIT_NOFILE below that lets a connection flood exhaust
+// descriptors (failing upstream connects and store files) before
+// limits.max_connections refuses anything.
+void WarnIfFewFileDescriptors(const config::Config& config) {
+  constexpr std::uint64_t kReserve = 256;
+  std::uint64_t wanted = config.limits.max_connections + kReserve;
+  for (const auto& [name, upstream] : config.upstreams) wanted += upstream.max_connections;
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY) return;
+  if (static_cast<std::uint64_t>(nofile.rlim_cur) >= wanted) return;
+  LogWarn("the open-file limit is low for limits.max_connections and the upstream pools; raise it (ulimit -n, "
+          "systemd LimitNOFILE=) or lower limits.max_connections",
+          {{"max_connections", config.limits.max_connections},
+           {"nofile", static_cast<std::uint64_t>(nofile.rlim_cur)},
+           {"wanted", wanted}});
+}
+
 StatusOr<std::shared_ptr<const http::TlsContext>> MakeListenerTls(const config::ListenerTls& tls) {
   return http::MakeServerTls(http::ServerTlsOptions{
       .cert_file = tls.cert_file, .key_file = tls.key_file, .client_ca_file = tls.client_ca_file});
@@ -293,6 +321,7 @@ int Run(const Args& args) {
   http::ServerOptions server_options;
   server_options.workers = config.workers;
   server_options.limits = gateway::LimitsFromConfig(config);
+  WarnIfFewFileDescriptors(config);
   // Stores may keep per-thread resources on the I/O threads (the Redis store
   // keeps a connection per node there). The store outlives the server.
   server_options.on_worker_start = [store_ptr](boost::asio::io_context& io) { store_ptr->AttachWorker(io); };
@@ -359,7 +388,7 @@ int Run(const Args& args) {
   // connections (the Redis store's owned client), not a worker's.
   http::ServerOptions admin_server_options;
   admin_server_options.workers = 1;
-  admin_server_options.limits = server_options.limits;
+  admin_server_options.limits = AdminLimits(config);
   http::Server admin_server(admin_server_options);
   auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true,
                              config.tls.configured ? &listener_tls : nullptr);
@@ -437,7 +466,8 @@ int Run(const Args& args) {
       if (new_tls) listener_tls.Set(std::move(new_tls));
       if (new_admin_tls) admin_tls.Set(std::move(new_admin_tls));
       server.SetLimits(gateway::LimitsFromConfig(*reloaded));
-      admin_server.SetLimits(gateway::LimitsFromConfig(*reloaded));
+      admin_server.SetLimits(AdminLimits(*reloaded));
+      WarnIfFewFileDescriptors(*reloaded);
       ApplyLogSettings(*reloaded);
       grace = reloaded->shutdown_grace;
       if (reloaded->listen != config.listen || reloaded->workers != config.workers ||

@@ -34,6 +34,9 @@ struct Limits {
   std::uint64_t max_request_bytes = 10 * kMiB;
   Duration header_timeout = 10s;
   Duration idle_timeout = 60s;
+  // Client connections open at once on the `listen` address, all workers
+  // together; one beyond is closed as soon as it is accepted.
+  std::uint64_t max_connections = 10000;
 };
 
 // TLS on a listener: the `listen` address (a top-level `tls` block) or the

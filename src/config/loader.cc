@@ -342,11 +342,12 @@ class Loader {
   }
 
   void LoadLimits(const Field& f, Limits* l) {
-    Map m(*this, f, {"max_header_bytes", "max_request_bytes", "header_timeout", "idle_timeout"});
+    Map m(*this, f, {"max_header_bytes", "max_request_bytes", "header_timeout", "idle_timeout", "max_connections"});
     if (auto g = m.Get("max_header_bytes")) l->max_header_bytes = Size(*g);
     if (auto g = m.Get("max_request_bytes")) l->max_request_bytes = Size(*g);
     if (auto g = m.Get("header_timeout")) l->header_timeout = Dur(*g);
     if (auto g = m.Get("idle_timeout")) l->idle_timeout = Dur(*g);
+    if (auto g = m.Get("max_connections")) l->max_connections = Uint(*g, std::numeric_limits<std::uint32_t>::max());
   }
 
   void LoadAdmin(const Field& f, Admin* a) {

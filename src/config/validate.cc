@@ -283,6 +283,7 @@ class Validator {
     Check(l.max_request_bytes > 0, "limits.max_request_bytes", "must be greater than 0");
     CheckPositive(l.header_timeout, "limits.header_timeout");
     CheckPositive(l.idle_timeout, "limits.idle_timeout");
+    Check(l.max_connections > 0, "limits.max_connections", "must be greater than 0");
     if (!config_.admin.listen.empty()) {
       CheckAddress(config_.admin.listen, "admin.listen", /*port_zero_ok=*/true);
     }

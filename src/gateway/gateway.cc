@@ -66,6 +66,7 @@ http::Limits LimitsFromConfig(const config::Config& config) {
   limits.header_timeout = config.limits.header_timeout;
   limits.idle_timeout = config.limits.idle_timeout;
   limits.merge_slashes = config.merge_slashes;
+  limits.max_connections = static_cast<std::size_t>(config.limits.max_connections);
   return limits;
 }
 
@@ -438,6 +439,10 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
 }
 
 }  // namespace
+
+void Gateway::ConnectionRefused() {
+  if (options_.metrics != nullptr) options_.metrics->ConnectionRefused();
+}
 
 void Gateway::Refused(const http::RefusedRequest& refused) {
   if (options_.metrics != nullptr) options_.metrics->RequestRefused(refused.reason);

@@ -85,6 +85,8 @@ class Gateway final : public http::Handler {
   // logged at debug only (it sent no answer, and a slow-loris flood must
   // not flood the log).
   void Refused(const http::RefusedRequest& refused) override;
+  // Counted in idemgate_connections_refused_total.
+  void ConnectionRefused() override;
 
   std::shared_ptr<const Snapshot> snapshot() const;
 

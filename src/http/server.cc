@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "common/ascii.h"
 #include "common/log.h"
@@ -238,7 +239,23 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   return true;
 }
 
-Task<void> Session(Worker& worker, tcp::socket socket, Handler& handler, std::shared_ptr<const TlsContext> tls) {
+// One of Server::admitted_, held by a session from its accept to its end
+// (also when its coroutine is destroyed without having run).
+class AdmittedSlot {
+ public:
+  explicit AdmittedSlot(std::atomic<std::size_t>* count) : count_(count) {}
+  AdmittedSlot(AdmittedSlot&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+  AdmittedSlot& operator=(AdmittedSlot&&) = delete;
+  ~AdmittedSlot() {
+    if (count_ != nullptr) count_->fetch_sub(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::size_t>* count_;
+};
+
+Task<void> Session(Worker& worker, tcp::socket socket, Handler& handler, std::shared_ptr<const TlsContext> tls,
+                   AdmittedSlot /*slot*/) {
   internal::ClientConnection connection(worker, std::move(socket), handler, std::move(tls));
   co_await connection.Run();
 }
@@ -260,8 +277,24 @@ Task<void> AcceptLoop(Worker& worker, internal::Listener& listener) {
       socket.close(ec);
       continue;
     }
+    // Over limits.max_connections: closed at once, so that the client
+    // learns it now and the accept queue keeps moving (a connection left in
+    // it would wait for nothing, and one that is not taken from it would be
+    // offered again at once).
+    const std::size_t max_connections = w.limits.max_connections;
+    if (w.admitted->fetch_add(1, std::memory_order_relaxed) >= max_connections && max_connections != 0) {
+      w.admitted->fetch_sub(1, std::memory_order_relaxed);
+      socket.close(ec);
+      listener.handler->ConnectionRefused();
+      static LogLimiter limiter;
+      LogWarn(limiter, "connection refused: limits.max_connections reached",
+              {{"max_connections", static_cast<std::uint64_t>(max_connections)}});
+      continue;
+    }
+    AdmittedSlot slot(w.admitted);
     std::shared_ptr<const TlsContext> tls = listener.tls != nullptr ? listener.tls->Get() : nullptr;
-    asio::co_spawn(w.io, Session(worker, std::move(socket), *listener.handler, std::move(tls)), asio::detached);
+    asio::co_spawn(w.io, Session(worker, std::move(socket), *listener.handler, std::move(tls), std::move(slot)),
+                   asio::detached);
   }
 }
 
@@ -739,6 +772,7 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   workers_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<Worker>(i, std::make_unique<Worker::Impl>(options_)));
+    workers_.back()->impl().admitted = &admitted_;
   }
 }
 

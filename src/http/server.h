@@ -37,6 +37,10 @@ struct Limits {
   // Runs of '/' in a request path become one before routing and forwarding
   // (config `merge_slashes`); see http::NormalizePath.
   bool merge_slashes = true;
+  // Client connections open at once over all workers (config
+  // `limits.max_connections`); one beyond is closed as soon as it is
+  // accepted, and Handler::ConnectionRefused is called. 0: no limit.
+  std::size_t max_connections = 0;
 };
 
 // A request the server refused before it reached the handler (its head was
@@ -70,6 +74,10 @@ class Handler {
   // written, so that such requests are logged and counted too. Must not
   // throw. Default: nothing.
   virtual void Refused(const RefusedRequest& /*refused*/) {}
+  // A connection closed as soon as it was accepted because
+  // Limits::max_connections were open; called on the worker thread. Must
+  // not throw. Default: nothing.
+  virtual void ConnectionRefused() {}
 };
 
 // One I/O thread: its io_context, watchdog and connections. Opaque outside
@@ -155,6 +163,9 @@ class Server {
 
  private:
   ServerOptions options_;
+  // Connections accepted and not yet closed, over all workers: what
+  // Limits::max_connections bounds. Outlives the workers.
+  std::atomic<std::size_t> admitted_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   bool started_ = false;

@@ -38,6 +38,15 @@ TEST(GatewayMetrics, DeclaresEverySpecFamilyBeforeAnyEvent) {
   EXPECT_FALSE(BuildVersion().empty());
 }
 
+TEST(GatewayMetrics, RefusedConnectionsAreCountedFromZero) {
+  GatewayMetrics metrics;
+  EXPECT_TRUE(Contains(metrics.RenderPrometheus(),
+                       "# TYPE idemgate_connections_refused_total counter\nidemgate_connections_refused_total 0\n"));
+  metrics.ConnectionRefused();
+  metrics.ConnectionRefused();
+  EXPECT_TRUE(Contains(metrics.RenderPrometheus(), "\nidemgate_connections_refused_total 2\n"));
+}
+
 TEST(GatewayMetrics, TenantLabelsOnGiveTenantProjectRoute) {
   GatewayMetrics metrics(GatewayMetricsOptions{.tenant_labels = true, .version = "9.9.9"});
   metrics.CacheHit(kPay, 201);

@@ -52,6 +52,7 @@ TEST(ExamplesTest, ReferenceConfigKeepsDocumentedDefaults) {
   EXPECT_EQ(c->shutdown_grace, defaults.shutdown_grace);
   EXPECT_EQ(c->limits.max_header_bytes, defaults.limits.max_header_bytes);
   EXPECT_EQ(c->limits.max_request_bytes, defaults.limits.max_request_bytes);
+  EXPECT_EQ(c->limits.max_connections, defaults.limits.max_connections);
   EXPECT_EQ(c->store.path, defaults.store.path);
   EXPECT_EQ(c->store.max_bytes, defaults.store.max_bytes);
   EXPECT_EQ(c->store.redis.timeout, defaults.store.redis.timeout);

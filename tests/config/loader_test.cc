@@ -118,6 +118,7 @@ TEST(LoaderTest, OmittedKeysKeepTheirDocumentedDefaults) {
   EXPECT_EQ(c.limits.max_request_bytes, 10u * kMiB);
   EXPECT_EQ(c.limits.header_timeout, 10s);
   EXPECT_EQ(c.limits.idle_timeout, 60s);
+  EXPECT_EQ(c.limits.max_connections, 10000u);
   EXPECT_TRUE(c.merge_slashes);
   EXPECT_EQ(c.admin.listen, "");
   EXPECT_EQ(c.store.kind, StoreKind::kEmbedded);
@@ -356,7 +357,7 @@ TEST(LoaderTest, EverySectionIsRead) {
   Config c = MustLoad(R"(listen: 0.0.0.0:0
 workers: 4
 shutdown_grace: 0
-limits: { max_header_bytes: 8KiB, max_request_bytes: 2MB, header_timeout: 5s, idle_timeout: 2m }
+limits: { max_header_bytes: 8KiB, max_request_bytes: 2MB, header_timeout: 5s, idle_timeout: 2m, max_connections: 500 }
 merge_slashes: false
 admin: { listen: "[::1]:9090", token_env: ADMIN_TOKEN }
 store:
@@ -434,6 +435,7 @@ log: { level: debug, format: text }
   EXPECT_EQ(c.limits.max_request_bytes, 2'000'000u);
   EXPECT_EQ(c.limits.header_timeout, 5s);
   EXPECT_EQ(c.limits.idle_timeout, 2min);
+  EXPECT_EQ(c.limits.max_connections, 500u);
   EXPECT_FALSE(c.merge_slashes);
   EXPECT_EQ(c.admin.listen, "[::1]:9090");
   EXPECT_EQ(c.admin.token_env, "ADMIN_TOKEN");

@@ -110,6 +110,60 @@ TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_EQ(client.connections_opened(), 1);
 }
 
+// limits.max_connections: the connection past the limit (over all workers)
+// is closed at once without an answer, while those admitted keep working;
+// once one of them closes, a new connection is served again.
+TEST(ServerConnectionLimitTest, ConnectionPastTheLimitIsClosedAndTheOthersKeepWorking) {
+  class CountingHandler final : public http::Handler {
+   public:
+    http::Task<void> Handle(http::Exchange& ex) override {
+      http::Response r;
+      r.body = std::string(ex.head().path);
+      co_await ex.Respond(std::move(r));
+    }
+    void ConnectionRefused() override { refused.fetch_add(1); }
+    std::atomic<int> refused{0};
+  } handler;
+  http::ServerOptions options;
+  options.workers = 2;
+  options.tick = 20ms;
+  options.limits.max_connections = 3;
+  http::Server server(options);
+  auto bound = server.Listen("127.0.0.1", 0, handler, true);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  const HostPort endpoint{"127.0.0.1", bound->port};
+  server.Start();
+  const std::string request = "GET /x HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto answered = [&](RawConnection& conn) {
+    if (!conn.Write(request).ok()) return false;
+    auto got = conn.ReadSome(5s);
+    return got.ok() && got->find("HTTP/1.1 200") == 0;
+  };
+  std::vector<RawConnection> admitted;
+  for (int i = 0; i < 3; ++i) {
+    auto conn = RawConnection::Connect(endpoint);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(answered(*conn)) << i;  // accepted and served: counted
+    admitted.push_back(std::move(*conn));
+  }
+  auto extra = RawConnection::Connect(endpoint);
+  ASSERT_TRUE(extra.ok());
+  (void)extra->Write(request);  // may fail: the server may have closed already
+  EXPECT_EQ(extra->ReadUntilClosed(5s), "");
+  EXPECT_TRUE(extra->closed());
+  EXPECT_TRUE(PollUntil([&] { return handler.refused.load() == 1; }, 5s));
+  for (RawConnection& conn : admitted) EXPECT_TRUE(answered(conn));
+
+  admitted.front().Close();
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto conn = RawConnection::Connect(endpoint);
+        return conn.ok() && answered(*conn);
+      },
+      10s, 50ms));
+  server.Stop(2s);
+}
+
 TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
   Start();
   auto conn = RawConnection::Connect(endpoint_);

@@ -136,6 +136,9 @@ struct Worker::Impl {
   internal::BlockPool blocks;
   // Open client connections, readable from any thread.
   std::atomic<std::size_t> connections{0};
+  // The server's count of accepted connections not yet closed (all
+  // workers), for Limits::max_connections.
+  std::atomic<std::size_t>* admitted = nullptr;
   Worker* self = nullptr;
 };
 
