@@ -289,7 +289,8 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           auto in_flight = [&] {
             BeginResult r;
             if (!wait_error.ok()) {
-              LogWarn("store still failing when the wait for the request in flight ended; answering 409",
+              static LogLimiter limiter;
+              LogWarn(limiter, "store still failing when the wait for the request in flight ended; answering 409",
                       {{"key", request.key}, {"error", wait_error.message()}});
             }
             r.outcome = BeginOutcome::kInFlight;
@@ -314,7 +315,8 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           // request beside the one running). Look again after a pause until
           // the wait ends; if the store still fails then, answer 409.
           if (wait_error.ok()) {
-            LogWarn("store failed while waiting for the request in flight; looking again",
+            static LogLimiter limiter;
+            LogWarn(limiter, "store failed while waiting for the request in flight; looking again",
                     {{"key", request.key}, {"error", s.message()}});
           }
           wait_error = std::move(s);
