@@ -9,9 +9,11 @@
 #include <fstream>
 #include <pwd.h>
 #include <rocksdb/db.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -670,6 +672,55 @@ TEST_F(EmbeddedStoreTest, RecordsInTheWrongStateAreRejected) {
   ASSERT_TRUE(Run(store->Reserve("k", r, Now())).ok());
   EXPECT_EQ(Run(store->Complete("k", "o", r)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MustGet(*store, "k"), r);
+}
+
+// Every free file descriptor taken (a flood of idle connections under a low
+// `ulimit -n`): RocksDB cannot open its next write-ahead log file, sets a
+// background error that it rates fatal and never calls OnErrorRecoveryBegin
+// for, and writes stop. Once descriptors are back the store resumes by itself.
+TEST_F(EmbeddedStoreTest, WritesResumeByThemselvesAfterFileDescriptorsRanOut) {
+  auto o = Opts();
+  o.write_buffer_bytes = 256 << 10;  // a memtable switch (a new log file) every few dozen records
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  Put(*store, "before", 1h);
+
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 4096);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> taken;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken.push_back(fd);
+  Status failed;
+  const std::string body(4096, 'x');
+  for (int i = 0; i < 10'000 && failed.ok(); ++i) {
+    const std::string key = "k" + std::to_string(i);
+    Record r = Reservation("o", Fingerprint(1), Now());
+    auto res = Run(store->Reserve(key, r, Now()));
+    failed = res.ok() ? Run(store->Complete(key, "o", Completion(r, Now(), 1h, 200, body))) : res.status();
+  }
+  // Attempts to resume while descriptors are still short fail, and writes stay stopped.
+  int pings_ok = 0;
+  for (int i = 0; i < 4 && !failed.ok(); ++i) {
+    std::this_thread::sleep_for(150ms);
+    pings_ok += Run(store->Ping()).ok() ? 1 : 0;
+  }
+  for (int fd : taken) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(failed.ok()) << "writes never failed while no file descriptor was free";
+  EXPECT_EQ(failed.code(), StatusCode::kUnavailable) << failed.ToString();
+  EXPECT_EQ(pings_ok, 0);
+
+  // No restart: a ping (what /readyz does) succeeds again once the store resumed.
+  EXPECT_TRUE(testing::PollUntil([&] { return Run(store->Ping()).ok(); }, 30s, 50ms));
+  Record after = Put(*store, "after", 1h);
+  EXPECT_TRUE(Get(*store, "before").has_value());
+  store.reset();
+  store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(Get(*store, "before").has_value());
+  EXPECT_EQ(MustGet(*store, "after"), after);
 }
 
 TEST_F(EmbeddedStoreTest, SweepDeletesOnlyCompletedRecordsPastRetention) {

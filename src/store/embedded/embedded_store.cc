@@ -57,6 +57,11 @@ constexpr std::size_t kSweepSlice = 512;
 constexpr std::size_t kReaderThreads = 2;
 // Batches whose written keys the committer remembers (see StillAbsent).
 constexpr std::size_t kRecentBatches = 64;
+// DB::Resume after a background error: the first attempt at once, then after
+// a wait that starts at the first and doubles after each failed attempt, up to
+// the longest.
+constexpr std::chrono::milliseconds kFirstResumeWait{100};
+constexpr std::chrono::seconds kLongestResumeWait{5};
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
@@ -152,24 +157,93 @@ class OpenWatchLogger : public rocksdb::LoggerWrapper {
   std::vector<std::string> dropped_;
 };
 
-// Turns off RocksDB's own recovery from background errors (a full disk):
-// with Debian's RocksDB 7.8, built with its assertions on, that recovery
-// aborted the process after a while on a disk that stayed full (an
-// assertion on a log writer that had already failed). The committer resumes
-// the database itself once the volume has headroom (EmbeddedStore::
-// MaybeResume); until then writes fail, and reads go on.
+}  // namespace
+
+// Background errors, as RocksDB's listener reports them to the committer.
+struct EmbeddedStore::WriteStop {
+  // Set with every background error, cleared once DB::Resume succeeded after
+  // the last one: the committer's fast check.
+  std::atomic<bool> pending{false};
+  std::mutex mu;
+  std::uint64_t errors = 0;  // guarded by mu: background errors so far
+  bool no_space = false;     // guarded by mu: one of them was a full disk
+  bool logged = false;       // guarded by mu: "stopped" logged, "resumed" not yet
+
+  void Note(std::string_view source, const rocksdb::Status& error) {
+    std::lock_guard lock(mu);
+    ++errors;
+    if (error.IsNoSpace() || error.subcode() == rocksdb::Status::SubCode::kSpaceLimit) no_space = true;
+    pending.store(true, std::memory_order_release);
+    if (logged) return;
+    logged = true;
+    LogWarn(error.severity() >= rocksdb::Status::Severity::kHardError || error.severity() == rocksdb::Status::kNoError
+                ? "embedded store: writes stopped after a background error; the store resumes them by itself once "
+                  "the cause is gone"
+                : "embedded store: compactions stopped after a background error; the store resumes them by itself "
+                  "once the cause is gone",
+            {{"during", source}, {"error", error.ToString()}, {"waits_for_free_space", no_space ? "true" : "false"}});
+  }
+};
+
+namespace {
+
+std::string_view ReasonName(rocksdb::BackgroundErrorReason reason) {
+  switch (reason) {
+    case rocksdb::BackgroundErrorReason::kFlush: return "flush";
+    case rocksdb::BackgroundErrorReason::kCompaction: return "compaction";
+    case rocksdb::BackgroundErrorReason::kWriteCallback: return "write";
+    case rocksdb::BackgroundErrorReason::kMemTable: return "memtable switch";
+    case rocksdb::BackgroundErrorReason::kManifestWrite: return "manifest write";
+    case rocksdb::BackgroundErrorReason::kFlushNoWAL: return "flush";
+    case rocksdb::BackgroundErrorReason::kManifestWriteNoWAL: return "manifest write";
+  }
+  return "background work";
+}
+
+// Hands RocksDB's background errors to the committer, which resumes the
+// database itself (EmbeddedStore::MaybeResume); until then writes fail, and
+// reads go on.
+//
+// RocksDB's own recovery is turned off: with Debian's RocksDB 7.8, built with
+// its assertions on, that recovery aborted the process after a while on a
+// disk that stayed full (an assertion on a log writer that had already
+// failed). RocksDB only offers that recovery (OnErrorRecoveryBegin) for a
+// full disk; every background error is reported by OnBackgroundError.
+//
+// An I/O error that is no full disk (EMFILE while opening the next
+// write-ahead log or a table file: a burst of connections under a low
+// `ulimit -n`) is rated fatal during a flush, a compaction or a memtable
+// switch, and DB::Resume refuses fatal errors: writes would fail until a
+// restart. Such an error loses nothing (the memtable switch failed before
+// the old log was touched; a failed flush or compaction leaves its inputs),
+// so it is rated a hard error, which Resume clears by flushing the memtables
+// to new files. Write-ahead log writes, MANIFEST writes, corruption and data
+// loss keep RocksDB's rating.
 class ResumeListener : public rocksdb::EventListener {
  public:
-  explicit ResumeListener(std::shared_ptr<std::atomic<bool>> needed) : needed_(std::move(needed)) {}
+  explicit ResumeListener(std::shared_ptr<EmbeddedStore::WriteStop> stop) : stop_(std::move(stop)) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* bg_error) override {
+    if (bg_error->ok()) return;
+    const bool recoverable_reason = reason == rocksdb::BackgroundErrorReason::kFlush ||
+                                    reason == rocksdb::BackgroundErrorReason::kFlushNoWAL ||
+                                    reason == rocksdb::BackgroundErrorReason::kCompaction ||
+                                    reason == rocksdb::BackgroundErrorReason::kMemTable;
+    if (recoverable_reason && bg_error->IsIOError() &&
+        bg_error->severity() == rocksdb::Status::Severity::kFatalError) {
+      *bg_error = rocksdb::Status(*bg_error, rocksdb::Status::Severity::kHardError);
+    }
+    stop_->Note(ReasonName(reason), *bg_error);
+  }
+
   void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status bg_error,
                             bool* auto_recovery) override {
     bg_error.PermitUncheckedError();
     *auto_recovery = false;
-    needed_->store(true, std::memory_order_release);
   }
 
  private:
-  std::shared_ptr<std::atomic<bool>> needed_;
+  std::shared_ptr<EmbeddedStore::WriteStop> stop_;
 };
 
 // Free space the volume must have before the committer resumes writes: room
@@ -327,7 +401,8 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
 EmbeddedStore::EmbeddedStore(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? *options_.clock : SystemClock::Instance()),
-      filter_(std::make_unique<ExpiredRecordFilter>(clock_)) {
+      filter_(std::make_unique<ExpiredRecordFilter>(clock_)),
+      write_stop_(std::make_shared<WriteStop>()) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
   readers_ = std::make_unique<boost::asio::thread_pool>(kReaderThreads);
 }
@@ -401,7 +476,7 @@ Status EmbeddedStore::OpenDb() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::DBOptions db_options = MakeDbOptions(options_);
-  db_options.listeners.push_back(std::make_shared<ResumeListener>(resume_needed_));
+  db_options.listeners.push_back(std::make_shared<ResumeListener>(write_stop_));
   db_options.max_bgerror_resume_count = 0;
   std::shared_ptr<OpenWatchLogger> watch;
   if (std::shared_ptr<rocksdb::Logger> log; rocksdb::CreateLoggerFromOptions(path, db_options, &log).ok() && log) {
@@ -593,8 +668,13 @@ void EmbeddedStore::CommitterLoop() {
       if (stopping_ && queue_.empty()) break;
       committer_waiting_ = true;
       auto ready = [this] { return (!queue_.empty() && !held_) || stopping_; };
-      if (sweeping && !held_) {
-        cv_.wait_until(lock, next_sweep, ready);
+      // Woken for the next sweep, and for the next DB::Resume attempt while
+      // writes are stopped.
+      const bool resuming = write_stop_->pending.load(std::memory_order_acquire);
+      if (!held_ && (sweeping || resuming)) {
+        auto until = sweeping ? next_sweep : next_resume_try_;
+        if (resuming) until = std::min(until, next_resume_try_);
+        cv_.wait_until(lock, until, ready);
       } else {
         cv_.wait(lock, ready);
       }
@@ -611,6 +691,7 @@ void EmbeddedStore::CommitterLoop() {
     }
     lock.unlock();
 
+    MaybeResume();
     if (!ops.empty()) CommitBatch(ops);
     if (sweeping && sweep_left == 0 && SteadyClock::now() >= next_sweep) {
       sweep_left = options_.sweep_batch;
@@ -629,26 +710,49 @@ void EmbeddedStore::CommitterLoop() {
 }
 
 void EmbeddedStore::MaybeResume() {
-  if (!resume_needed_->load(std::memory_order_acquire)) return;
+  if (!write_stop_->pending.load(std::memory_order_acquire)) return;
   const auto now = std::chrono::steady_clock::now();
   if (now < next_resume_try_) return;
-  next_resume_try_ = now + std::chrono::seconds(1);
-  struct statvfs st {};
-  if (::statvfs(options_.path.c_str(), &st) != 0) return;
-  const std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
-  if (free_bytes < ResumeHeadroomBytes(options_)) return;
+  resume_backoff_ = resume_backoff_ == resume_backoff_.zero()
+                        ? kFirstResumeWait
+                        : std::min<std::chrono::steady_clock::duration>(2 * resume_backoff_, kLongestResumeWait);
+  next_resume_try_ = now + resume_backoff_;
+  std::uint64_t errors = 0;
+  bool no_space = false;
+  {
+    std::lock_guard lock(write_stop_->mu);
+    errors = write_stop_->errors;
+    no_space = write_stop_->no_space;
+  }
+  if (no_space) {
+    // Resuming on a disk that is still full would fail at once (and RocksDB's
+    // own retries on a full disk hit an assertion in Debian's build).
+    struct statvfs st {};
+    if (::statvfs(options_.path.c_str(), &st) != 0) return;
+    const std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+    if (free_bytes < ResumeHeadroomBytes(options_)) return;
+  }
   const rocksdb::Status s = db_->Resume();
-  if (s.ok()) {
-    resume_needed_->store(false, std::memory_order_release);
-    LogInfo("embedded store: writes resumed after a background error (the disk has room again)",
-            {{"free_bytes", std::to_string(free_bytes)}});
-  } else {
-    LogWarn("embedded store: resuming writes failed; trying again", {{"error", s.ToString()}});
+  if (!s.ok()) {
+    LogDebug("embedded store: resuming writes failed; trying again",
+             {{"error", s.ToString()}, {"next_try_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                        resume_backoff_).count())}});
+    return;
+  }
+  std::lock_guard lock(write_stop_->mu);
+  if (write_stop_->errors != errors) return;  // a new error came meanwhile: resume again after the wait
+  write_stop_->pending.store(false, std::memory_order_release);
+  write_stop_->no_space = false;
+  resume_backoff_ = resume_backoff_.zero();
+  next_resume_try_ = {};
+  if (write_stop_->logged) {
+    write_stop_->logged = false;
+    LogInfo("embedded store: writes resumed after a background error",
+            {{"waited_for_free_space", no_space ? "true" : "false"}});
   }
 }
 
 void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
-  MaybeResume();
   Batch batch;
   for (Mutation* m : ops) {
     if (m->kind != Mutation::Kind::kSweep) Apply(*m, batch);
@@ -675,6 +779,10 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
       // Operations after a failed change may have decided on it: none of the
       // batch took effect, so each of them fails.
       const Status error = FromRocks(s, "commit");
+      // RocksDB reports its background errors to ResumeListener; a failed
+      // write it did not report is noted as well, so that the committer tries
+      // DB::Resume (which does nothing when writes did not stop).
+      if (!write_stop_->pending.load(std::memory_order_acquire)) write_stop_->Note("write", s);
       for (Mutation* m : ops) {
         if (m->kind == Mutation::Kind::kSweep) continue;
         m->status = error;

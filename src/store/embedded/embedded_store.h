@@ -88,6 +88,9 @@ class EmbeddedStore final : public core::Store {
     std::size_t remembered_reservations = 65'536;
   };
 
+  // Background errors reported by RocksDB, for the committer (defined in the .cc).
+  struct WriteStop;
+
   // What one SweepExpired call did.
   struct SweepResult {
     std::size_t index_entries = 0;  // expiry entries consumed (== max: call again)
@@ -169,8 +172,9 @@ class EmbeddedStore final : public core::Store {
   void Enqueue(Mutation* m);
   void CommitterLoop();
   void CommitBatch(const std::vector<Mutation*>& ops);
-  // Committer only: after a background error (a full disk), DB::Resume once
-  // the volume has headroom again (see ResumeListener in the .cc).
+  // Committer only: after a background error, DB::Resume with a backoff (and
+  // after a full disk, only once the volume has headroom again; see
+  // ResumeListener in the .cc).
   void MaybeResume();
   void Apply(Mutation& m, Batch& batch);
   SweepResult SweepChunk(UnixMillis now, std::size_t max, Status* status);
@@ -215,9 +219,12 @@ class EmbeddedStore final : public core::Store {
   bool stopping_ = false;           // guarded by mu_
   bool held_ = false;               // guarded by mu_
   std::thread committer_;
-  // Set by RocksDB's error listener when a background error stopped writes.
-  std::shared_ptr<std::atomic<bool>> resume_needed_ = std::make_shared<std::atomic<bool>>(false);
-  std::chrono::steady_clock::time_point next_resume_try_{};  // committer only
+  // Filled by RocksDB's error listener when a background error stopped writes.
+  std::shared_ptr<WriteStop> write_stop_;
+  // Committer only: the next DB::Resume attempt, and the wait after it
+  // (100 ms doubling to 5 s while attempts fail).
+  std::chrono::steady_clock::time_point next_resume_try_{};
+  std::chrono::steady_clock::duration resume_backoff_{};
   std::atomic<std::uint64_t> commits_{0};
   std::atomic<std::uint64_t> committed_ops_{0};
   std::atomic<std::uint64_t> rereads_skipped_{0};
