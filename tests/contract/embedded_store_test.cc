@@ -804,6 +804,22 @@ TEST_F(EmbeddedStoreTest, BackgroundSweeperDeletesExpiredRecords) {
   EXPECT_EQ(*store->CountRecords(), 5u);
 }
 
+// A backlog larger than one sweep_batch (expiring writes faster than a batch
+// per interval) is worked through in batches that follow each other soon,
+// not one batch per sweep_interval: 2 000 entries in batches of 10 would take
+// 200 intervals.
+TEST_F(EmbeddedStoreTest, BackgroundSweeperWorksThroughABacklogWithoutWaitingAnIntervalPerBatch) {
+  auto o = Opts();
+  o.sweep_interval = 1s;
+  o.sweep_batch = 10;
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 2000; ++i) Put(*store, "k" + std::to_string(i), 1s);
+  clock_.Advance(1s);
+  EXPECT_TRUE(testing::PollUntil([&] { return *store->CountRecords() == 0; }, 30s, 50ms));
+  EXPECT_EQ(*store->CountRecords(), 0u);
+}
+
 TEST_F(EmbeddedStoreTest, StatsReportKeysAndBytes) {
   auto store = OpenOrDie(Opts());
   ASSERT_NE(store, nullptr);

@@ -660,6 +660,7 @@ void EmbeddedStore::CommitterLoop() {
   const bool sweeping = options_.sweep_interval.count() > 0;
   auto next_sweep = SteadyClock::now() + options_.sweep_interval;
   std::size_t sweep_left = 0;  // entries the current background sweep may still consume
+  SteadyClock::duration sweep_spent{};  // time the current background sweep has taken so far
   std::vector<Mutation*> ops;
   std::vector<Mutation*> taken;
   std::unique_lock lock(mu_);
@@ -699,10 +700,23 @@ void EmbeddedStore::CommitterLoop() {
     if (sweep_left > 0) {
       Status status;
       const std::size_t slice = std::min(sweep_left, kSweepSlice);
+      const auto started = SteadyClock::now();
       const SweepResult r = SweepChunk(clock_.NowMillis(), slice, &status);
-      // Keep going while index entries remain, else wait for the next period.
-      sweep_left = (status.ok() && r.index_entries == slice) ? sweep_left - slice : 0;
-      if (sweep_left == 0) next_sweep = SteadyClock::now() + options_.sweep_interval;
+      const auto ended = SteadyClock::now();
+      sweep_spent += ended - started;
+      // Keep going while index entries remain, up to sweep_batch.
+      const bool full = status.ok() && r.index_entries == slice;
+      sweep_left = full ? sweep_left - slice : 0;
+      if (sweep_left == 0) {
+        // A sweep that consumed its whole batch leaves a backlog (expiring
+        // writes outpace one batch per interval): the next one starts after a
+        // pause as long as this one's slices took, so that while a backlog
+        // lasts the sweeper takes at most half of the committer's time, and
+        // requests queued meanwhile go first. Otherwise wait for the interval.
+        next_sweep = ended + (full ? std::min<SteadyClock::duration>(sweep_spent, options_.sweep_interval)
+                                   : SteadyClock::duration(options_.sweep_interval));
+        sweep_spent = SteadyClock::duration::zero();
+      }
     }
     lock.lock();
     if (stopping_) sweep_left = 0;  // the next start sweeps what is left

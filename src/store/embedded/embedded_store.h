@@ -75,7 +75,11 @@ class EmbeddedStore final : public core::Store {
     // Period of the background expiry sweep; zero disables it (SweepExpired
     // can still be called).
     Duration sweep_interval = std::chrono::seconds(1);
-    std::size_t sweep_batch = 10'000;  // index entries per sweep call
+    // Index entries per background sweep. A sweep that consumes all of them
+    // (a backlog) is followed by the next after a pause as long as its own
+    // sweeping took, so that sweeping keeps up with the writes but takes at
+    // most half of the committer's time.
+    std::size_t sweep_batch = 10'000;
     std::uint64_t block_cache_bytes = 64ull << 20;
     // One memtable of the records family; total memtable memory is bounded
     // by 4x this.
