@@ -433,9 +433,29 @@ Task<void> ClientConnection::Run() {
   head.peer_ip = peer_ip;
   if (tls_context) {
     // The handshake must finish within header_timeout, like a request's
-    // header block; a client that fails it gets no HTTP answer.
-    std::unique_ptr<TlsStream> session = NewServerTlsStream(socket, *tls_context);
+    // header block; a client that fails it gets no HTTP answer. The TLS
+    // session (about 90 KB with its buffers) is made only once the client
+    // has sent something: a connection that stays silent costs what a plain
+    // one does.
     deadline.ExpireAfter(w.limits.header_timeout);
+    idle = true;
+    auto [waited] = co_await socket.async_wait(tcp::socket::wait_read, kTuple);
+    idle = false;
+    // A client that closed without a byte (a port scan, a flood of
+    // connections) is not worth a session either.
+    bool eof = false;
+    if (!waited) {
+      char first_byte;
+      const ssize_t peeked = ::recv(socket.native_handle(), &first_byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      eof = peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    if (waited || eof || deadline.fired() || w.draining) {
+      deadline.Disarm();
+      error_code ignored;
+      socket.close(ignored);
+      co_return;
+    }
+    std::unique_ptr<TlsStream> session = NewServerTlsStream(socket, *tls_context);
     const error_code ec = co_await TlsHandshake(*session, /*as_server=*/true);
     const bool fired = deadline.fired();
     deadline.Disarm();
