@@ -131,9 +131,10 @@ bool IsClientForwardingField(std::string_view name) {
   };
   switch (name.size()) {
     case 9: return NameEquals(name, "forwarded") || is("x-real-ip");
-    case 15: return is("x-forwarded-for");
-    case 16: return is("x-forwarded-host");
+    case 15: return is("x-forwarded-for") || is("x-forwarded-ssl");
+    case 16: return is("x-forwarded-host") || is("x-forwarded-port");
     case 17: return is("x-forwarded-proto");
+    case 18: return is("x-forwarded-prefix") || is("x-forwarded-scheme");
     default: return false;
   }
 }

@@ -25,7 +25,8 @@ bool IsHopByHop(std::string_view name);
 
 // True for the client's forwarding fields, which never reach the upstream
 // as sent: X-Forwarded-For, -Proto and -Host (the gateway writes its own),
-// Forwarded (RFC 7239) and X-Real-IP (the gateway writes neither), and
+// Forwarded (RFC 7239), X-Real-IP and X-Forwarded-Port, -Prefix, -Ssl and
+// -Scheme (the gateway writes none of them), and
 // those names spelled with '_' for '-' in any case (X_Forwarded_Host),
 // which CGI-style upstreams (WSGI, Rack, PHP) read as the real field.
 bool IsClientForwardingField(std::string_view name);

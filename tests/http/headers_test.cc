@@ -28,10 +28,12 @@ TEST(HeadersTest, HopByHopList) {
 
 TEST(HeadersTest, ClientForwardingFields) {
   for (const char* name : {"X-Forwarded-For", "x-forwarded-host", "X-FORWARDED-PROTO", "Forwarded", "X-Real-IP",
-                           "X_Forwarded_For", "x_forwarded_host", "X-Forwarded_Proto", "X_REAL_IP", "x-real_ip"}) {
+                           "X_Forwarded_For", "x_forwarded_host", "X-Forwarded_Proto", "X_REAL_IP", "x-real_ip",
+                           "X-Forwarded-Port", "X_Forwarded_Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl",
+                           "x-forwarded-scheme"}) {
     EXPECT_TRUE(IsClientForwardingField(name)) << name;
   }
-  for (const char* name : {"Forwarded_", "X-Forwarded-Port", "X_Forwarded_Port", "X-Forwarded-Hosts", "X-Real-IPs",
+  for (const char* name : {"Forwarded_", "X-Forwarded-Ports", "X-Forwarded-Prefixes", "X-Forwarded-Hosts", "X-Real-IPs",
                            "X.Real.IP", "X_Custom_Field", "Host", ""}) {
     EXPECT_FALSE(IsClientForwardingField(name)) << name;
   }
