@@ -50,16 +50,6 @@ constexpr std::uint32_t kMaxResponseHeader = 1024 * 1024;
 // Unparsed bytes allowed beyond a full header block: one read's worth.
 constexpr std::uint32_t kMaxPendingFraming = 64 * 1024;
 
-// RFC 9110 tchar.
-bool IsTchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool IsToken(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar);
-}
-
 // What a method or header name must be, for the messages refusing one.
 constexpr std::string_view kTokenRule = "a token (letters, digits and !#$%&'*+-.^_`|~; no spaces)";
 

@@ -68,4 +68,19 @@ inline bool StartsWithIgnoreCaseAscii(std::string_view s, std::string_view prefi
   return s.size() >= prefix.size() && EqualsIgnoreCaseAscii(s.substr(0, prefix.size()), prefix);
 }
 
+// RFC 9110 tchar: the characters of a method or a header field name.
+inline bool IsTchar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// RFC 9110 token: one or more tchar.
+inline bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!IsTchar(c)) return false;
+  }
+  return true;
+}
+
 }  // namespace idemgate

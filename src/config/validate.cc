@@ -28,14 +28,6 @@ constexpr std::uint32_t kMaxWorkers = 1024;
 constexpr Duration kMaxDuration = std::chrono::hours(24 * 36500);
 constexpr std::size_t kMaxKeyLength = 4096;
 
-// RFC 9110 tchar: the characters of a method or a header field name.
-bool IsTchar(char c) {
-  if (std::isalnum(static_cast<unsigned char>(c))) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar); }
-
 // Characters allowed in ids that end up in stored keys and paths.
 bool IsIdChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '~' ||

@@ -76,11 +76,8 @@ bool IsMethodOverrideName(std::string_view name) {
 // without lower-case letters, as for the request line's, and not CONNECT.
 // A list ("POST, PUT") is not one.
 bool IsValidOverrideMethod(std::string_view method) {
-  if (method.empty() || method == "CONNECT") return false;
-  return std::all_of(method.begin(), method.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-  });
+  if (!IsToken(method) || method == "CONNECT") return false;
+  return std::none_of(method.begin(), method.end(), [](char c) { return c >= 'a' && c <= 'z'; });
 }
 
 // Fills `head` from the parsed request. Returns false when the request is
