@@ -7,6 +7,7 @@
 #include <map>
 
 #include "admin/gateway_metrics.h"
+#include "common/ascii.h"
 #include "common/log.h"
 #include "config/names.h"
 #include "http/headers.h"
@@ -193,6 +194,15 @@ void Gateway::ClosePools() {
     slot->view.reset();
     slot->pools.clear();
     slot->version = 0;
+  }
+}
+
+void DropHeaderLookalikes(RequestContext& ctx, std::string_view name) {
+  for (const http::HeaderView& h : ctx.head->headers) {
+    if (h.name.find('_') == std::string_view::npos) continue;
+    if (EqualsIgnoreCaseDashOrUnderscore(h.name, name) && !EqualsIgnoreCaseAscii(h.name, name)) {
+      ctx.remove_headers.emplace_back(h.name);
+    }
   }
 }
 

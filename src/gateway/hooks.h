@@ -77,6 +77,13 @@ struct RequestContext {
   LogFields log;
 };
 
+// Removes from the upstream request every header line whose name differs
+// from `name` only by '_' for '-' (X_API_Key beside X-API-Key,
+// Idempotency_Key beside Idempotency-Key), keeping `name` itself: CGI-style
+// upstreams (WSGI, Rack, PHP) read such a line as `name`. Looks only at
+// names holding a '_'.
+void DropHeaderLookalikes(RequestContext& ctx, std::string_view name);
+
 // SPEC §2 step 3. nullopt: continue (identity fields set); a response: send
 // it instead (401 problem). Synchronous: every identity mode verifies
 // locally (headers, signatures, key files loaded at start), and a coroutine

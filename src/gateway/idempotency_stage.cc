@@ -294,23 +294,6 @@ bool IdempotencyStage::WantsBody(RequestContext& ctx) {
   return false;
 }
 
-namespace {
-
-// Drops the request's header lines whose names differ from the key header's
-// only by '_' for '-' (Idempotency_Key): CGI-style upstreams (WSGI, Rack,
-// PHP) read them as the key header, so such a line would reach the upstream
-// unscoped beside the gateway's own, or past a prohibited route's refusal.
-void DropKeyLookalikes(RequestContext& ctx, std::string_view header) {
-  for (const http::HeaderView& h : ctx.head->headers) {
-    if (h.name.find('_') == std::string_view::npos) continue;
-    if (EqualsIgnoreCaseDashOrUnderscore(h.name, header) && !core::HeaderNameEquals(h.name, header)) {
-      ctx.remove_headers.emplace_back(h.name);
-    }
-  }
-}
-
-}  // namespace
-
 Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const RouteIdempotency& rules = ctx.route->idempotency;
   admin::GatewayMetrics* metrics = options_.metrics;
@@ -324,7 +307,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   if (rules.policy == config::Policy::kPassthrough) co_return IdempotencyDecision::Forward();
   if (rules.policy == config::Policy::kProhibited) {
     // Every method: a key on such a route is a client mistake whatever it asks.
-    DropKeyLookalikes(ctx, rules.header);
+    DropHeaderLookalikes(ctx, rules.header);
     if (ctx.head->Count(rules.header) == 0) co_return IdempotencyDecision::Forward();
     if (metrics != nullptr) metrics->KeyInvalid(scope, "prohibited");
     co_return Refuse(ctx, http::ProblemCode::kKeyProhibited,
@@ -332,7 +315,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                      "key_prohibited");
   }
   if (!HandlesRequest(rules, *ctx.head)) co_return IdempotencyDecision::Forward();
-  DropKeyLookalikes(ctx, rules.header);
+  // An Idempotency_Key line would reach the upstream unscoped beside the
+  // gateway's own (or, above, past a prohibited route's refusal).
+  DropHeaderLookalikes(ctx, rules.header);
 
   std::string raw;
   if (rules.policy == config::Policy::kWebhook) {

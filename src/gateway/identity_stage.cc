@@ -50,18 +50,6 @@ StatusOr<std::string_view> SingleHeader(const http::RequestHead& head, std::stri
   return *found;
 }
 
-// Removes from the upstream request every header a client sent under `name`
-// spelled with '_' for '-' (or mixed), keeping `name` itself: X_API_Key
-// beside X-API-Key.
-void DropLookalikes(RequestContext& ctx, std::string_view name) {
-  for (const http::HeaderView& h : ctx.head->headers) {
-    if (h.name.find('_') == std::string_view::npos) continue;
-    if (EqualsIgnoreCaseDashOrUnderscore(h.name, name) && !core::HeaderNameEquals(h.name, name)) {
-      ctx.remove_headers.emplace_back(h.name);
-    }
-  }
-}
-
 }  // namespace
 
 const config::TrustedHeaders& UpstreamIdentityHeaders(const config::Identity& identity) {
@@ -263,7 +251,7 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
     // The key is not forwarded, in no spelling (X_API_Key: CGI-style
     // upstreams read it as X-API-Key).
     for (std::string_view name : credential_headers) ctx.remove_headers.push_back(std::string(name));
-    DropLookalikes(ctx, identity.api_key.header);
+    DropHeaderLookalikes(ctx, identity.api_key.header);
   }
   return std::nullopt;
 }
