@@ -226,6 +226,10 @@ struct WebhookEndpoint {
   // X-Forwarded-Proto / X-Forwarded-Host, else http and Host.
   std::string public_url;
   std::optional<GenericWebhook> generic;  // provider generic only
+  // Where the endpoint was written: `file` is webhooks.file as given when the
+  // endpoint came from there (empty: inline in the config), `line` its line.
+  std::string file;
+  int line = 0;
 };
 
 struct Metrics {
@@ -252,7 +256,8 @@ struct Config {
   std::map<std::string, Upstream> upstreams;
   Idempotency defaults;
   std::vector<Route> routes;
-  std::vector<WebhookEndpoint> webhooks;
+  std::vector<WebhookEndpoint> webhooks;  // webhooks.endpoints, then those of webhooks.file
+  std::string webhooks_file;              // webhooks.file as given; empty: none
   Metrics metrics;
   Log log;
 };

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -119,6 +120,95 @@ class DocumentMarks final : public YAML::EventHandler {
   }
 };
 
+// Reads a config file (the main one or webhooks.file) whole: a regular file
+// of at most kMaxFileBytes. Errors read "<path>: <what>" (NotFound when the
+// file does not exist).
+StatusOr<std::string> ReadConfigText(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    std::string message = path + ": cannot open: " + std::strerror(err);
+    if (err == ENOENT) return NotFoundError(std::move(message));
+    return InvalidArgumentError(std::move(message));
+  }
+  std::string text;
+  struct stat st {};
+  std::string error;
+  if (::fstat(fd, &st) != 0) {
+    error = std::string("cannot stat: ") + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    error = "not a regular file";
+  } else if (static_cast<std::uint64_t>(st.st_size) > kMaxFileBytes) {
+    error = "larger than " + FormatSize(kMaxFileBytes);
+  } else {
+    char buffer[64 * 1024];
+    while (true) {
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error = std::string("cannot read: ") + std::strerror(errno);
+        break;
+      }
+      if (n == 0) break;
+      text.append(buffer, static_cast<std::size_t>(n));
+      if (text.size() > kMaxFileBytes) {
+        error = "larger than " + FormatSize(kMaxFileBytes);
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (!error.empty()) return InvalidArgumentError(path + ": " + error);
+  return text;
+}
+
+// Parses YAML text holding at most one document into its root node (null for
+// an empty text). Errors are InvalidArgument, "<source>:<line>: YAML syntax
+// error: ...".
+StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& source_name) {
+  try {
+    // Not YAML::LoadAll: yaml-cpp 0.7 loops there for ever, allocating, when
+    // a document starts with a token no node can start with (a lone ",":
+    // jbeder/yaml-cpp#1040, fixed in 0.8). Each call then makes an empty
+    // document without consuming the token, so a document that starts where
+    // the one before it did means the parser is stuck: a syntax error. Three
+    // documents are enough to tell ("--- ," is an empty one, then the stuck
+    // ones).
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentMarks marks;
+    while (marks.starts.size() < 3 && parser.HandleNextDocument(marks)) {
+      const std::size_t n = marks.starts.size();
+      if (n < 2 || marks.starts[n - 1].pos != marks.starts[n - 2].pos) continue;
+      const YAML::Mark& stuck = marks.starts[n - 1];
+      const char unexpected = static_cast<std::size_t>(stuck.pos) < text.size() ? text[stuck.pos] : '?';
+      return InvalidArgumentError(Located(source_name, stuck.line + 1, "",
+                                          std::string("YAML syntax error: unexpected \"") + unexpected +
+                                              "\" (column " + std::to_string(stuck.column + 1) + ")"));
+    }
+    if (marks.starts.size() > 1) {
+      const YAML::Mark& second = marks.starts[1];
+      const YAML::Mark& root = marks.roots[1];
+      return InvalidArgumentError(Located(source_name, root.is_null() ? std::max(second.line + 1, 1) : root.line + 1,
+                                          "", "only one YAML document is allowed"));
+    }
+    // The first (only) document, parsed again into nodes.
+    return marks.starts.empty() ? YAML::Node() : YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    std::string message = "YAML syntax error: " + e.msg;
+    if (!e.mark.is_null()) message += " (column " + std::to_string(e.mark.column + 1) + ")";
+    // A '{' or '}' inside a plain value of a { ... } mapping ends or opens a
+    // mapping to YAML: "path: /webhooks/{webhook_id}" there needs quotes.
+    const auto pos = e.mark.is_null() ? std::string::npos : static_cast<std::size_t>(e.mark.pos);
+    if (pos != std::string::npos && pos > 0 && pos < text.size() && (text[pos] == '{' || text[pos] == '}') &&
+        std::string_view(" \t:,[{").find(text[pos - 1]) == std::string_view::npos) {
+      message += "; a value holding '{' or '}' must be quoted, e.g. path: \"/webhooks/{webhook_id}\"";
+    }
+    return InvalidArgumentError(Located(source_name, line, "", message));
+  }
+}
+
 class Loader {
  public:
   explicit Loader(std::string source) : source_(std::move(source)) {}
@@ -151,9 +241,14 @@ class Loader {
       for (const Field& item : List(*f)) c.routes.push_back(LoadRoute(item, c.defaults));
     }
     if (auto f = top.Get("webhooks")) {
-      Map webhooks(*this, *f, {"endpoints"});
+      Map webhooks(*this, *f, {"endpoints", "file"});
       if (auto endpoints = webhooks.Get("endpoints")) {
         for (const Field& item : List(*endpoints)) c.webhooks.push_back(LoadEndpoint(item));
+      }
+      if (auto file = webhooks.Get("file")) {
+        c.webhooks_file = String(*file);
+        if (c.webhooks_file.empty()) Fail(*file, "must not be empty (a path to a YAML file with endpoints: [...])");
+        LoadEndpointsFile(*file, c.webhooks_file, &c.webhooks);
       }
     }
     if (auto f = top.Get("metrics")) {
@@ -540,8 +635,32 @@ class Loader {
     return r;
   }
 
+  // webhooks.file: a YAML file of its own, `endpoints: [...]` as inline. Its
+  // messages name that file and its lines; its endpoints are checked on
+  // their own here, and against the inline ones by the config's validation.
+  void LoadEndpointsFile(const Field& f, const std::string& path, std::vector<WebhookEndpoint>* out) {
+    StatusOr<std::string> text = ReadConfigText(path);
+    if (!text.ok()) Fail(f, text.status().message());
+    StatusOr<YAML::Node> root = ParseDocument(*text, path);
+    if (!root.ok()) throw LoadError(root.status().message());
+    Loader file(path);
+    file.lines_.Set("", std::max(LineOf(*root), 1));
+    std::vector<WebhookEndpoint> endpoints;
+    Map top(file, Field{*root, "", std::max(LineOf(*root), 1)}, {"endpoints"});
+    if (auto list = top.Get("endpoints")) {
+      for (const Field& item : file.List(*list)) {
+        WebhookEndpoint& w = endpoints.emplace_back(file.LoadEndpoint(item));
+        w.file = path;
+      }
+    }
+    Status valid = ValidateWebhookEndpoints(endpoints, path, file.lines());
+    if (!valid.ok()) throw LoadError(valid.message());
+    out->insert(out->end(), std::make_move_iterator(endpoints.begin()), std::make_move_iterator(endpoints.end()));
+  }
+
   WebhookEndpoint LoadEndpoint(const Field& f) {
     WebhookEndpoint w;
+    w.line = f.line;
     if (f.node.IsNull()) Fail(f, "expected a mapping, got nothing");
     Map m(*this, f,
           {"id", "tenant", "project", "provider", "secret_env", "secret_file", "public_url", "generic"});
@@ -576,91 +695,24 @@ class Loader {
 StatusOr<Config> LoadString(std::string_view yaml, std::string source_name) {
   Loader loader(source_name);
   try {
-    const std::string text(yaml);
-    // Not YAML::LoadAll: yaml-cpp 0.7 loops there for ever, allocating, when
-    // a document starts with a token no node can start with (a lone ",":
-    // jbeder/yaml-cpp#1040, fixed in 0.8). Each call then makes an empty
-    // document without consuming the token, so a document that starts where
-    // the one before it did means the parser is stuck: a syntax error. Three
-    // documents are enough to tell ("--- ," is an empty one, then the stuck
-    // ones).
-    std::istringstream stream(text);
-    YAML::Parser parser(stream);
-    DocumentMarks marks;
-    while (marks.starts.size() < 3 && parser.HandleNextDocument(marks)) {
-      const std::size_t n = marks.starts.size();
-      if (n < 2 || marks.starts[n - 1].pos != marks.starts[n - 2].pos) continue;
-      const YAML::Mark& stuck = marks.starts[n - 1];
-      const char unexpected = static_cast<std::size_t>(stuck.pos) < text.size() ? text[stuck.pos] : '?';
-      return InvalidArgumentError(Located(source_name, stuck.line + 1, "",
-                                          std::string("YAML syntax error: unexpected \"") + unexpected +
-                                              "\" (column " + std::to_string(stuck.column + 1) + ")"));
-    }
-    if (marks.starts.size() > 1) {
-      const YAML::Mark& second = marks.starts[1];
-      const YAML::Mark& root = marks.roots[1];
-      return InvalidArgumentError(Located(source_name, root.is_null() ? std::max(second.line + 1, 1) : root.line + 1,
-                                          "", "only one YAML document is allowed"));
-    }
-    // The first (only) document, parsed again into nodes.
-    Config config = loader.Load(marks.starts.empty() ? YAML::Node() : YAML::Load(text));
+    StatusOr<YAML::Node> root = ParseDocument(std::string(yaml), source_name);
+    if (!root.ok()) return root.status();
+    Config config = loader.Load(*root);
     Status valid = ValidateWithLines(config, loader.lines());
     if (!valid.ok()) return valid;
     return config;
   } catch (const YAML::Exception& e) {
-    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
-    std::string message = "YAML syntax error: " + e.msg;
-    if (!e.mark.is_null()) message += " (column " + std::to_string(e.mark.column + 1) + ")";
-    // A '{' or '}' inside a plain value of a { ... } mapping ends or opens a
-    // mapping to YAML: "path: /webhooks/{webhook_id}" there needs quotes.
-    const auto pos = e.mark.is_null() ? std::string_view::npos : static_cast<std::size_t>(e.mark.pos);
-    if (pos != std::string_view::npos && pos > 0 && pos < yaml.size() && (yaml[pos] == '{' || yaml[pos] == '}') &&
-        std::string_view(" \t:,[{").find(yaml[pos - 1]) == std::string_view::npos) {
-      message += "; a value holding '{' or '}' must be quoted, e.g. path: \"/webhooks/{webhook_id}\"";
-    }
-    return InvalidArgumentError(Located(source_name, line, "", message));
+    // A conversion of a node that parsed (none is expected after ParseDocument).
+    return InvalidArgumentError(Located(source_name, e.mark.is_null() ? 0 : e.mark.line + 1, "", e.msg));
   } catch (const LoadError& e) {
     return InvalidArgumentError(e.what());
   }
 }
 
 StatusOr<Config> LoadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    std::string message = path + ": cannot open: " + std::strerror(err);
-    if (err == ENOENT) return NotFoundError(std::move(message));
-    return InvalidArgumentError(std::move(message));
-  }
-  std::string text;
-  struct stat st {};
-  std::string error;
-  if (::fstat(fd, &st) != 0) {
-    error = std::string("cannot stat: ") + std::strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    error = "not a regular file";
-  } else if (static_cast<std::uint64_t>(st.st_size) > kMaxFileBytes) {
-    error = "larger than " + FormatSize(kMaxFileBytes);
-  } else {
-    char buffer[64 * 1024];
-    while (true) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        error = std::string("cannot read: ") + std::strerror(errno);
-        break;
-      }
-      if (n == 0) break;
-      text.append(buffer, static_cast<std::size_t>(n));
-      if (text.size() > kMaxFileBytes) {
-        error = "larger than " + FormatSize(kMaxFileBytes);
-        break;
-      }
-    }
-  }
-  ::close(fd);
-  if (!error.empty()) return InvalidArgumentError(path + ": " + error);
-  return LoadString(text, path);
+  StatusOr<std::string> text = ReadConfigText(path);
+  if (!text.ok()) return text.status();
+  return LoadString(*text, path);
 }
 
 }  // namespace idemgate::config

@@ -627,41 +627,74 @@ class Validator {
     CheckMethods(m.methods, path + ".methods");
   }
 
+  // The config's endpoints: those written inline are checked here; those of
+  // webhooks.file were checked when that file was read (RunEndpointsFile), so
+  // only their ids are compared with the inline ones.
   void CheckWebhooks() {
+    std::map<std::string, std::string, std::less<>> ids;  // id -> where it was first defined
+    std::size_t inline_index = 0;
+    std::size_t file_index = 0;
+    for (const WebhookEndpoint& w : config_.webhooks) {
+      if (w.file.empty()) {
+        const std::string path = Index("webhooks.endpoints", inline_index++);
+        CheckEndpoint(w, path);
+        Check(w.id.empty() || ids.emplace(w.id, path).second, path + ".id",
+              "duplicate webhook endpoint id " + Quote(w.id));
+        continue;
+      }
+      const std::string path = Index("endpoints", file_index++);
+      const auto [first, added] = ids.emplace(w.id, path);
+      if (!added && status_.ok()) {
+        status_ = InvalidArgumentError(Located(w.file, w.line, path + ".id",
+                                               "duplicate webhook endpoint id " + Quote(w.id) + " (also in " +
+                                                   config_.source + ", " + first->second + ")"));
+      }
+    }
+  }
+
+ public:
+  // The endpoints of a webhooks.file, held in config_.webhooks of a Config
+  // whose source is that file, with keys under "endpoints".
+  Status RunEndpointsFile() {
     std::set<std::string> ids;
     for (std::size_t i = 0; i < config_.webhooks.size(); ++i) {
       const WebhookEndpoint& w = config_.webhooks[i];
-      const std::string path = Index("webhooks.endpoints", i);
-      Check(IsId(w.id), path + ".id",
-            w.id.empty() ? std::string("missing")
-                         : "invalid id " + Quote(w.id) + " (letters, digits, '.', '_', '~', '-')");
-      Check(w.id.empty() || ids.insert(w.id).second, path + ".id",
-            "duplicate webhook endpoint id " + Quote(w.id));
-      Check(!w.tenant.empty(), path + ".tenant", "missing");
-      Check(!w.project.empty(), path + ".project", "missing");
-      Check(!w.provider.empty(), path + ".provider", "missing (" + Join(kWebhookProviders) + ")");
-      CheckProvider(w.provider, path + ".provider");
-      Check(w.secret_env.empty() != w.secret_file.empty(), path,
-            "set exactly one of secret_env and secret_file");
-      CheckEnvName(w.secret_env, path + ".secret_env");
-      if (!w.public_url.empty()) {
-        // Only Twilio signs the URL it calls; any other provider would ignore it.
-        Check(w.provider == "twilio" || w.provider == "twilio_event_streams", path + ".public_url",
-              "only providers twilio and twilio_event_streams sign the URL they call, so only they take public_url "
-              "(provider is " + Quote(w.provider) + ")");
-        Check(IsPublicUrl(w.public_url), path + ".public_url",
-              "expected scheme://host[:port] with scheme http or https and no path (got " + Quote(w.public_url) +
-                  ")");
+      const std::string path = Index("endpoints", i);
+      CheckEndpoint(w, path);
+      Check(w.id.empty() || ids.insert(w.id).second, path + ".id", "duplicate webhook endpoint id " + Quote(w.id));
+    }
+    return status_;
+  }
+
+ private:
+  void CheckEndpoint(const WebhookEndpoint& w, const std::string& path) {
+    Check(IsId(w.id), path + ".id",
+          w.id.empty() ? std::string("missing")
+                       : "invalid id " + Quote(w.id) + " (letters, digits, '.', '_', '~', '-')");
+    Check(!w.tenant.empty(), path + ".tenant", "missing");
+    Check(!w.project.empty(), path + ".project", "missing");
+    Check(!w.provider.empty(), path + ".provider", "missing (" + Join(kWebhookProviders) + ")");
+    CheckProvider(w.provider, path + ".provider");
+    Check(w.secret_env.empty() != w.secret_file.empty(), path,
+          "set exactly one of secret_env and secret_file");
+    CheckEnvName(w.secret_env, path + ".secret_env");
+    if (!w.public_url.empty()) {
+      // Only Twilio signs the URL it calls; any other provider would ignore it.
+      Check(w.provider == "twilio" || w.provider == "twilio_event_streams", path + ".public_url",
+            "only providers twilio and twilio_event_streams sign the URL they call, so only they take public_url "
+            "(provider is " + Quote(w.provider) + ")");
+      Check(IsPublicUrl(w.public_url), path + ".public_url",
+            "expected scheme://host[:port] with scheme http or https and no path (got " + Quote(w.public_url) +
+                ")");
+    }
+    if (w.provider == "generic") {
+      if (!w.generic) {
+        Fail(path + ".generic", "provider generic needs generic: {header, id_header | id_pointer | id_form_fields}");
+      } else {
+        CheckGeneric(*w.generic, path + ".generic");
       }
-      if (w.provider == "generic") {
-        if (!w.generic) {
-          Fail(path + ".generic", "provider generic needs generic: {header, id_header | id_pointer | id_form_fields}");
-        } else {
-          CheckGeneric(*w.generic, path + ".generic");
-        }
-      } else if (w.generic) {
-        Fail(path + ".generic", "only provider generic takes generic settings (provider is " + Quote(w.provider) + ")");
-      }
+    } else if (w.generic) {
+      Fail(path + ".generic", "only provider generic takes generic settings (provider is " + Quote(w.provider) + ")");
     }
   }
 
@@ -701,6 +734,14 @@ class Validator {
 
 Status ValidateWithLines(const Config& config, const LineIndex& lines) {
   return Validator(config, lines).Run();
+}
+
+Status ValidateWebhookEndpoints(const std::vector<WebhookEndpoint>& endpoints, const std::string& source,
+                                const LineIndex& lines) {
+  Config file;
+  file.source = source;
+  file.webhooks = endpoints;
+  return Validator(file, lines).RunEndpointsFile();
 }
 
 Status Validate(const Config& config) {

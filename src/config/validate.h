@@ -24,4 +24,10 @@ Status Validate(const Config& config);
 // As Validate, taking key lines from `lines` (internal to the loader).
 Status ValidateWithLines(const Config& config, const LineIndex& lines);
 
+// Checks the endpoints read from webhooks.file `source` on their own (keys
+// "endpoints[i]...", lines from `lines`); internal to the loader. Validate
+// then compares their ids with the inline endpoints'.
+Status ValidateWebhookEndpoints(const std::vector<WebhookEndpoint>& endpoints, const std::string& source,
+                                const LineIndex& lines);
+
 }  // namespace idemgate::config

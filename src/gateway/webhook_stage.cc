@@ -62,9 +62,14 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
 StatusOr<std::shared_ptr<const WebhookEndpoints>> WebhookEndpoints::Resolve(const config::Config& config,
                                                                            const EnvLookup& env) {
   auto endpoints = std::make_shared<WebhookEndpoints>();
-  for (std::size_t i = 0; i < config.webhooks.size(); ++i) {
-    const config::WebhookEndpoint& w = config.webhooks[i];
-    const std::string where = "webhooks.endpoints[" + std::to_string(i) + "] (" + w.id + ")";
+  std::size_t inline_index = 0;
+  std::size_t file_index = 0;
+  for (const config::WebhookEndpoint& w : config.webhooks) {
+    // "webhooks.endpoints[i] (id)", or "<webhooks.file>:<line>: endpoints[i] (id)".
+    const std::string where = w.file.empty()
+                                  ? "webhooks.endpoints[" + std::to_string(inline_index++) + "] (" + w.id + ")"
+                                  : w.file + ":" + std::to_string(w.line) + ": endpoints[" +
+                                        std::to_string(file_index++) + "] (" + w.id + ")";
     ResolvedEndpoint e;
     e.id = w.id;
     e.tenant = w.tenant;

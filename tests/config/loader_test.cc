@@ -559,6 +559,105 @@ TEST(LoaderTest, LoadFileReportsMissingAndUnreadableFiles) {
       << dir.status().message();
 }
 
+// A file under the test's temporary directory, removed when the test ends.
+class TempFile {
+ public:
+  TempFile(const std::string& name, std::string_view text) : path_(::testing::TempDir() + "/" + name) {
+    std::ofstream out(path_);
+    out << text;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(LoaderTest, WebhooksFileEndpointsFollowTheInlineOnes) {
+  TempFile endpoints("idemgate_webhooks_ok.yaml", R"(# endpoints kept apart from the config
+endpoints:
+  - id: gh-acme
+    tenant: acme
+    project: infra
+    provider: github
+    secret_env: GH_SECRET
+  - { id: tw-acme, tenant: acme, project: sms, provider: twilio, secret_file: /run/secrets/tw,
+      public_url: "https://hooks.example.com" }
+)");
+  Config c = MustLoad(std::string(kMinimal) + "webhooks:\n  endpoints:\n    - { id: st, tenant: t, project: p, "
+                      "provider: stripe, secret_env: ST }\n  file: " + endpoints.path() + "\n");
+  EXPECT_EQ(c.webhooks_file, endpoints.path());
+  ASSERT_EQ(c.webhooks.size(), 3u);
+  EXPECT_EQ(c.webhooks[0].id, "st");
+  EXPECT_TRUE(c.webhooks[0].file.empty());
+  EXPECT_EQ(c.webhooks[1].id, "gh-acme");
+  EXPECT_EQ(c.webhooks[1].tenant, "acme");
+  EXPECT_EQ(c.webhooks[1].provider, "github");
+  EXPECT_EQ(c.webhooks[1].secret_env, "GH_SECRET");
+  EXPECT_EQ(c.webhooks[1].file, endpoints.path());
+  EXPECT_EQ(c.webhooks[1].line, 3);
+  EXPECT_EQ(c.webhooks[2].id, "tw-acme");
+  EXPECT_EQ(c.webhooks[2].secret_file, "/run/secrets/tw");
+  EXPECT_EQ(c.webhooks[2].public_url, "https://hooks.example.com");
+  EXPECT_EQ(c.webhooks[2].line, 8);
+
+  // An empty file holds no endpoints.
+  TempFile empty("idemgate_webhooks_empty.yaml", "");
+  EXPECT_TRUE(MustLoad(std::string(kMinimal) + "webhooks:\n  file: " + empty.path() + "\n").webhooks.empty());
+}
+
+TEST(LoaderTest, WebhooksFileErrorsNameThatFileAndItsLine) {
+  auto error = [](const std::string& file_text, const std::string& inline_endpoints = "") {
+    TempFile endpoints("idemgate_webhooks_bad.yaml", file_text);
+    StatusOr<Config> c = LoadString(std::string(kMinimal) + "webhooks:\n" + inline_endpoints +
+                                        "  file: " + endpoints.path() + "\n",
+                                    "test.yaml");
+    EXPECT_FALSE(c.ok());
+    std::string message = c.ok() ? std::string() : c.status().message();
+    const std::string prefix = endpoints.path() + ":";
+    EXPECT_EQ(message.rfind(prefix, 0), 0u) << message;
+    return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+  };
+  // Unknown key, at its own line.
+  EXPECT_EQ(error("endpoints:\n  - id: w\n    tenant: t\n    secret: x\n"),
+            "4: endpoints[0].secret: unknown key (allowed here: id, tenant, project, provider, secret_env, "
+            "secret_file, public_url, generic)");
+  // A check of the endpoint's values (validation), at the key's line.
+  EXPECT_EQ(error("endpoints:\n  - id: w\n    tenant: t\n    project: p\n    provider: paypal\n"
+                  "    secret_env: S\n"),
+            "5: endpoints[0].provider: unknown provider \"paypal\" "
+            "(expected stripe|github|twilio|twilio_event_streams|generic|standard_webhooks)");
+  // Two endpoints of the file with one id.
+  EXPECT_EQ(error("endpoints:\n  - { id: w, tenant: t, project: p, provider: stripe, secret_env: S }\n"
+                  "  - { id: w, tenant: t, project: q, provider: stripe, secret_env: S }\n"),
+            "3: endpoints[1].id: duplicate webhook endpoint id \"w\"");
+  // An id of the file that an inline endpoint already has.
+  EXPECT_EQ(error("\nendpoints:\n  - { id: w, tenant: t, project: p, provider: stripe, secret_env: S }\n",
+                  "  endpoints:\n    - { id: w, tenant: t, project: p, provider: github, secret_env: G }\n"),
+            "3: endpoints[0].id: duplicate webhook endpoint id \"w\" (also in test.yaml, webhooks.endpoints[0])");
+  // Syntax errors, other top-level keys and other shapes.
+  EXPECT_EQ(error("endpoints:\n  - id: [\n").rfind("3: YAML syntax error", 0), 0u);
+  EXPECT_EQ(error("routes: []\n"), "1: routes: unknown key (allowed here: endpoints)");
+  EXPECT_EQ(error("- id: w\n"), "1: expected a mapping, got a list");
+}
+
+TEST(LoaderTest, WebhooksFileThatCannotBeReadIsAnErrorOfTheConfig) {
+  const std::string missing = ::testing::TempDir() + "/idemgate_no_such_webhooks.yaml";
+  StatusOr<Config> c = LoadString(std::string(kMinimal) + "webhooks:\n  file: " + missing + "\n", "test.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "test.yaml:8: webhooks.file: " + missing + ": cannot open: No such file or directory");
+
+  StatusOr<Config> dir =
+      LoadString(std::string(kMinimal) + "webhooks:\n  file: " + ::testing::TempDir() + "\n", "test.yaml");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("not a regular file"), std::string::npos) << dir.status().message();
+
+  StatusOr<Config> empty = LoadString(std::string(kMinimal) + "webhooks:\n  file: \"\"\n", "test.yaml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message().rfind("test.yaml:8: webhooks.file: must not be empty", 0), 0u)
+      << empty.status().message();
+}
+
 TEST(NamesTest, NameAndFromNameAreInverses) {
   auto round_trip = [](auto tag) {
     using E = decltype(tag);

@@ -513,6 +513,49 @@ TEST_F(WebhookTest, ASecretRotatedInItsFileTakesEffectOnReload) {
   EXPECT_NE(gateway_->Stdout().find("secret_file"), std::string::npos);
 }
 
+TEST_F(WebhookTest, EndpointsFromWebhooksFileServeAndAReloadRereadsThem) {
+  const std::string file = dir_.Join("endpoints.yaml");
+  auto write = [&file](const std::string& text) {
+    std::ofstream f(file);
+    f << text;
+  };
+  write("endpoints:\n  - { id: initech, tenant: initech, project: billing, provider: stripe, secret_env: STRIPE_SECRET }\n");
+  WriteSecretFile();
+  StartGateway(Yaml() + "  file: " + file + "\n", Secrets());
+  const std::string body = R"({"id":"evt_filed"})";
+  const HttpResponse first = Send(StripeEvent("initech", kStripeSecret, body));
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-initech:billing:service:webhook-ingest:stripe-hooks/initech:stripe-evt_filed\""}));
+  EXPECT_EQ(Send(StripeEvent("initech", kStripeSecret, body)).Header("Idempotent-Replayed"), "true");
+  // The inline endpoints still serve beside the file's.
+  EXPECT_EQ(Send(StripeEvent("acme", kStripeSecret, body)).status, 200);
+  EXPECT_EQ(Executions(), 2u);
+
+  // A reload reads the file again: an endpoint added there serves, one taken out is gone.
+  write("endpoints:\n  - { id: initech-eu, tenant: initech, project: eu, provider: stripe, secret_env: STRIPE_SECRET }\n");
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = Send(StripeEvent("initech-eu", kStripeSecret, R"({"id":"evt_eu"})")).status;
+    if (status != 200) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(status, 200);
+  ExpectProblem(Send(StripeEvent("initech", kStripeSecret, R"({"id":"evt_gone"})")), 404, "no-route");
+
+  // A file that no longer loads keeps the running endpoints, and the log names the file's line.
+  write("endpoints:\n  - { id: initech-eu, tenant: initech, project: eu, provider: paypal, secret_env: STRIPE_SECRET }\n");
+  ASSERT_TRUE(gateway_->process().Signal(SIGHUP).ok());
+  std::string log;
+  for (int i = 0; i < 100 && log.find("paypal") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(50ms);
+    log = gateway_->Stdout();
+  }
+  EXPECT_NE(log.find(file + ":2: endpoints[0].provider: unknown provider"), std::string::npos) << log;
+  EXPECT_EQ(Send(StripeEvent("initech-eu", kStripeSecret, R"({"id":"evt_eu2"})")).status, 200);
+}
+
 HttpRequest StandardWebhook(const std::string& id, const std::string& body, const std::string& key = kSwKey) {
   const std::string ts = std::to_string(NowSeconds());
   HttpRequest req{.method = "POST", .target = "/echo/sw/acme-sw"};
