@@ -160,7 +160,22 @@ IdentityStage::IdentityStage(IdentityStageOptions options) : options_(options) {
 std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
   const config::Identity& identity = ctx.config->identity;
   // A webhook's sender is identified by its endpoint and signature (webhook_stage.h).
-  if (ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook) return std::nullopt;
+  if (ctx.route != nullptr && ctx.route->idempotency.policy == config::Policy::kWebhook) {
+    if (identity.mode == config::IdentityMode::kApiKey) {
+      // No key is read here, and none is forwarded either: what a caller
+      // sent as an API key (in any spelling, or as a Bearer credential)
+      // stays away from the upstream on every route.
+      ctx.remove_headers.push_back(identity.api_key.header);
+      DropHeaderLookalikes(ctx, identity.api_key.header);
+      for (const http::HeaderView& h : ctx.head->headers) {
+        if (EqualsIgnoreCaseAscii(h.name, "authorization") && BearerCredentials(h.value)) {
+          ctx.remove_headers.push_back("Authorization");
+          break;
+        }
+      }
+    }
+    return std::nullopt;
+  }
   if (identity.mode == config::IdentityMode::kNone) {
     // SPEC §6: client-sent identity headers are dropped in every mode; here
     // nothing takes their place, and an upstream reading them sees none.

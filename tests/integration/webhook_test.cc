@@ -465,6 +465,37 @@ TEST_F(WebhookTest, TheEndpointIsTheIdentityInEveryModeAndSenderHeadersAreReplac
   EXPECT_TRUE(Values(headers, "x-project_id").empty());
 }
 
+// With identity.mode api_key, a webhook route reads no API key (the
+// signature identifies the sender), and what a caller sent as one is not
+// forwarded there either, as on every other route.
+TEST_F(WebhookTest, WithApiKeysNoKeyReachesTheUpstreamFromAWebhookRoute) {
+  {
+    std::ofstream f(dir_.Join("keys.yaml"));
+    f << "keys:\n  - { sha256: " << Sha256Hex("k_live_acme") << ", tenant: acme, project: shop, subject: app }\n";
+  }
+  Start("{ mode: api_key, api_key: { keys_file: " + dir_.Join("keys.yaml") + " } }");
+  HttpRequest req = StripeEvent("acme", kStripeSecret, R"({"id":"evt_with_api_key"})");
+  req.headers.push_back({"X-API-Key", "k_live_acme"});
+  req.headers.push_back({"X_API_Key", "k_live_acme"});
+  req.headers.push_back({"Authorization", "Bearer k_live_acme"});
+  const HttpResponse res = Send(req);
+  ASSERT_EQ(res.status, 200) << res.body;
+  auto echo = ParseObject(res.body);
+  const auto headers = EchoedHeaders(echo);
+  EXPECT_TRUE(Values(headers, "X-API-Key").empty());
+  EXPECT_TRUE(Values(headers, "X_API_Key").empty());
+  EXPECT_TRUE(Values(headers, "Authorization").empty());
+  ExpectUpstreamIdentity(res, "acme", "shop", "service:webhook-ingest");
+
+  // Credentials of another scheme are the sender's business and pass.
+  HttpRequest basic = StripeEvent("acme", kStripeSecret, R"({"id":"evt_with_basic"})");
+  basic.headers.push_back({"Authorization", "Basic dHdpbGlvOnB3"});
+  const HttpResponse passed = Send(basic);
+  ASSERT_EQ(passed.status, 200) << passed.body;
+  auto echo2 = ParseObject(passed.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo2), "Authorization"), (std::vector<std::string>{"Basic dHdpbGlvOnB3"}));
+}
+
 // One event sent to two endpoints of one tenant (an endpoint being replaced
 // by another, both registered with the sender) is a delivery to each: each
 // runs once and each retry is replayed, rather than the second being a key
