@@ -146,5 +146,35 @@ TEST_F(CommandLineTest, AReloadThatChangesTheAdminTokenVariableWarns) {
   g->Stop();
 }
 
+// A reload that leaves stored records where retries no longer find them (a
+// renamed route) is taken, and says so.
+TEST_F(CommandLineTest, AReloadThatRenamesARouteWarnsAboutItsStoredKeys) {
+  auto yaml = [](const std::string& id) {
+    return "listen: 127.0.0.1:0\nstore: { kind: memory }\nupstreams:\n  app: { url: http://127.0.0.1:9 }\n"
+           "routes:\n  - id: " + id + "\n    match: { path_prefix: / }\n    upstream: app\n";
+  };
+  auto g = GatewayProcess::Start(dir_, yaml("payments"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE(WriteFile(dir_.Join("idemgate.yaml"), yaml("payments-v2")).ok());
+  ASSERT_TRUE(g->process().Signal(SIGHUP).ok());
+  const bool reloaded = PollUntil([&] { return g->Stdout().find("config reloaded") != std::string::npos; }, 10s, 20ms);
+  EXPECT_TRUE(reloaded) << g->Stdout();
+  EXPECT_NE(g->Stdout().find("config reload leaves stored keys behind"), std::string::npos) << g->Stdout();
+  EXPECT_NE(g->Stdout().find("route \\\"payments\\\" is gone"), std::string::npos) << g->Stdout();
+  // The same file again: compared with the running config (not the start-up one), nothing more is said.
+  ASSERT_TRUE(WriteFile(dir_.Join("idemgate.yaml"), yaml("payments-v2")).ok());
+  ASSERT_TRUE(g->process().Signal(SIGHUP).ok());
+  const bool twice = PollUntil(
+      [&] {
+        const std::string out = g->Stdout();
+        return out.find("config reloaded") != out.rfind("config reloaded");
+      },
+      10s, 20ms);
+  EXPECT_TRUE(twice) << g->Stdout();
+  const std::string out = g->Stdout();
+  EXPECT_EQ(out.find("leaves stored keys behind"), out.rfind("leaves stored keys behind")) << out;
+  g->Stop();
+}
+
 }  // namespace
 }  // namespace idemgate::testing
