@@ -159,9 +159,15 @@ void ApplyLogSettings(const config::Config& config) {
 
 // The admin listener's limits: the data listener's, without max_connections
 // (which counts the clients of `listen` only).
+// The admin listener's connections (probes, scrapes, operators) are not
+// counted in limits.max_connections, and have a fixed bound of their own so
+// that a flood of them cannot take the file descriptors the data path needs.
+constexpr std::size_t kAdminMaxConnections = 256;
+
 http::Limits AdminLimits(const config::Config& config) {
   http::Limits limits = gateway::LimitsFromConfig(config);
-  limits.max_connections = 0;
+  limits.max_connections = kAdminMaxConnections;
+  limits.max_connections_name = "admin listener";
   return limits;
 }
 
@@ -173,6 +179,7 @@ http::Limits AdminLimits(const config::Config& config) {
 void WarnIfFewFileDescriptors(const config::Config& config) {
   constexpr std::uint64_t kReserve = 256;
   std::uint64_t wanted = config.limits.max_connections + kReserve;
+  if (!config.admin.listen.empty()) wanted += kAdminMaxConnections;
   for (const auto& [name, upstream] : config.upstreams) wanted += upstream.max_connections;
   rlimit nofile{};
   if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY) return;

@@ -284,8 +284,9 @@ Task<void> AcceptLoop(Worker& worker, internal::Listener& listener) {
       socket.close(ec);
       listener.handler->ConnectionRefused();
       static LogLimiter limiter;
-      LogWarn(limiter, "connection refused: limits.max_connections reached",
-              {{"max_connections", static_cast<std::uint64_t>(max_connections)}});
+      LogWarn(limiter, "connection refused: too many connections",
+              {{"limit", w.limits.max_connections_name},
+               {"max_connections", static_cast<std::uint64_t>(max_connections)}});
       continue;
     }
     AdmittedSlot slot(w.admitted);

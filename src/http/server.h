@@ -41,6 +41,8 @@ struct Limits {
   // `limits.max_connections`); one beyond is closed as soon as it is
   // accepted, and Handler::ConnectionRefused is called. 0: no limit.
   std::size_t max_connections = 0;
+  // What the refusal's log line names as the limit reached (a literal).
+  std::string_view max_connections_name = "limits.max_connections";
 };
 
 // A request the server refused before it reached the handler (its head was

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "integration/harness.h"
 
@@ -63,6 +64,45 @@ TEST_F(AdminTest, OtherMethodsOnAdminPathsAre405WithAllow) {
   auto unknown = SendRequest(gateway_->admin(), HttpRequest{.method = "POST", .target = "/nope"}, 10s);
   ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
   ExpectProblem(*unknown, 404, "not-found");
+}
+
+// The admin listener serves at most 256 connections at once (not counted in
+// limits.max_connections): one more is closed as soon as it is accepted, and a
+// slot frees when an open connection closes.
+TEST_F(AdminTest, AdminConnectionsBeyondTheirBoundAreClosedAtOnce) {
+  StartPassthrough();
+  std::vector<RawConnection> open;
+  for (int i = 0; i < 256; ++i) {
+    auto conn = RawConnection::Connect(gateway_->admin());
+    ASSERT_TRUE(conn.ok()) << i << ": " << conn.status().ToString();
+    open.push_back(std::move(*conn));
+  }
+  auto extra = RawConnection::Connect(gateway_->admin());
+  ASSERT_TRUE(extra.ok()) << extra.status().ToString();
+  auto read = extra->ReadSome(5s);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, "");
+  EXPECT_TRUE(extra->closed());
+  // The first ones are still open, and served.
+  ASSERT_TRUE(open.front().Write("GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").ok());
+  auto served = open.front().ReadSome(5s);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->rfind("HTTP/1.1 200", 0), 0u) << *served;
+  EXPECT_NE(gateway_->Stdout().find("\"limit\":\"admin listener\""), std::string::npos) << gateway_->Stdout();
+
+  // A closed connection gives its slot back.
+  open.back().Close();
+  const bool admitted = PollUntil(
+      [&] {
+        auto again = RawConnection::Connect(gateway_->admin());
+        if (!again.ok() || !again->Write("GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").ok()) return false;
+        auto answer = again->ReadSome(2s);
+        return answer.ok() && answer->rfind("HTTP/1.1 200", 0) == 0;
+      },
+      10s, 20ms);
+  EXPECT_TRUE(admitted);
+  // The data path was never limited by the admin listener's bound.
+  EXPECT_EQ(Send(HttpRequest{.method = "GET", .target = "/echo/x"}).status, 200);
 }
 
 // docs/operations.md: while draining after SIGTERM, /readyz answers 503 shutting-down and /healthz
