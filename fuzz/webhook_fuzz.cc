@@ -262,6 +262,21 @@ std::string Id(Reader& in, std::size_t max, char avoid) {
   return out;
 }
 
+// A value of a key joined from several: '~' written "~7E" and '-' "~2D".
+std::string Escaped(const std::string& value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '~') {
+      out += "~7E";
+    } else if (c == '-') {
+      out += "~2D";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // A signed request, the strings its views point into, and how to tamper with it.
 struct Signed {
   std::string url;
@@ -384,7 +399,8 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         s.key = "twilio-" + id;
         if (!sha_mode) s.body_signed = false;
       } else {
-        s.key = "twilio-" + id + (status.empty() ? "" : "-" + status);
+        // Sid and status escaped as generic's joined form fields.
+        s.key = "twilio-" + Escaped(id) + (status.empty() ? "" : "-" + Escaped(status));
       }
       return true;
     }
@@ -439,20 +455,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         header("Content-Type", "application/x-www-form-urlencoded");
         // Two fields: '~' and '-' inside a value are escaped, so the joint
         // is the only bare '-' between them.
-        const auto escaped = [](const std::string& value) {
-          std::string out;
-          for (const char c : value) {
-            if (c == '~') {
-              out += "~7E";
-            } else if (c == '-') {
-              out += "~2D";
-            } else {
-              out += c;
-            }
-          }
-          return out;
-        };
-        s.key = escaped(id) + "-" + escaped(seq);
+        s.key = Escaped(id) + "-" + Escaped(seq);
       }
       const std::string mac = Hmac(MdOf(spec.algorithm), s.secret, s.body);
       s.signature_header = spec.header;

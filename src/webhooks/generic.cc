@@ -34,9 +34,8 @@ Translation GenericId(const GenericSpec& spec, const WebhookRequest& request) {
 
   const auto form = FormBody(request);
   if (!form) return NoId("body is not a form");
-  // Several fields are joined with '-'; in each value '~' is written "~7E"
-  // and '-' "~2D" then, so that no two lists of values make the same key
-  // ("a-b" + "c" against "a" + "b-c"). One field is taken as it is.
+  // Several fields are joined with '-', each escaped (AppendKeyPart) so that
+  // no two lists of values make the same key. One field is taken as it is.
   const bool joined = spec.id_form_fields.size() > 1;
   std::string key;
   for (const std::string& name : spec.id_form_fields) {
@@ -44,18 +43,10 @@ Translation GenericId(const GenericSpec& spec, const WebhookRequest& request) {
     if (field.count > 1) return NoId("id field " + name + " appears more than once");
     if (field.value.empty()) return NoId("missing id field " + name);
     if (!key.empty()) key.push_back('-');
-    if (!joined) {
+    if (joined) {
+      AppendKeyPart(key, field.value);
+    } else {
       key.append(field.value);
-      continue;
-    }
-    for (const char c : field.value) {
-      if (c == '~') {
-        key.append("~7E");
-      } else if (c == '-') {
-        key.append("~2D");
-      } else {
-        key.push_back(c);
-      }
     }
   }
   return Ok(std::move(key));

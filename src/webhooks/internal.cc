@@ -38,6 +38,18 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+void AppendKeyPart(std::string& key, std::string_view value) {
+  for (const char c : value) {
+    if (c == '~') {
+      key.append("~7E");
+    } else if (c == '-') {
+      key.append("~2D");
+    } else {
+      key.push_back(c);
+    }
+  }
+}
+
 // The value of a hex digit (either case), or -1.
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -42,6 +42,11 @@ std::string_view Trim(std::string_view s);
 std::optional<std::string> DecodeHex(std::string_view hex);
 // The bytes of standard, padded base64, or nothing when `text` is not that.
 std::optional<std::string> DecodeBase64(std::string_view text);
+// Appends `value` to a key made of several values joined with '-', with '~'
+// written "~7E" and '-' "~2D", so that no two lists of values make the same
+// key ("a-b" + "c" against "a" + "b-c"). A value holding neither is appended
+// as it is.
+void AppendKeyPart(std::string& key, std::string_view value);
 
 // Timestamps of signed requests: a decimal number of seconds (no sign), and
 // whether it is within `tolerance` seconds of `now`, either way.

@@ -88,7 +88,8 @@ struct Translation {
 //    with the default port (:443, :80) added when it has none, as senders
 //    differ (Twilio drops an https URL's port before signing). Key "twilio-" +
 //    the form's MessageSid + "-" + MessageStatus (SmsStatus when there is
-//    no MessageStatus; just the sid when there is neither).
+//    no MessageStatus; just the sid when there is neither), '-' in either
+//    written "~2D" and '~' "~7E" (Twilio's own hold neither).
 //  - twilio_event_streams: signature as twilio; key "twilio-" +
 //    `I-Twilio-Idempotency-Token`.
 //  - standard_webhooks (standardwebhooks.com, Svix): `webhook-id`,

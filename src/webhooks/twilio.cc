@@ -109,8 +109,15 @@ Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request)
   if (status.count == 0) status = FindField(*form, "SmsStatus");
   if (status.count > 1) return NoId("the message status appears more than once");
 
-  std::string key = "twilio-" + std::string(sid.value);
-  if (!status.value.empty()) key.append("-").append(status.value);
+  // Sid and status are escaped (AppendKeyPart), so that "SMx-a" + "b",
+  // "SMx" + "a-b" and the sid "SMx-a-b" alone are three keys. Twilio's sids
+  // and statuses hold no '-' or '~', so their keys read as they are.
+  std::string key = "twilio-";
+  AppendKeyPart(key, sid.value);
+  if (!status.value.empty()) {
+    key.push_back('-');
+    AppendKeyPart(key, status.value);
+  }
   return Ok(std::move(key));
 }
 

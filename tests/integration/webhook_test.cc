@@ -370,6 +370,30 @@ TEST_F(WebhookTest, TwilioSignsThePublicUrlAndSortedFormParameters) {
   ExpectProblem(Send(req), 401, "signature-invalid");
 }
 
+// Sid and status are escaped in the key, so a '-' in one cannot make the
+// key of another pair: these are two events, each run.
+TEST_F(WebhookTest, TwilioSidAndStatusCannotRunIntoEachOther) {
+  Start();
+  const auto event = [](const std::string& sid, const std::string& status) {
+    HttpRequest req{.method = "POST", .target = "/echo/twilio/acme-sms"};
+    const std::string signed_text =
+        "https://hooks.example.com/echo/twilio/acme-sms" + ("MessageSid" + sid) + ("MessageStatus" + status);
+    req.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                   {"X-Twilio-Signature", HmacSha1Base64(kTwilioToken, signed_text)}};
+    req.body = "MessageSid=" + sid + "&MessageStatus=" + status;
+    return req;
+  };
+  const HttpResponse first = Send(event("SMx-a", "b"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto echo = ParseObject(first.body);
+  EXPECT_EQ(Values(EchoedHeaders(echo), "Idempotency-Key"),
+            (std::vector<std::string>{"\"t-acme:sms:service:webhook-ingest:twilio-hooks/acme-sms:twilio-SMx~2Da-b\""}));
+  const HttpResponse second = Send(event("SMx", "a-b"));
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_FALSE(second.HasHeader("Idempotent-Replayed"));
+  EXPECT_EQ(Executions(), 2u);
+}
+
 // Without public_url the signed URL is what the proxy in front reports: its
 // scheme in any case (Twilio signs "https"), and its host with a port that
 // Twilio may have left out of what it signed.

@@ -474,6 +474,24 @@ TEST(TwilioTest, KeyIsTheSidWithoutAnyStatus) {
   ExpectKey(Twilio("https://example.com/hook", "MessageSid=SM123", kTwilioSidOnlySig), "twilio-SM123");
 }
 
+// Sid and status are joined with '-', each escaped as generic's joined form
+// fields are ('-' is "~2D", '~' "~7E"), so that no two forms make one key.
+TEST(TwilioTest, SidAndStatusKeepTheirBoundaries) {
+  struct Case {
+    std::string_view body, signature, key;
+  };
+  // S="https://example.com/hook" + the sorted names and values (MessageSidSMx-aMessageStatusb, ...)
+  // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
+  for (const Case& c : {Case{"MessageSid=SMx-a&MessageStatus=b", "wsIBRV44MCzm71wmJUbREzKcYAE=", "twilio-SMx~2Da-b"},
+                        Case{"MessageSid=SMx&MessageStatus=a-b", "NLU4GSKU2hCUYI99NvWq297c5I8=", "twilio-SMx-a~2Db"},
+                        Case{"MessageSid=SMx-a-b", "aYVpuVwIOTo+K622/0opUEuff8A=", "twilio-SMx~2Da~2Db"},
+                        Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk=",
+                             "twilio-SM~7E1-a~7E2Db"}}) {
+    SCOPED_TRACE(c.body);
+    ExpectKey(Twilio("https://example.com/hook", c.body, c.signature), c.key);
+  }
+}
+
 TEST(TwilioTest, MessageStatusWinsOverSmsStatus) {
   // S='https://example.com/hookMessageSidSM123MessageStatusdeliveredSmsStatussent'
   // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
