@@ -97,7 +97,8 @@ struct Translation {
 //    one of the space-separated "v1,<base64>" signatures must be the
 //    HMAC-SHA256 of "<id>.<timestamp>.<body>" under the secret's base64
 //    bytes (after an optional "whsec_"), and |now - timestamp| ≤ 300 s.
-//    Key "webhook-" + the id.
+//    Key "webhook-" + the id; a verified id that is empty or holds a '.'
+//    is missing (another cut of the signed text could name another id).
 //  - generic: `generic->header` holds `prefix` + the HMAC of the body,
 //    hex (either case) or base64. Key: the id from the header, the JSON
 //    Pointer (a string or an integer) or the form fields joined with '-'.

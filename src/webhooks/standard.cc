@@ -10,7 +10,8 @@ namespace idemgate::webhooks::internal {
 // through it): `webhook-id`, `webhook-timestamp` and `webhook-signature`
 // (`svix-` names accepted too); a space-separated list of "v1,<base64>"
 // signatures, HMAC-SHA256 of "<id>.<timestamp>.<body>" under the secret's
-// bytes (base64, after an optional "whsec_"); key from the id.
+// bytes (base64, after an optional "whsec_"); key from the id, which may
+// not be empty or hold a '.'.
 
 namespace {
 
@@ -36,7 +37,6 @@ Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest
   if (!timestamp) return Invalid(problem);
   const auto signatures = OneOf(request, "signature", &problem);
   if (!signatures) return Invalid(problem);
-  if (id->empty() || id->find('.') != std::string_view::npos) return Invalid("webhook-id is empty or holds a '.'");
 
   const std::optional<std::int64_t> t = ParseUnixSeconds(*timestamp);
   if (!t) return Invalid("webhook-timestamp is not a decimal integer");
@@ -63,6 +63,27 @@ Translation VerifyStandardWebhooks(std::string_view secret, const WebhookRequest
 
   if (!WithinTolerance(request.now_unix_seconds, *t, kStandardWebhooksToleranceSeconds)) {
     return Invalid("webhook-timestamp is outside the tolerance");
+  }
+
+  // A signed id the gateway does not take is 400 (kNoId), after the checks
+  // above, as for any provider's verified request without a usable id; a
+  // missing webhook-id header is 401 above, like the other signed headers.
+  //
+  // An id holding a '.' stays refused. The MAC covers the text
+  // "id.timestamp.body", not where it is cut, and the timestamp is digits.
+  // With '.'-free ids the cut is the text's first '.', so a signature names
+  // one id. With '.' allowed, a captured delivery whose body holds
+  // ".<digits>." could be sent again as id "<id>.<timestamp>.<body up to
+  // there>", timestamp <those digits> and the rest of the body: verified,
+  // under a key never seen, so run again (when those digits are a time within
+  // the tolerance of now; digits naming a future time keep that open until
+  // then). The key's charset stops it for a JSON body, whose '{' would be in
+  // the id, only while the route's key.charset allows no '{' or '"'; a body
+  // that is not JSON meets no such check.
+  if (id->empty()) return NoId("webhook-id is empty");
+  if (id->find('.') != std::string_view::npos) {
+    return NoId("webhook-id holds a '.', which is not taken: the signed text id.timestamp.body could be cut at "
+                "another '.' and name another id");
   }
   return Ok("webhook-" + std::string(*id));
 }

@@ -640,6 +640,21 @@ TEST_F(WebhookTest, StandardWebhooksMessageRunsOnceUnderItsId) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// A correctly signed id the gateway does not take is not a signature failure:
+// the sender sees 400 translation-failed, with the reason.
+TEST_F(WebhookTest, AStandardWebhooksIdWithADotOrEmptyIsATranslationFailure) {
+  Start();
+  const std::string body = R"({"type":"invoice.paid"})";
+  const HttpResponse dotted = Send(StandardWebhook("msg.3", body));
+  ExpectProblem(dotted, 400, "translation-failed");
+  EXPECT_NE(dotted.body.find("holds a '.'"), std::string::npos) << dotted.body;
+  const HttpResponse empty = Send(StandardWebhook("", body));
+  ExpectProblem(empty, 400, "translation-failed");
+  EXPECT_NE(empty.body.find("webhook-id is empty"), std::string::npos) << empty.body;
+  ExpectProblem(Send(StandardWebhook("msg.3", body, "another-key")), 401, "signature-invalid");
+  EXPECT_EQ(Executions(), 0u);
+}
+
 TEST_F(WebhookTest, AStandardWebhooksSecretThatIsNotBase64StopsTheStart) {
   auto env = Secrets();
   env.back() = {"SW_SECRET", "whsec_not base64"};

@@ -152,6 +152,42 @@ TEST(StandardWebhooksTest, RefusesMissingRepeatedOrMalformedHeaders) {
   }
 }
 
+// A signed id the gateway does not take is a verified request without a
+// usable id (400 translation-failed), not a bad signature (401).
+TEST(StandardWebhooksTest, AnEmptyIdOrOneWithADotIsNoIdOnceVerified) {
+  // K as above; printf '%s' 'msg.1.1614265330.{"test": 2432232314}' (and '.1614265330.{...}') |
+  //   openssl dgst -sha256 -mac HMAC -macopt hexkey:$K -binary | base64
+  struct Case {
+    std::string_view id, signature;
+  };
+  for (const Case& c : {Case{"msg.1", "v1,g84Fr48iNUfeALcCN2LRQhSXJZ7Hs8lJ7kFx76VJCDU="},
+                        Case{"", "v1,BbrBopkxy1IaPTmLxhGOIjtynRWNh3UqphKDPFaJ1cU="}}) {
+    SCOPED_TRACE(c.id);
+    auto headers = SwHeaders(c.signature);
+    headers[0].value = c.id;
+    const Translation t = StandardWebhooks(headers);
+    ExpectNoId(t);
+    EXPECT_NE(t.detail.find("webhook-id"), std::string::npos) << t.detail;
+    // Checked after the signature and the timestamp, which win.
+    ExpectInvalid(StandardWebhooks(headers, R"({"test": 0})"));
+    ExpectInvalid(StandardWebhooks(headers, kSwBody, kSwT + 301));
+  }
+}
+
+// Why a '.' is not taken: the MAC covers "id.timestamp.body" whichever way it
+// is cut, so a captured delivery whose body holds ".<digits>." could come
+// again under another id and timestamp.
+TEST(StandardWebhooksTest, ASignatureCannotBeCutIntoAnotherId) {
+  // printf '%s' 'msg_1.1614265330.a.1614265400.b' | openssl dgst -sha256 -mac HMAC -macopt hexkey:$K -binary | base64
+  const std::string sig = "v1,wjxfBGC97/HZnp4kFOosuAZEgcYT1QDLyF595cCwtlY=";
+  ExpectKey(StandardWebhooks({{"webhook-id", "msg_1"}, {"webhook-timestamp", "1614265330"}, {"webhook-signature", sig}},
+                             "a.1614265400.b", 1614265330),
+            "webhook-msg_1");
+  ExpectNoId(StandardWebhooks(
+      {{"webhook-id", "msg_1.1614265330.a"}, {"webhook-timestamp", "1614265400"}, {"webhook-signature", sig}}, "b",
+      1614265400));
+}
+
 TEST(StandardWebhooksTest, TimestampToleranceIsFiveMinutesEitherWay) {
   const std::string sig = "v1," + std::string(kSwSig);
   const auto headers = SwHeaders(sig);
