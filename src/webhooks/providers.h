@@ -100,8 +100,10 @@ struct Translation {
 //    Key "webhook-" + the id; a verified id that is empty or holds a '.'
 //    is missing (another cut of the signed text could name another id).
 //  - generic: `generic->header` holds `prefix` + the HMAC of the body,
-//    hex (either case) or base64. Key: the id from the header, the JSON
-//    Pointer (a string or an integer) or the form fields joined with '-'.
+//    hex (either case) or base64. Key: the id as it is (no prefix) from
+//    the header, the JSON Pointer (a string, or an integer as its decimal
+//    text) or the form fields joined with '-' (escaped as twilio's, when
+//    there are several).
 // A header or form field the provider needs that appears more than once is
 // refused as invalid (a signature) or missing (an id); an empty id is
 // missing. A form body is one declared application/x-www-form-urlencoded.

@@ -457,6 +457,23 @@ TEST_F(WebhookTest, GenericSenderWithAJsonPointerId) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// A generic id is the key as it is (docs/configuration.md): one starting with
+// the reserved "t-" is refused, and an integer is the key of its decimal text.
+TEST_F(WebhookTest, GenericIdsAreBareKeys) {
+  Start();
+  const auto event = [](const std::string& body) {
+    HttpRequest req{.method = "POST", .target = "/echo/generic/acme-generic"};
+    req.headers = {{"Content-Type", "application/json"},
+                   {"X-Signature", "sha256=" + HmacSha256Hex(kGenericSecret, body)}};
+    req.body = body;
+    return req;
+  };
+  ExpectProblem(Send(event(R"({"event":{"id":"t-9"}})")), 400, "translation-failed");
+  EXPECT_EQ(Send(event(R"({"event":{"id":42}})")).status, 200);
+  ExpectProblem(Send(event(R"({"event":{"id":"42"}})")), 422, "key-reused");
+  EXPECT_EQ(Executions(), 1u);
+}
+
 TEST_F(WebhookTest, WithTrustedHeadersTheEndpointIsTheIdentityAndSenderHeadersAreReplaced) {
   Start("{ mode: trusted_headers }");
   // A sender carries no identity headers: the webhook route does not ask for them.

@@ -944,6 +944,16 @@ TEST(GenericTest, PointerToStringsAndIntegers) {
   ExpectKey(Generic(PointerSpec("/items/1"), headers), "b");
 }
 
+// An id is used bare: an integer is its decimal text, the same key as that
+// string (docs/configuration.md says so; a sender keeps one type for its ids).
+TEST(GenericTest, AnIntegerIdIsTheKeyOfItsDecimalString) {
+  // printf '%s' '{"a":42,"b":"42"}' | openssl dgst -sha256 -hmac gsecret
+  const std::vector<HeaderField> headers = {
+      {"X-Signature", "1d93bf5216f1ceb5eab7d949064732defe4205a364db8b3cacfa7627f74aa017"}};
+  ExpectKey(Generic(PointerSpec("/a"), headers, R"({"a":42,"b":"42"})"), "42");
+  ExpectKey(Generic(PointerSpec("/b"), headers, R"({"a":42,"b":"42"})"), "42");
+}
+
 TEST(GenericTest, PointerToNothingUsableIsNoId) {
   const std::vector<HeaderField> headers = {{"X-Signature", kGenericHex256}};
   for (const std::string_view pointer :
