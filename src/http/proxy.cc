@@ -588,7 +588,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     // since the upstream may have acted on it before it went away.
     // Both methods count: an upstream that reads a method override header
     // runs the request as the method it names, one that does not as sent.
-    const bool idempotent = IsIdempotentMethod(c_.head.method) && IsIdempotentMethod(c_.head.effective_method());
+    // A request with an observer holds a reservation under its key: the
+    // gateway promises it runs once, so it is never sent a second time on
+    // its own, whatever the method (the client retries under its key).
+    const bool idempotent = fr.observer == nullptr && IsIdempotentMethod(c_.head.method) &&
+                            IsIdempotentMethod(c_.head.effective_method());
     bool fresh_only = false;
     bool failed = false;
     bool cut_short = false;  // the upstream answered or went away before it took the whole request
@@ -1060,7 +1064,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     // (TakeIdle) may not yet see, and the next request on the connection
     // would take that body, which a client can choose, as its response. A
     // 204 that announces content it must not have (Content-Length or
-    // Transfer-Encoding, RFC 9110 section 15.3.5) is treated alike. Other
+    // Transfer-Encoding, RFC 9110 section 15.3.5) is treated alike, and so
+    // is a 304 with Transfer-Encoding or a Content-Length other than 0: the
+    // length of the representation a GET would get, which a handler that
+    // answers 304 from its GET code path may write after the head. Other
     // 204 and 304 responses keep the connection: closing after each would
     // cost a connect (and a TIME_WAIT socket) per DELETE or conditional GET,
     // and upstreams rarely break the rule there (docs/architecture.md). Nor
@@ -1069,6 +1076,11 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     if (reusable && c_.head.method == "HEAD") reusable = false;
     if (reusable && result.upstream_status == 204 &&
         (res.count(bhttp::field::content_length) != 0 || res.count(bhttp::field::transfer_encoding) != 0)) {
+      reusable = false;
+    }
+    if (reusable && result.upstream_status == 304 &&
+        (res.count(bhttp::field::transfer_encoding) != 0 ||
+         (res.count(bhttp::field::content_length) != 0 && res[bhttp::field::content_length] != "0"))) {
       reusable = false;
     }
     p.Release(std::move(conn), reusable);
