@@ -300,7 +300,9 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   const MetricScope scope = ScopeOf(ctx);
   ctx.log.idempotency_case = rules.case_name;
 
-  if (ctx.route->config->recovery && ctx.head->effective_method() == "GET" &&
+  // HEAD as GET (RFC 9110 section 9.3.2): the same answer, head only.
+  if (ctx.route->config->recovery &&
+      (ctx.head->effective_method() == "GET" || ctx.head->effective_method() == "HEAD") &&
       rules.policy != config::Policy::kProhibited) {
     if (auto segment = RecoverySegment(*ctx.route, ctx.head->path)) co_return co_await Recover(ctx, *segment);
   }

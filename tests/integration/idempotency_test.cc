@@ -950,6 +950,13 @@ TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   EXPECT_EQ(recovered.body, original.body);
   EXPECT_EQ(recovered.Header("X-Operation-Id"), original.Header("X-Operation-Id"));
   EXPECT_EQ(recovered.Header("Idempotent-Replayed"), "true");
+  // HEAD is answered from the store as GET is, head only.
+  const HttpResponse head = Send(HttpRequest{.method = "HEAD", .target = "/by-idempotency-key/k-rec"});
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(head.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(head.Header("Content-Length"), std::to_string(original.body.size()));
+  EXPECT_EQ(Send(HttpRequest{.method = "HEAD", .target = "/by-idempotency-key/unknown"}).status, 404);
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/unknown"}), 404, "not-found");
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/a:b"}), 400, "invalid-key");
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec?wait=soon"}), 400, "bad-request");
@@ -967,11 +974,11 @@ TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   slow.join();
   EXPECT_EQ(Executions(), 2u);
 
-  // The metrics and stats say what the log says: the two recovered
-  // responses are cache hits, the two 409s conflicts.
+  // The metrics and stats say what the log says: the three recovered
+  // responses (one to the HEAD) are cache hits, the two 409s conflicts.
   const std::string metrics = Metrics();
   EXPECT_EQ(MetricValue(metrics, R"(idempotency_cache_hit_total{tenant="_",project="_",route="api",status="200"})"),
-            2.0)
+            3.0)
       << metrics;
   EXPECT_EQ(MetricValue(metrics, R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="in_flight"})"),
             1.0);
@@ -981,7 +988,7 @@ TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   auto stats = SendRequest(gateway_->admin(), HttpRequest{.target = "/admin/stats"});
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   json::object routes = ParseObject(stats->body)["routes"].as_object();
-  EXPECT_EQ(routes["api"].at("hits").as_int64(), 2) << stats->body;
+  EXPECT_EQ(routes["api"].at("hits").as_int64(), 3) << stats->body;
   EXPECT_EQ(routes["api"].at("conflicts").as_int64(), 2) << stats->body;
 }
 
