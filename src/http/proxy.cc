@@ -308,9 +308,12 @@ unsigned StatusLineReceived(const ResponseParser& up, const beast::flat_buffer& 
   const auto data = buffer.data();
   const std::string_view bytes(static_cast<const char*>(data.data()),
                                std::min<std::size_t>(data.size(), kUpstreamHeaderLimit));
-  const std::size_t eol = bytes.find("\r\n");
+  // A bare LF ends the line too (RFC 9112 section 2.2 lets a recipient take
+  // it): Beast refuses such a head, but its status says the upstream acted.
+  const std::size_t eol = bytes.find('\n');
   if (eol == std::string_view::npos) return 0;
-  const std::string_view line = bytes.substr(0, eol);
+  std::string_view line = bytes.substr(0, eol);
+  if (line.ends_with('\r')) line.remove_suffix(1);
   // HTTP-version SP 3DIGIT [SP reason-phrase], as Beast reads it.
   if (line.size() < 12 || !(line.starts_with("HTTP/1.1 ") || line.starts_with("HTTP/1.0 "))) return 0;
   unsigned status = 0;

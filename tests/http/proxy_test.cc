@@ -1201,7 +1201,7 @@ TEST(InProcessProxyTest, StatusOutsideTheDefinedRangeIs502) {
 // An upstream that answered with a final status ran the request, even when
 // the rest of its head is one the proxy refuses (Content-Length beside
 // Transfer-Encoding, a coding other than chunked, two lengths, a block past
-// the limit) or breaks off: the client gets 502, and the observer learns
+// the limit, lines ended by a bare LF) or breaks off: the client gets 502, and the observer learns
 // the status alone, the body marked omitted, as when a body breaks off
 // (the idempotency engine then stores a 201 instead of releasing the key
 // for a second run). Beast's message starts as 200: only a status line that
@@ -1216,7 +1216,7 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
   const std::pair<std::string, int> cases[] = {
       {"/canned/201-length-chunked", 201}, {"/canned/201-gzip-chunked", 201},
       {"/canned/201-two-lengths", 201},    {"/canned/201-huge-head", 201},
-      {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
+      {"/canned/201-bare-lf", 201},        {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
       {"/reset?at=head", 200},             {"/canned/status-600", 0},
       {"/canned/status-099", 0},           {"/canned/101-upgrade", 0},
   };

@@ -296,6 +296,7 @@ struct TestUpstream::Impl {
              "HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
             {"201-two-lengths", "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
             {"201-huge-head", kHugeHead},
+            {"201-bare-lf", "HTTP/1.1 201 Created\nContent-Length: 2\n\nok"},
             {"100-then-201-two-lengths",
              "HTTP/1.1 100 Continue\r\n\r\n"
              "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
