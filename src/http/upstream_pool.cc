@@ -45,6 +45,8 @@ long long WholeMillis(internal::SteadyClock::duration d) {
 
 void CancelResolver(void* resolver) { static_cast<tcp::resolver*>(resolver)->cancel(); }
 
+void SweepPool(void* pool, internal::SteadyTime now) { static_cast<UpstreamPool::Impl*>(pool)->SweepIdle(now); }
+
 // Prepares a TLS session over `socket` for `name`: SNI (for a DNS name; RFC
 // 6066 leaves IP addresses out) and the name or address the certificate
 // must carry, checked by OpenSSL during the handshake.
@@ -61,7 +63,10 @@ std::unique_ptr<internal::TlsStream> NewTlsStream(tcp::socket& socket, const Tls
 }  // namespace
 
 UpstreamPool::Impl::Impl(Worker& worker_ref, UpstreamTarget t)
-    : worker(worker_ref), w(worker_ref.impl()), target(std::move(t)) {
+    : worker(worker_ref),
+      w(worker_ref.impl()),
+      target(std::move(t)),
+      sweeper(w.watchdog, &SweepPool, this) {
   error_code ec;
   auto a = asio::ip::make_address(target.host, ec);
   if (!ec) address = a;
@@ -226,6 +231,31 @@ void UpstreamPool::Impl::Release(std::unique_ptr<internal::UpstreamConnection> c
     --open;
   }
   WakeOne();
+}
+
+void UpstreamPool::Impl::SweepIdle(internal::SteadyTime now) {
+  if (idle.empty()) return;
+  polls.resize(idle.size());
+  for (std::size_t i = 0; i < idle.size(); ++i) polls[i] = {idle[i]->socket.native_handle(), POLLIN | POLLRDHUP, 0};
+  const int ready = ::poll(polls.data(), polls.size(), 0);
+  if (ready < 0) return;  // EINTR (or ENOMEM): the next tick tries again
+  // `idle` is oldest first (Release appends): with nothing ready and the
+  // oldest within idle_timeout, every connection stays.
+  if (ready == 0 && now - idle.front()->idle_since <= target.idle_timeout) return;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < idle.size(); ++i) {
+    if (polls[i].revents == 0 && now - idle[i]->idle_since <= target.idle_timeout) {
+      if (kept != i) idle[kept] = std::move(idle[i]);
+      ++kept;
+      continue;
+    }
+    error_code ec;
+    idle[i]->socket.close(ec);
+    idle[i].reset();
+    --open;
+    WakeOne();
+  }
+  idle.resize(kept);
 }
 
 UpstreamPool::UpstreamPool(Worker& worker, UpstreamTarget target)

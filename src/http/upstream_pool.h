@@ -30,7 +30,9 @@ struct UpstreamTarget {
   // worker its share of the upstream's max_connections). A request that
   // finds them all busy waits up to connect_timeout for one, then fails 502.
   std::uint32_t max_connections = 256;
-  // Idle connections older than this are closed instead of reused.
+  // Idle connections are closed once idle this long (noticed on the
+  // worker's next watchdog tick, and never reused past it). Sooner when the
+  // upstream closes one or writes on it while idle.
   Duration idle_timeout = 55s;
   // https upstreams: the TLS context (tls.h), and the name sent as
   // SNI and required in the server's certificate (`host` when empty). Null

@@ -126,7 +126,10 @@ struct TestUpstream::Impl {
       parser.header_limit(64 * 1024);
       auto [ec, n] = co_await bhttp::async_read_header(s, buffer, parser, kTuple);
       (void)n;
-      if (ec) co_return;
+      if (ec) {
+        if (buffer.size() == 0) u.closed_between_requests_.fetch_add(1);
+        co_return;
+      }
       u.requests_.fetch_add(1);
       auto& req = parser.get();
       const std::string full_target(req.target());
@@ -257,6 +260,23 @@ struct TestUpstream::Impl {
         s.close(ignored);
         u.closed_after_answer_.fetch_add(1);
         co_return;
+      } else if (target.starts_with("/halfclose")) {
+        // 200 "ok" on a connection kept open; once OpenGate(), a FIN (the
+        // write side closed), the read side still waiting for a request.
+        bhttp::response<bhttp::string_body> res(bhttp::status::ok, 11);
+        res.body() = "ok";
+        res.prepare_payload();
+        auto [w_ec, w] = co_await bhttp::async_write(s, res, kTuple);
+        (void)w;
+        if (w_ec) co_return;
+        asio::steady_timer timer(io);
+        while (!u.gate_.load()) {
+          timer.expires_after(std::chrono::milliseconds(5));
+          co_await timer.async_wait(kTuple);
+        }
+        boost::system::error_code ignored;
+        s.shutdown(tcp::socket::shutdown_send, ignored);
+        u.half_closed_.fetch_add(1);
       } else if (target.starts_with("/vanish")) {
         // Takes the request and goes away without a byte of answer, as an
         // upstream that crashed while handling it.

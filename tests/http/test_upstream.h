@@ -22,6 +22,8 @@
 //   /die              Content-Length 1000, 10 bytes, then closes
 //   /reset?at=head|body  part of a response (the head cut short, or a whole
 //                     head with 10 of 1000 body bytes), then a reset at once
+//   /halfclose        200 "ok" (no Connection: close), then, once OpenGate(),
+//                     a FIN: the write side closed, the connection still read
 //   /eof              HTTP/1.0 200 whose body ends with the connection (one
 //                     write, then close)
 //   /canned/NAME      a fixed response as written (test_upstream.cc has the
@@ -69,6 +71,11 @@ class TestUpstream {
   int requests() const { return requests_.load(); }
   // Connections /close has closed after its answer.
   int closed_after_answer() const { return closed_after_answer_.load(); }
+  // Connections /halfclose has half-closed.
+  int half_closed() const { return half_closed_.load(); }
+  // Connections the client (the gateway) closed, with a FIN or a reset,
+  // while they waited for a request: idle ones it dropped.
+  int closed_between_requests() const { return closed_between_requests_.load(); }
   // Times /stray has written kStray.
   int stray_written() const { return stray_written_.load(); }
   // Answers /early has written.
@@ -87,6 +94,8 @@ class TestUpstream {
   std::atomic<int> connections_{0};
   std::atomic<int> closed_after_answer_{0};
   std::atomic<int> stray_written_{0};
+  std::atomic<int> half_closed_{0};
+  std::atomic<int> closed_between_requests_{0};
   std::atomic<int> early_answers_{0};
   std::atomic<int> requests_{0};
   std::atomic<std::uint64_t> sink_bytes_{0};

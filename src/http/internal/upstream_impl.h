@@ -3,6 +3,8 @@
 // The pool's internals, shared by upstream_pool.cc and proxy.cc. Internal
 // to src/http: include only from .cc files of src/http.
 
+#include <poll.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -62,6 +64,12 @@ struct UpstreamPool::Impl {
   // Gives a connection back: kept idle when `reusable`, else closed. Wakes
   // one waiter.
   void Release(std::unique_ptr<internal::UpstreamConnection> connection, bool reusable);
+  // Closes the idle connections the upstream closed, that hold bytes nobody
+  // asked for, or that are past idle_timeout: on every watchdog tick, so
+  // that none lingers (in CLOSE-WAIT, holding a descriptor and the
+  // upstream's resources) until a request would take it. One poll() for all
+  // of them, none when the pool has no idle connection.
+  void SweepIdle(internal::SteadyTime now);
 
   Worker& worker;
   Worker::Impl& w;
@@ -71,6 +79,8 @@ struct UpstreamPool::Impl {
   std::list<boost::asio::steady_timer*> waiters;
   std::size_t open = 0;
   std::uint64_t connects = 0;
+  std::vector<pollfd> polls;  // SweepIdle's, kept for its capacity
+  internal::Ticker sweeper;
 
  private:
   Task<internal::Acquired> Connect(internal::SteadyTime by);

@@ -16,6 +16,12 @@ Deadline::Deadline(Watchdog& watchdog, CancelFn cancel, void* target)
 
 Deadline::~Deadline() { watchdog_->Unlink(this); }
 
+Ticker::Ticker(Watchdog& watchdog, TickFn fn, void* target) : watchdog_(&watchdog), fn_(fn), target_(target) {
+  watchdog_->Link(this);
+}
+
+Ticker::~Ticker() { watchdog_->Unlink(this); }
+
 Watchdog::Watchdog(asio::io_context& io, Duration tick) : io_(io), timer_(io), tick_(tick) {}
 
 Watchdog::~Watchdog() {
@@ -25,6 +31,11 @@ Watchdog::~Watchdog() {
     Deadline* next = d->next_;
     d->prev_ = d->next_ = nullptr;
     d = next;
+  }
+  for (Ticker* t = tickers_; t != nullptr;) {
+    Ticker* next = t->next_;
+    t->prev_ = t->next_ = nullptr;
+    t = next;
   }
 }
 
@@ -46,6 +57,28 @@ void Watchdog::Unlink(Deadline* d) {
   if (d->next_ != nullptr) d->next_->prev_ = d->prev_;
   d->prev_ = d->next_ = nullptr;
   --size_;
+}
+
+void Watchdog::Link(Ticker* t) {
+  t->next_ = tickers_;
+  if (tickers_ != nullptr) tickers_->prev_ = t;
+  tickers_ = t;
+}
+
+void Watchdog::Unlink(Ticker* t) {
+  if (t->prev_ != nullptr) {
+    t->prev_->next_ = t->next_;
+  } else if (tickers_ == t) {
+    tickers_ = t->next_;
+  } else {
+    return;  // detached
+  }
+  if (t->next_ != nullptr) t->next_->prev_ = t->prev_;
+  t->prev_ = t->next_ = nullptr;
+}
+
+void Watchdog::Tick(SteadyTime now) {
+  for (Ticker* t = tickers_; t != nullptr; t = t->next_) t->fn_(t->target_, now);
 }
 
 void Watchdog::Sweep(SteadyTime now) {
@@ -80,7 +113,9 @@ asio::awaitable<void> Watchdog::Run() {
     timer_.expires_after(tick_);
     co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (stopping_) break;
-    Sweep(SteadyClock::now());
+    const SteadyTime now = SteadyClock::now();
+    Sweep(now);
+    Tick(now);
   }
   running_ = false;
 }

@@ -12,7 +12,8 @@
 // Deadline registers with its worker's Watchdog, which wakes every `tick`
 // and cancels the target of each Deadline that has passed. Arming or
 // disarming a Deadline only stores a time point, so the hot path pays no
-// timer syscalls. Timeouts fire up to one tick late.
+// timer syscalls. Timeouts fire up to one tick late. Tickers run on every
+// tick after the deadlines, for periodic work of the worker's own.
 // Single-threaded: everything runs on the worker's thread.
 // Internal to src/http.
 namespace idemgate::http::internal {
@@ -62,6 +63,27 @@ class Deadline {
   Deadline* next_ = nullptr;
 };
 
+// Work done on every tick of a Watchdog, after its deadlines: an upstream
+// pool closing idle connections the upstream closed. Unlike a Deadline's
+// cancel function, `fn` may destroy Deadlines, but not Tickers.
+class Ticker {
+ public:
+  using TickFn = void (*)(void* target, SteadyTime now);
+
+  Ticker(Watchdog& watchdog, TickFn fn, void* target);
+  ~Ticker();
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+
+ private:
+  friend class Watchdog;
+  Watchdog* watchdog_;
+  TickFn fn_;
+  void* target_;
+  Ticker* prev_ = nullptr;
+  Ticker* next_ = nullptr;
+};
+
 class Watchdog {
  public:
   Watchdog(boost::asio::io_context& io, Duration tick);
@@ -80,15 +102,20 @@ class Watchdog {
 
  private:
   friend class Deadline;
+  friend class Ticker;
   void Link(Deadline* d);
   void Unlink(Deadline* d);
+  void Link(Ticker* t);
+  void Unlink(Ticker* t);
   void Sweep(SteadyTime now);
+  void Tick(SteadyTime now);
   boost::asio::awaitable<void> Run();
 
   boost::asio::io_context& io_;
   boost::asio::steady_timer timer_;
   Duration tick_;
   Deadline* head_ = nullptr;
+  Ticker* tickers_ = nullptr;
   std::size_t size_ = 0;
   bool stopping_ = false;
   bool kill_all_ = false;
