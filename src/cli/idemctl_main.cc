@@ -101,11 +101,12 @@ constexpr std::string_view kUsage =
     "A new key is printed on stderr before the first attempt.\n"
     "\n"
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
-    "operation failed, 2 usage error: also a request that could never succeed (an empty\n"
-    "or refused key, a bad URL, method or header, a missing admin token), neither sent\n"
-    "nor parked, 3 send: the request was not parked although a DLQ is in use: the DLQ\n"
-    "could not be opened (then nothing was sent), or the failed request could not be\n"
-    "written to it.\n";
+    "operation failed (dlq list: also when a row could not be read; it is named on\n"
+    "stderr and the others are listed), 2 usage error: also a request that could\n"
+    "never succeed (an empty or refused key, a bad URL, method or header, a missing\n"
+    "admin token), neither sent nor parked, 3 send: the request was not parked\n"
+    "although a DLQ is in use: the DLQ could not be opened (then nothing was sent),\n"
+    "or the failed request could not be written to it.\n";
 
 void Print(FILE* f, std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), f);
@@ -714,16 +715,30 @@ int Dlq(const std::string& verb, const Options& o) {
   }
   client::DeadLetterQueue& dlq = **opened;
   if (verb == "list") {
-    auto entries = dlq.List(filter);
-    if (!entries.ok()) return Fail(entries.status().message());
+    auto listing = dlq.List(filter);
+    if (!listing.ok()) return Fail(listing.status().message());
+    const std::vector<client::DeadLetter>& entries = listing->entries;
+    // A row that cannot be read is named on stderr and skipped; the others
+    // are listed all the same, and the exit status is 1.
+    const auto report_unreadable = [&]() {
+      if (listing->unreadable.empty()) return 0;
+      std::string text;
+      for (const auto& u : listing->unreadable) text += "idemctl: " + SanitizeUtf8(u.error) + "; skipped\n";
+      text += "idemctl: " + std::to_string(listing->unreadable.size()) +
+              (listing->unreadable.size() == 1 ? " entry" : " entries") +
+              " could not be read and " + (listing->unreadable.size() == 1 ? "is" : "are") +
+              " not listed (dlq discard ID drops a pending one)\n";
+      Print(stderr, text);
+      return 1;
+    };
     if (o.json) {
       json::array out;
-      for (const auto& e : *entries) out.push_back(EntryJson(e, false));
+      for (const auto& e : entries) out.push_back(EntryJson(e, false));
       Print(stdout, json::serialize(out) + "\n");
-      return 0;
+      return report_unreadable();
     }
     std::string text(kListHeader);
-    for (const auto& e : *entries) {
+    for (const auto& e : entries) {
       // Who is replaying it (host:pid since when), for `dlq release`.
       const std::string claim = e.claim ? e.claim->host + ":" + std::to_string(e.claim->pid) + " since " +
                                               FormatTime(e.claim->claimed_unix_ms)
@@ -733,7 +748,7 @@ int Dlq(const std::string& verb, const Options& o) {
               "\t" + e.request.url + "\t" + e.request.key + "\t" + e.error + "\t" + claim + "\n";
     }
     Print(stdout, text);
-    return 0;
+    return report_unreadable();
   }
   if (verb == "show") {
     auto e = dlq.Get(*id);

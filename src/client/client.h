@@ -202,6 +202,20 @@ struct DeadLetter {
   std::optional<ReplayClaim> claim;
 };
 
+// A row of the queue that cannot be read as an entry: a value of the wrong
+// type or out of range, headers that are not the JSON Park writes, an unknown
+// status (written by another program, or edited by hand).
+struct UnreadableEntry {
+  std::int64_t id = 0;
+  std::string error;  // "dead letter 7 cannot be read: column headers is not JSON (...)"
+};
+
+// What List found: the entries it could read, and the rows it skipped.
+struct DeadLetterListing {
+  std::vector<DeadLetter> entries;           // oldest first
+  std::vector<UnreadableEntry> unreadable;   // by id
+};
+
 // A Unix time in milliseconds as UTC, to the second: "2026-01-02T03:04:05Z".
 std::string FormatUtcTime(std::int64_t unix_ms);
 
@@ -226,12 +240,16 @@ class DeadLetterQueue {
 
   // Parks a failed request as pending; returns its id.
   StatusOr<std::int64_t> Park(const Request& request, std::string_view error, int attempts, int last_status);
-  // Entries, oldest first; only those with `status` when given.
-  StatusOr<std::vector<DeadLetter>> List(std::optional<EntryStatus> status = std::nullopt) const;
-  // NotFound when there is no such entry.
+  // Entries, oldest first; only those with `status` when given. A row that
+  // cannot be read is skipped and named in `unreadable` (one bad row hides
+  // no other); an error only when the queue itself cannot be read.
+  StatusOr<DeadLetterListing> List(std::optional<EntryStatus> status = std::nullopt) const;
+  // NotFound when there is no such entry; FailedPrecondition ("dead letter
+  // ID cannot be read: ...") for a row List would skip.
   StatusOr<DeadLetter> Get(std::int64_t id) const;
   // pending -> replaying, atomically: FailedPrecondition (naming the status)
-  // when the entry is not pending, so two replays of one entry never both run.
+  // when the entry is not pending, so two replays of one entry never both run;
+  // FailedPrecondition too, leaving it pending, when it cannot be read.
   // Records the claim (a new token, this host and process, now, and
   // now + `longest`: how long the replay may run at most).
   StatusOr<DeadLetter> ClaimForReplay(std::int64_t id, Millis longest = Millis{0});
@@ -241,7 +259,9 @@ class DeadLetterQueue {
   // result is not recorded (FailedPrecondition saying so) and the entry is
   // left as it is.
   Status FinishReplay(std::int64_t id, bool replayed, std::string_view error, int attempts, int last_status);
-  // pending -> discarded (FailedPrecondition from another status).
+  // pending -> discarded (FailedPrecondition from another status). Discard
+  // and Release need only the entry's status and claim: an entry whose
+  // request cannot be read can be discarded, or released, all the same.
   Status Discard(std::int64_t id);
   // replaying -> pending: gives back an entry whose replay was cut short
   // (its process died) so it can be replayed again (FailedPrecondition from

@@ -21,6 +21,8 @@
 #include <mutex>
 #include <new>
 
+#include "client/quote.h"
+
 // The dead-letter queue: one SQLite table, `dead_letters`, in WAL mode.
 namespace idemgate::client {
 
@@ -190,7 +192,7 @@ class Statement {
   }
 
   std::int64_t ColumnInt(int column) const { return sqlite3_column_int64(stmt_.get(), column); }
-  bool ColumnNull(int column) const { return sqlite3_column_type(stmt_.get(), column) == SQLITE_NULL; }
+  int ColumnType(int column) const { return sqlite3_column_type(stmt_.get(), column); }
   std::string ColumnText(int column) const {
     const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_.get(), column));
     const int size = sqlite3_column_bytes(stmt_.get(), column);
@@ -255,50 +257,142 @@ StatusOr<std::vector<Header>> HeadersFromJson(std::string_view text) {
   options.allow_invalid_utf8 = true;  // header values are bytes, stored as given
   boost::system::error_code ec;
   const boost::json::value json = boost::json::parse(text, ec, {}, options);
-  if (ec || !json.is_array()) return InternalError("bad headers column");
+  if (ec) return InvalidArgumentError("column headers is not JSON (" + ec.message() + ")");
+  if (!json.is_array()) return InvalidArgumentError("column headers is not a JSON array");
   std::vector<Header> headers;
   for (const auto& item : json.as_array()) {
     const auto* pair = item.if_array();
     if (pair == nullptr || pair->size() != 2 || !(*pair)[0].is_string() || !(*pair)[1].is_string()) {
-      return InternalError("bad headers column");
+      return InvalidArgumentError("column headers holds an item that is not a [name, value] pair of strings");
     }
     headers.emplace_back(std::string((*pair)[0].as_string()), std::string((*pair)[1].as_string()));
   }
   return headers;
 }
 
-// One row selected by SelectEntries.
+// The columns SelectEntries gives, by position, for the reasons a row cannot be read.
+constexpr std::array<std::string_view, 18> kColumnNames = {
+    "id", "method", "url", "headers", "body", "key", "key_header", "error", "attempts", "last_status",
+    "last_attempt_unix_ms", "created_unix_ms", "status", "claim_token", "claim_host", "claim_pid",
+    "claimed_unix_ms", "claim_until_unix_ms"};
+
+std::string_view TypeName(int type) {
+  switch (type) {
+    case SQLITE_INTEGER: return "an integer";
+    case SQLITE_FLOAT: return "a real number";
+    case SQLITE_TEXT: return "text";
+    case SQLITE_BLOB: return "a blob";
+    default: return "NULL";
+  }
+}
+
+// Checks the storage type of each column of a row before it is decoded:
+// SQLite keeps any value in any column (another program, or a hand edit,
+// may have written one), and sqlite3_column_* would quietly convert it.
+class RowReader {
+ public:
+  explicit RowReader(const Statement& row) : row_(row) {}
+
+  // The first problem found, "" when none.
+  const std::string& problem() const { return problem_; }
+
+  std::string Text(int column, bool null_ok = false) {
+    if (!Expect(column, SQLITE_TEXT, null_ok)) return "";
+    return row_.ColumnText(column);
+  }
+  // Bytes: a blob, or text (the same bytes).
+  std::string Bytes(int column) {
+    const int type = row_.ColumnType(column);
+    if (type != SQLITE_BLOB && type != SQLITE_TEXT) {
+      Wrong(column, type, "a blob");
+      return "";
+    }
+    return row_.ColumnBlob(column);
+  }
+  std::int64_t Int(int column, std::int64_t min, std::int64_t max, bool null_ok = false) {
+    if (!Expect(column, SQLITE_INTEGER, null_ok)) return 0;
+    const std::int64_t value = row_.ColumnInt(column);
+    if (value < min || value > max) {
+      Fail("column " + std::string(kColumnNames[column]) + " is out of range (" + std::to_string(value) + ")");
+      return 0;
+    }
+    return value;
+  }
+  bool IsNull(int column) const { return row_.ColumnType(column) == SQLITE_NULL; }
+  void Fail(std::string problem) {
+    if (problem_.empty()) problem_ = std::move(problem);
+  }
+
+ private:
+  bool Expect(int column, int type, bool null_ok) {
+    const int actual = row_.ColumnType(column);
+    if (actual == type) return true;
+    if (actual != SQLITE_NULL || !null_ok) Wrong(column, actual, type == SQLITE_TEXT ? "text" : "an integer");
+    return false;
+  }
+  void Wrong(int column, int actual, std::string_view expected) {
+    Fail("column " + std::string(kColumnNames[column]) + " is " + std::string(TypeName(actual)) + ", not " +
+         std::string(expected));
+  }
+
+  const Statement& row_;
+  std::string problem_;
+};
+
+// Why an entry cannot be read, as List reports it and Get and ClaimForReplay fail with.
+Status Unreadable(std::int64_t id, std::string_view why) {
+  return FailedPreconditionError("dead letter " + std::to_string(id) + " cannot be read: " + std::string(why));
+}
+
+constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// One row selected by SelectEntries; a row with a value of the wrong type or
+// range, headers that are not the JSON Park writes, or an unknown status is
+// refused (Unreadable), naming the column.
 StatusOr<DeadLetter> ReadEntry(const Statement& row) {
   DeadLetter entry;
-  entry.id = row.ColumnInt(0);
-  entry.request.method = row.ColumnText(1);
-  entry.request.url = row.ColumnText(2);
-  auto headers = HeadersFromJson(row.ColumnText(3));
-  if (!headers.ok()) {
-    return InternalError("dead letter " + std::to_string(entry.id) + ": " + headers.status().message());
+  entry.id = row.ColumnInt(0);  // INTEGER PRIMARY KEY: always an integer
+  RowReader read(row);
+  entry.request.method = read.Text(1);
+  entry.request.url = read.Text(2);
+  const std::string headers_json = read.Text(3);
+  entry.request.body = read.Bytes(4);
+  entry.request.key = read.Text(5);
+  entry.request.key_header = read.Text(6);
+  entry.error = read.Text(7);
+  entry.attempts = static_cast<int>(read.Int(8, 0, kIntMax));
+  entry.last_status = static_cast<int>(read.Int(9, kIntMin, kIntMax));
+  entry.last_attempt_unix_ms = read.Int(10, kInt64Min, kInt64Max);
+  entry.created_unix_ms = read.Int(11, kInt64Min, kInt64Max);
+  const std::string status = read.Text(12);
+  if (read.problem().empty()) {
+    if (const auto parsed = EntryStatusFromName(status)) {
+      entry.status = *parsed;
+    } else {
+      read.Fail("bad status " + QuoteInput(status));
+    }
   }
-  entry.request.headers = std::move(*headers);
-  entry.request.body = row.ColumnBlob(4);
-  entry.request.key = row.ColumnText(5);
-  entry.request.key_header = row.ColumnText(6);
-  entry.error = row.ColumnText(7);
-  entry.attempts = static_cast<int>(row.ColumnInt(8));
-  entry.last_status = static_cast<int>(row.ColumnInt(9));
-  entry.last_attempt_unix_ms = row.ColumnInt(10);
-  entry.created_unix_ms = row.ColumnInt(11);
-  const std::string status = row.ColumnText(12);
-  const auto parsed = EntryStatusFromName(status);
-  if (!parsed) return InternalError("dead letter " + std::to_string(entry.id) + ": bad status \"" + status + "\"");
-  entry.status = *parsed;
-  if (entry.status == EntryStatus::kReplaying && !row.ColumnNull(13)) {
+  if (read.problem().empty()) {
+    auto headers = HeadersFromJson(headers_json);
+    if (headers.ok()) {
+      entry.request.headers = std::move(*headers);
+    } else {
+      read.Fail(headers.status().message());
+    }
+  }
+  if (read.problem().empty() && entry.status == EntryStatus::kReplaying && !read.IsNull(13)) {
     ReplayClaim claim;
-    claim.token = row.ColumnText(13);
-    claim.host = row.ColumnText(14);
-    claim.pid = row.ColumnInt(15);
-    claim.claimed_unix_ms = row.ColumnInt(16);
-    claim.until_unix_ms = row.ColumnInt(17);
+    claim.token = read.Text(13);
+    claim.host = read.Text(14, true);
+    claim.pid = read.Int(15, kInt64Min, kInt64Max, true);
+    claim.claimed_unix_ms = read.Int(16, kInt64Min, kInt64Max, true);
+    claim.until_unix_ms = read.Int(17, kInt64Min, kInt64Max, true);
     entry.claim = std::move(claim);
   }
+  if (!read.problem().empty()) return Unreadable(entry.id, read.problem());
   return entry;
 }
 
@@ -520,12 +614,43 @@ struct DeadLetterQueue::Impl {
     return ReadEntry(select);
   }
 
+  // Only an entry's status and claim (all that a status change needs), so
+  // that an entry whose request cannot be read can still be discarded or
+  // released.
+  struct State {
+    EntryStatus status = EntryStatus::kPending;
+    std::optional<ReplayClaim> claim;
+  };
+  StatusOr<State> StateLocked(std::int64_t id) {
+    if (no_table) return NotFoundError("no dead letter " + std::to_string(id));
+    const char* claim = with_claims ? "claim_token, claim_host, claim_pid, claimed_unix_ms, claim_until_unix_ms"
+                                    : "NULL, NULL, NULL, NULL, NULL";
+    Statement select(db.get(), std::string("SELECT status, ") + claim + " FROM dead_letters WHERE id = ?");
+    select.Int(id);
+    auto row = select.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return NotFoundError("no dead letter " + std::to_string(id));
+    const auto status = select.ColumnType(0) == SQLITE_TEXT ? EntryStatusFromName(select.ColumnText(0)) : std::nullopt;
+    if (!status) return Unreadable(id, "bad status " + QuoteInput(select.ColumnText(0)));
+    State state{.status = *status};
+    if (*status == EntryStatus::kReplaying && select.ColumnType(1) != SQLITE_NULL) {
+      ReplayClaim claim;
+      claim.token = select.ColumnText(1);
+      claim.host = select.ColumnText(2);
+      claim.pid = select.ColumnInt(3);
+      claim.claimed_unix_ms = select.ColumnInt(4);
+      claim.until_unix_ms = select.ColumnInt(5);
+      state.claim = std::move(claim);
+    }
+    return state;
+  }
+
   // Runs a guarded status change (`update` binds `id` last and requires
   // `from`); when it changes nothing, says why: NotFound or the current status.
   Status Transition(Statement& update, std::int64_t id, EntryStatus from) {
     if (Status s = update.Run(); !s.ok()) return s;
     if (sqlite3_changes(db.get()) == 1) return Status::Ok();
-    auto current = GetLocked(id);
+    auto current = StateLocked(id);
     if (!current.ok()) return current.status();
     return FailedPreconditionError("dead letter " + std::to_string(id) + " is " +
                                    std::string(EntryStatusName(current->status)) + ", not " +
@@ -643,12 +768,13 @@ StatusOr<std::int64_t> DeadLetterQueue::Park(const Request& request, std::string
   });
 }
 
-// All entries (or those with `status`) by id.
-StatusOr<std::vector<DeadLetter>> DeadLetterQueue::List(std::optional<EntryStatus> status) const {
-  return Guarded<StatusOr<std::vector<DeadLetter>>>([&]() -> StatusOr<std::vector<DeadLetter>> {
+// All entries (or those with `status`) by id; a row that cannot be read is
+// skipped and named, so that one bad row hides no other.
+StatusOr<DeadLetterListing> DeadLetterQueue::List(std::optional<EntryStatus> status) const {
+  return Guarded<StatusOr<DeadLetterListing>>([&]() -> StatusOr<DeadLetterListing> {
     std::lock_guard lock(impl_->mu);
-    std::vector<DeadLetter> entries;
-    if (impl_->no_table) return entries;
+    DeadLetterListing listing;
+    if (impl_->no_table) return listing;
     Statement select(impl_->db.get(),
                      SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id", impl_->with_claims));
     if (status) select.Text(EntryStatusName(*status));
@@ -657,11 +783,16 @@ StatusOr<std::vector<DeadLetter>> DeadLetterQueue::List(std::optional<EntryStatu
       if (!row.ok()) return row.status();
       if (!*row) {
         if (Status s = impl_->CheckUnchanged(); !s.ok()) return s;
-        return entries;
+        return listing;
       }
       auto entry = ReadEntry(select);
-      if (!entry.ok()) return entry.status();
-      entries.push_back(std::move(*entry));
+      if (entry.ok()) {
+        listing.entries.push_back(std::move(*entry));
+      } else if (entry.status().code() == StatusCode::kFailedPrecondition) {
+        listing.unreadable.push_back(UnreadableEntry{.id = select.ColumnInt(0), .error = entry.status().message()});
+      } else {
+        return entry.status();
+      }
     }
   });
 }
@@ -682,6 +813,9 @@ StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis lon
     const std::string token = NewKeyV4();  // random, this claim's own
     const std::int64_t now = NowUnixMs();
     std::lock_guard lock(impl_->mu);
+    // One transaction: an entry that cannot be read is not left claimed.
+    Transaction tx(impl_->db.get());
+    if (!tx.begin_status().ok()) return tx.begin_status();
     Statement update(impl_->db.get(),
                      "UPDATE dead_letters SET status = ?, claim_token = ?, claim_host = ?, claim_pid = ?, "
                      "claimed_unix_ms = ?, claim_until_unix_ms = ? WHERE id = ? AND status = ?");
@@ -694,8 +828,11 @@ StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis lon
         .Int(id)
         .Text(EntryStatusName(EntryStatus::kPending));
     if (Status s = impl_->Transition(update, id, EntryStatus::kPending); !s.ok()) return s;
+    auto entry = impl_->GetLocked(id);
+    if (!entry.ok()) return entry.status();
+    if (Status s = tx.Commit(); !s.ok()) return s;
     impl_->claims[id] = token;
-    return impl_->GetLocked(id);
+    return entry;
   });
 }
 
@@ -726,7 +863,7 @@ Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string
     }
     Status s = impl_->Transition(update, id, EntryStatus::kReplaying);
     if (s.code() == StatusCode::kFailedPrecondition) {
-      auto current = impl_->GetLocked(id);
+      auto current = impl_->StateLocked(id);
       if (current.ok() && current->status == EntryStatus::kReplaying) {
         s = FailedPreconditionError("dead letter " + std::to_string(id) +
                                     " was released from this replay and claimed again; its result was not recorded");
@@ -758,7 +895,7 @@ Status DeadLetterQueue::Release(std::int64_t id, bool force) {
     std::lock_guard lock(impl_->mu);
     Transaction tx(impl_->db.get());
     if (!tx.begin_status().ok()) return tx.begin_status();
-    auto current = impl_->GetLocked(id);
+    auto current = impl_->StateLocked(id);
     if (!current.ok()) return current.status();
     if (current->status == EntryStatus::kReplaying && current->claim && !force) {
       const ReplayClaim& c = *current->claim;

@@ -36,6 +36,15 @@ std::unique_ptr<DeadLetterQueue> OpenOrDie(const std::string& path) {
   return dlq.ok() ? std::move(*dlq) : nullptr;
 }
 
+// The queue's entries (List), checking that it skipped no row.
+StatusOr<std::vector<DeadLetter>> Entries(const DeadLetterQueue& dlq,
+                                          std::optional<EntryStatus> status = std::nullopt) {
+  auto listing = dlq.List(status);
+  if (!listing.ok()) return listing.status();
+  EXPECT_TRUE(listing->unreadable.empty()) << listing->unreadable.front().error;
+  return std::move(listing->entries);
+}
+
 Request SampleRequest(std::string key = "key-1") {
   Request request;
   request.method = "PUT";
@@ -139,7 +148,7 @@ TEST_F(DlqTest, ParkGetListRoundTripEveryField) {
   const auto got = dlq_->Get(id);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   check(*got);
-  const auto listed = dlq_->List();
+  const auto listed = Entries(*dlq_);
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 1u);
   check(listed->front());
@@ -163,7 +172,7 @@ TEST_F(DlqTest, ParkNeedsAKey) {
   const auto id = dlq_->Park(SampleRequest(""), "x", 1, 500);
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(dlq_->List()->empty());
+  EXPECT_TRUE(Entries(*dlq_)->empty());
 }
 
 TEST_F(DlqTest, ValuesAreBoundNotSpliced) {
@@ -175,7 +184,7 @@ TEST_F(DlqTest, ValuesAreBoundNotSpliced) {
   EXPECT_EQ(got->request.key, request.key);
   EXPECT_EQ(got->request.url, request.url);
   EXPECT_EQ(got->error, "'; DELETE FROM dead_letters; --");
-  EXPECT_EQ(dlq_->List()->size(), 1u);
+  EXPECT_EQ(Entries(*dlq_)->size(), 1u);
 }
 
 TEST_F(DlqTest, ListIsOldestFirstAndFiltersByStatus) {
@@ -193,7 +202,7 @@ TEST_F(DlqTest, ListIsOldestFirstAndFiltersByStatus) {
 
   auto ids = [&](std::optional<EntryStatus> status) {
     std::vector<std::int64_t> out;
-    const auto list = dlq_->List(status);
+    const auto list = Entries(*dlq_, status);
     EXPECT_TRUE(list.ok()) << list.status().ToString();
     if (list.ok()) {
       for (const auto& e : *list) out.push_back(e.id);
@@ -403,7 +412,7 @@ TEST_F(DlqTest, ReopeningKeepsEntries) {
 
   auto reopened = OpenOrDie(path_);
   ASSERT_NE(reopened, nullptr);
-  const auto list = reopened->List();
+  const auto list = Entries(*reopened);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   ASSERT_EQ(list->size(), 2u);
   EXPECT_EQ((*list)[0].id, a);
@@ -469,7 +478,7 @@ TEST(DlqOpenTest, ManyProcessesOpeningANewFileAllSucceed) {
     EXPECT_EQ(failed, 0) << "round " << round;
     auto dlq = OpenOrDie(path);
     ASSERT_NE(dlq, nullptr);
-    EXPECT_EQ(dlq->List()->size(), static_cast<std::size_t>(kProcesses - failed));
+    EXPECT_EQ(Entries(*dlq)->size(), static_cast<std::size_t>(kProcesses - failed));
   }
 }
 
@@ -569,7 +578,7 @@ TEST(DlqReadTest, AVersion1QueueIsReadWithoutMigrating) {
   RawExec(path, kVersion1Queue);
   auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  const auto listed = (*reader)->List();
+  const auto listed = Entries(**reader);
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].request.key, "k1");
@@ -589,7 +598,7 @@ TEST(DlqReadTest, AnEmptyFileReadsAsAnEmptyQueueAndAnotherProgramsIsRefused) {
   RawExec(empty, "PRAGMA user_version = 0");
   auto reader = DeadLetterQueue::Open(empty, DeadLetterQueue::Access::kRead);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  EXPECT_TRUE((*reader)->List()->empty());
+  EXPECT_TRUE(Entries(**reader)->empty());
   EXPECT_EQ((*reader)->Get(1).status().code(), StatusCode::kNotFound);
   const std::string app = dir.Join("app.db");
   RawExec(app, "CREATE TABLE users (id INTEGER PRIMARY KEY);");
@@ -649,14 +658,14 @@ TEST(DlqReadTest, AReaderWithoutWriteAccessReadsAnIdleQueue) {
     ::close(to_parent[0]);
     auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
     if (!reader.ok()) return 1;
-    const auto listed = (*reader)->List();
+    const auto listed = Entries(**reader);
     if (!listed.ok() || listed->size() != 2 || (*listed)[1].request.key != "k-b" ||
         (*listed)[1].request.body != SampleRequest().body || !(*reader)->Get(2).ok()) {
       return 2;
     }
     char byte = 1;
     if (::write(to_parent[1], &byte, 1) != 1 || ::read(to_child[0], &byte, 1) != 1) return 3;
-    if ((*reader)->List().status().code() != StatusCode::kUnavailable) return 4;
+    if (Entries(**reader).status().code() != StatusCode::kUnavailable) return 4;
     if ((*reader)->Get(1).status().code() != StatusCode::kUnavailable) return 5;
     return 0;
   };
@@ -754,10 +763,110 @@ TEST_F(DlqTest, ConcurrentParksGetDistinctIds) {
   std::map<std::int64_t, std::string> all;
   for (const auto& m : parked) all.insert(m.begin(), m.end());
   EXPECT_EQ(all.size(), static_cast<std::size_t>(kThreads * kPerThread));  // no id given twice
-  const auto list = dlq_->List();
+  const auto list = Entries(*dlq_);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), all.size());
   for (const auto& e : *list) EXPECT_EQ(e.request.key, all[e.id]) << "id " << e.id;
+}
+
+
+// ---------------------------------------------------------------------------
+// Rows that cannot be read (written by another program, or edited by hand)
+
+// Parks six entries and spoils four of them, each in another way.
+class DlqUnreadableTest : public DlqTest {
+ protected:
+  void SetUp() override {
+    DlqTest::SetUp();
+    for (int i = 1; i <= 6; ++i) ASSERT_EQ(ParkOrDie(SampleRequest("k" + std::to_string(i))), i);
+    RawExec(path_, "UPDATE dead_letters SET headers = 'not json' WHERE id = 2;"
+                   "UPDATE dead_letters SET attempts = 'many' WHERE id = 3;"
+                   "UPDATE dead_letters SET headers = '[[\"X-A\", 1]]' WHERE id = 5;"
+                   "PRAGMA ignore_check_constraints = ON;"
+                   "UPDATE dead_letters SET status = 'lost' WHERE id = 6;");
+  }
+
+  static std::string Ids(const std::vector<UnreadableEntry>& unreadable) {
+    std::string out;
+    for (const auto& u : unreadable) out += std::to_string(u.id) + " ";
+    return out;
+  }
+};
+
+TEST_F(DlqUnreadableTest, ListSkipsAndNamesThemAndListsTheRest) {
+  const auto listing = dlq_->List();
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->entries.size(), 2u);
+  EXPECT_EQ(listing->entries[0].id, 1);
+  EXPECT_EQ(listing->entries[1].id, 4);
+  EXPECT_EQ(listing->entries[1].request.headers, SampleRequest().headers);
+  ASSERT_EQ(Ids(listing->unreadable), "2 3 5 6 ");
+  EXPECT_EQ(listing->unreadable[0].error, "dead letter 2 cannot be read: column headers is not JSON (syntax error)");
+  EXPECT_EQ(listing->unreadable[1].error, "dead letter 3 cannot be read: column attempts is text, not an integer");
+  EXPECT_EQ(listing->unreadable[2].error,
+            "dead letter 5 cannot be read: column headers holds an item that is not a [name, value] pair of strings");
+  EXPECT_EQ(listing->unreadable[3].error, "dead letter 6 cannot be read: bad status \"lost\"");
+
+  // Filtered too; a row whose status is unknown matches no filter.
+  const auto pending = dlq_->List(EntryStatus::kPending);
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  EXPECT_EQ(pending->entries.size(), 2u);
+  EXPECT_EQ(Ids(pending->unreadable), "2 3 5 ");
+
+  // The same through a reader.
+  auto reader = DeadLetterQueue::Open(path_, DeadLetterQueue::Access::kRead);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const auto read = (*reader)->List();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->entries.size(), 2u);
+  EXPECT_EQ(Ids(read->unreadable), "2 3 5 6 ");
+}
+
+TEST_F(DlqUnreadableTest, ValuesOfTheWrongTypeOrRangeAreNamed) {
+  RawExec(path_, "UPDATE dead_letters SET last_status = 1.5 WHERE id = 1;"
+                 "UPDATE dead_letters SET attempts = -2 WHERE id = 4;");
+  EXPECT_EQ(dlq_->Get(1).status().message(),
+            "dead letter 1 cannot be read: column last_status is a real number, not an integer");
+  EXPECT_EQ(dlq_->Get(4).status().message(), "dead letter 4 cannot be read: column attempts is out of range (-2)");
+  RawExec(path_, "UPDATE dead_letters SET last_status = 503, url = x'00ff' WHERE id = 1;"
+                 "UPDATE dead_letters SET attempts = 3 WHERE id = 4");
+  EXPECT_EQ(dlq_->Get(1).status().message(), "dead letter 1 cannot be read: column url is a blob, not text");
+  EXPECT_TRUE(dlq_->Get(4).ok());
+}
+
+TEST_F(DlqUnreadableTest, GetAndClaimFailLeavingTheEntryPending) {
+  const auto got = dlq_->Get(2);
+  EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got.status().message(), "dead letter 2 cannot be read: column headers is not JSON (syntax error)");
+  const auto claimed = dlq_->ClaimForReplay(2);
+  EXPECT_EQ(claimed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(claimed.status().message(), got.status().message());
+  EXPECT_EQ(RawSingle(path_, "SELECT status || '/' || ifnull(claim_token, 'none') FROM dead_letters WHERE id = 2"),
+            "pending/none");
+  // The readable entries are claimed as before.
+  EXPECT_TRUE(dlq_->ClaimForReplay(1).ok());
+}
+
+TEST_F(DlqUnreadableTest, DiscardAndReleaseNeedOnlyTheStatus) {
+  EXPECT_TRUE(dlq_->Discard(2).ok());
+  EXPECT_EQ(RawSingle(path_, "SELECT status FROM dead_letters WHERE id = 2"), "discarded");
+  // Left replaying (by an older idemctl, say), without a claim: released at once.
+  RawExec(path_, "UPDATE dead_letters SET status = 'replaying' WHERE id = 3");
+  EXPECT_TRUE(dlq_->Release(3).ok());
+  EXPECT_EQ(RawSingle(path_, "SELECT status FROM dead_letters WHERE id = 3"), "pending");
+  // An unknown status says so, rather than that the entry is missing.
+  const Status lost = dlq_->Discard(6);
+  EXPECT_EQ(lost.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(lost.message(), "dead letter 6 cannot be read: bad status \"lost\"");
+}
+
+TEST_F(DlqUnreadableTest, AReplayOfOneFailsWithoutClaimingIt) {
+  Client client(ClientOptions{.dlq = dlq_.get()});
+  const auto out = client.Replay(5);
+  EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("dead letter 5 cannot be read"), std::string::npos)
+      << out.status().message();
+  EXPECT_EQ(RawSingle(path_, "SELECT status FROM dead_letters WHERE id = 5"), "pending");
 }
 
 }  // namespace

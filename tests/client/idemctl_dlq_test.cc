@@ -1,0 +1,144 @@
+// The idemctl binary's dlq commands on a queue that holds rows it cannot
+// read: each is named and skipped, and the others still work.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "fakes/testing.h"
+
+namespace idemgate::client {
+namespace {
+
+using namespace std::chrono_literals;
+using idemgate::testing::Process;
+using idemgate::testing::ProcessOptions;
+using idemgate::testing::ReadFileOrEmpty;
+using idemgate::testing::TempDir;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class IdemctlDlqTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.Join("dlq.sqlite");
+    auto dlq = DeadLetterQueue::Open(path_);
+    ASSERT_TRUE(dlq.ok()) << dlq.status().ToString();
+    for (int i = 1; i <= 3; ++i) {
+      Request request;
+      request.url = "http://127.0.0.1:9/v1/payments";
+      request.headers = {{"Content-Type", "application/json"}};
+      request.body = "{}";
+      request.key = "order-" + std::to_string(i);
+      ASSERT_TRUE((*dlq)->Park(request, "503 Service Unavailable", 3, 503).ok());
+    }
+    dlq->reset();
+    Sql("UPDATE dead_letters SET headers = '{\"Content-Type\": 1}' WHERE id = 2");
+  }
+
+  void Sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+    ASSERT_EQ(rc, SQLITE_OK);
+  }
+
+  std::string Status(int id) {
+    sqlite3* db = nullptr;
+    std::string out;
+    if (sqlite3_open(path_.c_str(), &db) == SQLITE_OK) {
+      sqlite3_stmt* stmt = nullptr;
+      const std::string sql = "SELECT status FROM dead_letters WHERE id = " + std::to_string(id);
+      if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+        out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+      }
+      sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db);
+    return out;
+  }
+
+  CliRun Idemctl(std::vector<std::string> args) {
+    static int runs = 0;
+    const std::string base = dir_.Join("idemctl-" + std::to_string(++runs));
+    ProcessOptions options;
+    options.stdout_path = base + ".out";
+    options.stderr_path = base + ".err";
+    options.env.emplace_back("IDEMCTL_DLQ", path_);
+    CliRun run;
+    auto process = Process::Start(IDEMCTL_BIN, args, options);
+    EXPECT_TRUE(process.ok()) << process.status().ToString();
+    if (!process.ok()) return run;
+    const auto status = process->WaitExit(60s);
+    EXPECT_TRUE(status.has_value() && status->exited) << "idemctl did not finish";
+    if (status && status->exited) run.code = status->code;
+    run.out = ReadFileOrEmpty(options.stdout_path);
+    run.err = ReadFileOrEmpty(options.stderr_path);
+    return run;
+  }
+
+  TempDir dir_;
+  std::string path_;
+};
+
+constexpr std::string_view kBadRow =
+    "idemctl: dead letter 2 cannot be read: column headers is not a JSON array; skipped\n"
+    "idemctl: 1 entry could not be read and is not listed (dlq discard ID drops a pending one)\n";
+
+TEST_F(IdemctlDlqTest, ListShowsTheOtherEntriesNamesTheBadRowAndExits1) {
+  const CliRun text = Idemctl({"dlq", "list"});
+  EXPECT_EQ(text.code, 1) << text.err;
+  EXPECT_EQ(text.err, kBadRow);
+  EXPECT_NE(text.out.find("\torder-1\t"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\torder-3\t"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\torder-2\t"), std::string::npos) << text.out;
+
+  const CliRun pending = Idemctl({"dlq", "list", "--status", "pending"});
+  EXPECT_EQ(pending.code, 1);
+  EXPECT_EQ(pending.err, kBadRow);
+
+  const CliRun json = Idemctl({"dlq", "list", "--json"});
+  EXPECT_EQ(json.code, 1) << json.err;
+  EXPECT_EQ(json.err, kBadRow);
+  boost::system::error_code ec;
+  const boost::json::value listed = boost::json::parse(json.out, ec);
+  ASSERT_FALSE(ec) << json.out;
+  ASSERT_TRUE(listed.is_array());
+  ASSERT_EQ(listed.as_array().size(), 2u);
+  EXPECT_EQ(listed.as_array()[0].at("id"), 1);
+  EXPECT_EQ(listed.as_array()[1].at("id"), 3);
+
+  // Once it is fixed (or gone), the list is whole again, and exit 0.
+  Sql("DELETE FROM dead_letters WHERE id = 2");
+  const CliRun clean = Idemctl({"dlq", "list"});
+  EXPECT_EQ(clean.code, 0) << clean.err;
+  EXPECT_EQ(clean.err, "");
+}
+
+TEST_F(IdemctlDlqTest, EveryOtherCommandOnTheBadRowSaysWhyAndLeavesItUsable) {
+  const CliRun show = Idemctl({"dlq", "show", "2"});
+  EXPECT_EQ(show.code, 1);
+  EXPECT_EQ(show.err, "idemctl: dead letter 2 cannot be read: column headers is not a JSON array\n");
+  const CliRun replay = Idemctl({"dlq", "replay", "2", "--attempts", "1"});
+  EXPECT_EQ(replay.code, 1);
+  EXPECT_EQ(replay.err, show.err);
+  EXPECT_EQ(Status(2), "pending");  // not left replaying
+  const CliRun discard = Idemctl({"dlq", "discard", "2"});
+  EXPECT_EQ(discard.code, 0) << discard.err;
+  EXPECT_EQ(Status(2), "discarded");
+  // The readable entries are untouched by it.
+  const CliRun other = Idemctl({"dlq", "show", "3"});
+  EXPECT_EQ(other.code, 0) << other.err;
+}
+
+}  // namespace
+}  // namespace idemgate::client
