@@ -255,9 +255,9 @@ StatusOr<std::string> ReadBodyFile(const std::string& path) {
   return body;
 }
 
-// The longest --timeout, --base-delay or --max-delay: far beyond any use,
-// and far from the clocks' limits (a deadline 10^6 days ahead overflows them).
-constexpr Millis kMaxDurationArg = std::chrono::days(365);
+// The longest --timeout, --base-delay or --max-delay: the library's bound
+// (ValidatePolicy), far beyond any use and far from the clocks' limits.
+constexpr Millis kMaxDurationArg = client::kMaxPolicyDuration;
 
 StatusOr<Millis> DurationArg(std::string_view text) {
   StatusOr<Duration> d = ParseDuration(text);
@@ -363,8 +363,8 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
       if (!value(&v)) return std::nullopt;
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1 || n > 100) {
-        *error = "--attempts must be 1..100";
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > client::kMaxAttempts) {
+        *error = "--attempts must be 1.." + std::to_string(client::kMaxAttempts);
         return std::nullopt;
       }
       o.policy.max_attempts = static_cast<int>(n);

@@ -186,7 +186,9 @@ Outcome Client::Send(Request request) {
   Outcome out;
   try {
     if (request.key.empty()) request.key = NewKeyV4();
-    if (Status valid = ValidateRequest(request); !valid.ok()) {
+    Status valid = ValidatePolicy(options_.policy);
+    if (valid.ok()) valid = ValidateRequest(request);
+    if (!valid.ok()) {
       out.key = request.key;
       out.error = valid.message();
       out.validation = std::move(valid);
@@ -213,12 +215,14 @@ Outcome Client::Send(Request request) {
 StatusOr<Outcome> Client::Replay(std::int64_t id) {
   try {
     if (options_.dlq == nullptr) return FailedPreconditionError("the client has no dead-letter queue");
+    if (Status valid = ValidatePolicy(options_.policy); !valid.ok()) return valid;
     // The longest this replay can run: every attempt to its timeout and the
-    // longest wait between them, and a margin. Until then a claim made on
-    // another host is not released without --force.
+    // longest wait between them, and a margin (within ValidatePolicy's
+    // bounds, a few hundred years at most: no overflow). Until then a claim
+    // made on another host is not released without --force.
     const RetryPolicy& p = options_.policy;
-    const int attempts = std::max(p.max_attempts, 1);
-    const Millis longest = p.timeout * attempts + std::max(p.max_delay, Millis{0}) * (attempts - 1) + Millis{5000};
+    const int attempts = p.max_attempts;
+    const Millis longest = p.timeout * attempts + p.max_delay * (attempts - 1) + Millis{5000};
     auto entry = options_.dlq->ClaimForReplay(id, longest);
     if (!entry.ok()) return entry.status();
     if (entry->request.key.empty()) {

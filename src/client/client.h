@@ -58,6 +58,17 @@ struct RetryPolicy {
   Millis timeout{10000};     // per attempt: connect, send and the whole response
 };
 
+// The bounds of a RetryPolicy, the same as idemctl's options (--attempts,
+// --base-delay, --max-delay, --timeout): far beyond any use, and far from the
+// clocks' limits, so no sum of them overflows.
+inline constexpr int kMaxAttempts = 100;
+inline constexpr Millis kMaxPolicyDuration = std::chrono::days(365);
+
+// InvalidArgument, naming the field, its value and the bounds, when `policy`
+// is outside them: max_attempts 1..100, base_delay and max_delay 0..365 days,
+// timeout 1 ms..365 days. Client::Send and Client::Replay apply it first.
+Status ValidatePolicy(const RetryPolicy& policy);
+
 enum class Verdict {
   kSuccess,  // 1xx..3xx: done
   kRetry,    // worth another attempt: transport error or timeout (status 0), 408, 409 request-in-flight,
@@ -155,8 +166,10 @@ class Interruption {
 // response: Unavailable (connection or TLS handshake failed, e.g. "TLS
 // handshake with HOST:PORT failed: certificate verify failed (hostname
 // mismatch)"), DeadlineExceeded, InvalidArgument for a bad URL or request,
-// or for unusable `tls` files (naming the file), Aborted when `interruption`
-// was triggered before or during the exchange ("interrupted ...").
+// for a `timeout` under 1 ms, or for unusable `tls` files (naming the file),
+// Aborted when `interruption` was triggered before or during the exchange
+// ("interrupted ..."). A `timeout` too long for the clock to add (centuries)
+// sets no deadline.
 StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSettings& tls = {},
                             const Interruption* interruption = nullptr);
 
@@ -251,7 +264,8 @@ class DeadLetterQueue {
   // when the entry is not pending, so two replays of one entry never both run;
   // FailedPrecondition too, leaving it pending, when it cannot be read.
   // Records the claim (a new token, this host and process, now, and
-  // now + `longest`: how long the replay may run at most).
+  // now + `longest`: how long the replay may run at most; 0 or less: unknown,
+  // and a sum past the year 292 million is taken as that).
   StatusOr<DeadLetter> ClaimForReplay(std::int64_t id, Millis longest = Millis{0});
   // replaying -> replayed (success) or back to pending with the new error,
   // attempts added and the last status. Only for the claim this object made:
@@ -335,16 +349,18 @@ class Client {
   // kRetry verdict waits max(backoff, Retry-After capped at max_delay) and
   // tries again while attempts remain. A final failure (kFail, or kRetry
   // with no attempt left) is parked in the DLQ when there is one. A request
-  // that ValidateRequest refuses is neither sent nor parked
-  // (Outcome::validation). The key is sent as given: ValidateKey is the
-  // caller's to apply.
+  // that ValidateRequest refuses, or any request when the options' policy
+  // fails ValidatePolicy, is neither sent nor parked (Outcome::validation).
+  // The key is sent as given: ValidateKey is the caller's to apply.
   Outcome Send(Request request);
 
   // Replays a parked entry under its original key (ClaimForReplay first):
   // the same retries; the entry becomes replayed on success, else pending
   // again with the new error. Nothing is parked a second time. An entry that
   // ValidateRequest refuses (or without a key) is put back untouched and
-  // the call fails (InvalidArgument, FailedPrecondition) without sending.
+  // the call fails (InvalidArgument, FailedPrecondition) without sending;
+  // a policy that fails ValidatePolicy fails it (InvalidArgument) before the
+  // entry is claimed.
   StatusOr<Outcome> Replay(std::int64_t id);
 
  private:

@@ -824,7 +824,7 @@ StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis lon
         .Text(HostName())
         .Int(::getpid())
         .Int(now)
-        .Int(longest.count() > 0 ? now + longest.count() : 0)
+        .Int(longest.count() <= 0 ? 0 : longest.count() > kInt64Max - now ? kInt64Max : now + longest.count())
         .Int(id)
         .Text(EntryStatusName(EntryStatus::kPending));
     if (Status s = impl_->Transition(update, id, EntryStatus::kPending); !s.ok()) return s;

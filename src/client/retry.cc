@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <limits>
+#include <string>
 
 // The retry policy: which answers are worth another attempt, and how long to wait.
 namespace idemgate::client {
@@ -70,6 +71,23 @@ std::optional<std::chrono::sys_seconds> ParseImfFixdate(std::string_view s) {
 }
 
 }  // namespace
+
+// Each field within its bounds, or InvalidArgument naming it.
+Status ValidatePolicy(const RetryPolicy& policy) {
+  const auto text = [](Millis value) { return std::to_string(value.count()) + " ms"; };
+  if (policy.max_attempts < 1 || policy.max_attempts > kMaxAttempts) {
+    return InvalidArgumentError("retry policy: max_attempts " + std::to_string(policy.max_attempts) +
+                                " is out of range (1 to " + std::to_string(kMaxAttempts) + ")");
+  }
+  const auto check = [&](std::string_view name, Millis value, Millis min) -> Status {
+    if (value >= min && value <= kMaxPolicyDuration) return Status::Ok();
+    return InvalidArgumentError("retry policy: " + std::string(name) + " " + text(value) + " is out of range (" +
+                                text(min) + " to 365 days)");
+  };
+  if (Status s = check("base_delay", policy.base_delay, Millis{0}); !s.ok()) return s;
+  if (Status s = check("max_delay", policy.max_delay, Millis{0}); !s.ok()) return s;
+  return check("timeout", policy.timeout, Millis{1});
+}
 
 // The verdict on one attempt's answer (SPEC §10).
 Verdict Classify(int status, std::string_view problem_code) {

@@ -389,6 +389,10 @@ StatusOr<Response> Converse(Runner& runner, Stream& stream, http::request<http::
 // The one exchange behind SendOnce; may throw (allocation, Beast internals).
 StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSettings& tls,
                             const Interruption* interruption) {
+  if (timeout < Millis{1}) {
+    // An attempt that must end before it starts could only time out.
+    return InvalidArgumentError("timeout " + std::to_string(timeout.count()) + " ms: it must be at least 1 ms");
+  }
   auto target = ParseUrl(request.url);
   if (!target.ok()) return target.status();
   auto req = BuildRequest(request, *target);

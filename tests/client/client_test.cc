@@ -341,6 +341,21 @@ TEST(SendOnceTest, AnEnormousTimeoutIsNoDeadline) {
   }
 }
 
+// An attempt that must end before it starts is refused, rather than sent and
+// timed out (which a Client would retry).
+TEST(SendOnceTest, ATimeoutUnderOneMillisecondIsRefusedBeforeConnecting) {
+  for (const Millis timeout : {Millis(0), Millis(-1), Millis::min()}) {
+    ScriptedServer server;
+    server.Push(Canned::Answer(200, {}, "ok"));
+    const auto result = SendOnce(Post(server), timeout);
+    ASSERT_FALSE(result.ok()) << timeout.count();
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument) << result.status().ToString();
+    EXPECT_EQ(result.status().message(),
+              "timeout " + std::to_string(timeout.count()) + " ms: it must be at least 1 ms");
+    EXPECT_TRUE(server.requests().empty());
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Client
 
@@ -997,6 +1012,45 @@ TEST(ClientReplayTest, AnEntryThatCanNeverBeSentIsPutBackUntouched) {
   EXPECT_EQ(entry->error, "bad URL");
   EXPECT_TRUE(h.server.requests().empty());
   EXPECT_TRUE(h.dlq->Discard(*id).ok());
+}
+
+// A policy outside ValidatePolicy's bounds (a library user's mistake) sends
+// nothing and parks nothing: no attempt, wait or claim is computed from it.
+TEST(ClientTest, APolicyOutOfBoundsIsRefusedBeforeAnythingIsSentOrParked) {
+  for (const RetryPolicy& policy : {RetryPolicy{.max_attempts = 0}, RetryPolicy{.max_attempts = 1000000},
+                                    RetryPolicy{.base_delay = Millis(-1)}, RetryPolicy{.max_delay = Millis::max()},
+                                    RetryPolicy{.timeout = Millis(0)}, RetryPolicy{.timeout = Millis::max()}}) {
+    Harness h(policy);
+    h.server.Push(Canned::Answer(503));
+    const Outcome out = h.client->Send(Post(h.server));
+    EXPECT_FALSE(out.ok);
+    EXPECT_EQ(out.attempts, 0);
+    EXPECT_EQ(out.validation.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(out.error, out.validation.message());
+    EXPECT_TRUE(out.error.starts_with("retry policy: ")) << out.error;
+    EXPECT_FALSE(out.dead_letter_id.has_value());
+    EXPECT_TRUE(Entries(*h.dlq)->empty());
+    EXPECT_TRUE(h.server.requests().empty());
+    EXPECT_TRUE(h.sleeps.empty());
+  }
+}
+
+TEST(ClientReplayTest, APolicyOutOfBoundsFailsBeforeTheEntryIsClaimed) {
+  for (const RetryPolicy& policy : {RetryPolicy{.max_attempts = std::numeric_limits<int>::max()},
+                                    RetryPolicy{.max_delay = Millis::max()}, RetryPolicy{.timeout = Millis::max()}}) {
+    Harness h(policy);
+    const auto id = h.dlq->Park(Post(h.server), "503 Service Unavailable", 1, 503);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    const auto replay = h.client->Replay(*id);
+    ASSERT_FALSE(replay.ok());
+    EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(replay.status().message().starts_with("retry policy: ")) << replay.status().message();
+    const auto entry = h.dlq->Get(*id);
+    ASSERT_TRUE(entry.ok());
+    EXPECT_EQ(entry->status, EntryStatus::kPending);
+    EXPECT_FALSE(entry->claim.has_value());
+    EXPECT_TRUE(h.server.requests().empty());
+  }
 }
 
 TEST(ClientReplayTest, WithoutADlq) {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -367,6 +368,20 @@ TEST(DlqMigrationTest, AVersion1QueueIsMigrated) {
   EXPECT_FALSE(e->claim.has_value());
   EXPECT_TRUE(dlq->Release(1).ok());
   EXPECT_TRUE(dlq->ClaimForReplay(1)->claim.has_value());
+}
+
+// How long a replay may run, given by a library user: an enormous one does
+// not overflow the claim's end into the past.
+TEST_F(DlqTest, AClaimForAnEndlessReplayEndsAtTheEndOfTime) {
+  const std::int64_t a = ParkOrDie(SampleRequest("a"));
+  const std::int64_t b = ParkOrDie(SampleRequest("b"));
+  const auto endless = dlq_->ClaimForReplay(a, Millis::max());
+  ASSERT_TRUE(endless.ok()) << endless.status().ToString();
+  ASSERT_TRUE(endless->claim.has_value());
+  EXPECT_EQ(endless->claim->until_unix_ms, std::numeric_limits<std::int64_t>::max());
+  const auto negative = dlq_->ClaimForReplay(b, Millis::min());
+  ASSERT_TRUE(negative.ok()) << negative.status().ToString();
+  EXPECT_EQ(negative->claim->until_unix_ms, 0);  // unknown
 }
 
 TEST_F(DlqTest, FinishReplayNeedsAClaim) {

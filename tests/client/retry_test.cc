@@ -7,6 +7,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace idemgate::client {
 namespace {
@@ -149,6 +151,46 @@ TEST(BackoffDelayTest, DegeneratePolicies) {
   const RetryPolicy huge{.base_delay = Millis(1LL << 40), .max_delay = Millis::max()};
   EXPECT_EQ(BackoffDelay(huge, 2, kMaxRandom), Millis(1LL << 40));
   EXPECT_EQ(BackoffDelay(huge, 40, kMaxRandom), Millis::max());
+}
+
+// ---------------------------------------------------------------------------
+// ValidatePolicy
+
+TEST(ValidatePolicyTest, TheDefaultsAndTheBoundsThemselvesPass) {
+  EXPECT_TRUE(ValidatePolicy(RetryPolicy{}).ok());
+  EXPECT_TRUE(ValidatePolicy(RetryPolicy{.max_attempts = 1, .base_delay = Millis(0), .max_delay = Millis(0),
+                                         .timeout = Millis(1)})
+                  .ok());
+  EXPECT_TRUE(ValidatePolicy(RetryPolicy{.max_attempts = kMaxAttempts, .base_delay = kMaxPolicyDuration,
+                                         .max_delay = kMaxPolicyDuration, .timeout = kMaxPolicyDuration})
+                  .ok());
+  EXPECT_EQ(kMaxAttempts, 100);
+  EXPECT_EQ(kMaxPolicyDuration, std::chrono::days(365));
+}
+
+TEST(ValidatePolicyTest, EachFieldOutOfBoundsIsNamed) {
+  const Millis over = kMaxPolicyDuration + Millis(1);
+  const std::vector<std::pair<RetryPolicy, std::string>> cases = {
+      {{.max_attempts = 0}, "retry policy: max_attempts 0 is out of range (1 to 100)"},
+      {{.max_attempts = -3}, "retry policy: max_attempts -3 is out of range (1 to 100)"},
+      {{.max_attempts = 101}, "retry policy: max_attempts 101 is out of range (1 to 100)"},
+      {{.max_attempts = std::numeric_limits<int>::max()},
+       "retry policy: max_attempts 2147483647 is out of range (1 to 100)"},
+      {{.base_delay = Millis(-1)}, "retry policy: base_delay -1 ms is out of range (0 ms to 365 days)"},
+      {{.base_delay = over}, "retry policy: base_delay 31536000001 ms is out of range (0 ms to 365 days)"},
+      {{.max_delay = Millis::min()},
+       "retry policy: max_delay -9223372036854775808 ms is out of range (0 ms to 365 days)"},
+      {{.max_delay = Millis::max()},
+       "retry policy: max_delay 9223372036854775807 ms is out of range (0 ms to 365 days)"},
+      {{.timeout = Millis(0)}, "retry policy: timeout 0 ms is out of range (1 ms to 365 days)"},
+      {{.timeout = Millis(-250)}, "retry policy: timeout -250 ms is out of range (1 ms to 365 days)"},
+      {{.timeout = Millis::max()}, "retry policy: timeout 9223372036854775807 ms is out of range (1 ms to 365 days)"},
+  };
+  for (const auto& [policy, message] : cases) {
+    const Status s = ValidatePolicy(policy);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(s.message(), message);
+  }
 }
 
 // ---------------------------------------------------------------------------
