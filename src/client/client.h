@@ -55,7 +55,7 @@ struct RetryPolicy {
   int max_attempts = 3;      // attempts in all, the first included (>= 1)
   Millis base_delay{250};    // the first backoff's cap
   Millis max_delay{5000};    // no backoff is longer (Retry-After is capped by it too)
-  Millis timeout{10000};     // per attempt: connect, send and the whole response
+  Millis timeout{10000};     // per attempt: name lookup, connect, send and the whole response
 };
 
 // The bounds of a RetryPolicy, the same as idemctl's options (--attempts,
@@ -160,9 +160,11 @@ class Interruption {
   int write_fd_ = -1;
 };
 
-// One attempt: connects (and, for https://, completes a TLS handshake with
-// `tls`), sends `request` (with its key header), reads the whole response (at
-// most request.max_response_bytes), all within `timeout`. An error Status when there is no
+// One attempt: looks the host up, connects (and, for https://, completes a
+// TLS handshake with `tls`), sends `request` (with its key header), reads the
+// whole response (at most request.max_response_bytes), all within `timeout`
+// (the lookup runs on a thread of its own, and one that does not answer in
+// time is given up on). An error Status when there is no
 // response: Unavailable (connection or TLS handshake failed, e.g. "TLS
 // handshake with HOST:PORT failed: certificate verify failed (hostname
 // mismatch)"), DeadlineExceeded, InvalidArgument for a bad URL or request,

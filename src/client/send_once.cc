@@ -19,6 +19,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,10 +28,14 @@
 #include <charconv>
 #include <cstdio>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <system_error>
+#include <thread>
 
+#include "client/lookup.h"
 #include "client/quote.h"
 #include "common/ascii.h"
 #include "common/text.h"
@@ -257,6 +263,79 @@ Status Interrupted(std::string_view step, const std::string& where) {
   return AbortedError("interrupted " + std::string(step) + " " + where);
 }
 
+// The lookup SendOnce uses (ReplaceLookupForTesting); empty: SystemLookup.
+std::mutex g_lookup_mu;
+internal::Lookup g_lookup;
+
+internal::Lookup CurrentLookup() {
+  std::lock_guard lock(g_lookup_mu);
+  return g_lookup ? g_lookup : internal::Lookup(internal::SystemLookup);
+}
+
+// One lookup on its own thread, shared with it: whichever side is last
+// closes the pipe on which the thread says it is done.
+struct PendingLookup {
+  std::mutex mu;
+  std::optional<StatusOr<internal::Endpoints>> result;
+  int done_read = -1;
+  int done_write = -1;
+  ~PendingLookup() {
+    if (done_read >= 0) ::close(done_read);
+    if (done_write >= 0) ::close(done_write);
+  }
+};
+
+// Looks `host` up on a thread of its own and waits for it until `deadline`
+// (DeadlineExceeded) or until `interruption` is triggered (Aborted),
+// whichever comes first; a lookup given up on is left to finish on its own.
+StatusOr<internal::Endpoints> ResolveWithin(const std::string& host, std::uint16_t port,
+                                            std::chrono::steady_clock::time_point deadline,
+                                            const Interruption* interruption, const std::string& where,
+                                            const std::string& after) {
+  auto pending = std::make_shared<PendingLookup>();
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return UnavailableError("cannot resolve " + host + ": " + std::generic_category().message(errno));
+  }
+  pending->done_read = fds[0];
+  pending->done_write = fds[1];
+  try {
+    std::thread([pending, lookup = CurrentLookup(), host, port]() {
+      StatusOr<internal::Endpoints> found = UnavailableError("cannot resolve " + host);
+      try {
+        found = lookup(host, port);
+      } catch (const std::exception& e) {
+        found = UnavailableError("cannot resolve " + host + ": " + e.what());
+      }
+      {
+        std::lock_guard lock(pending->mu);
+        pending->result = std::move(found);
+      }
+      (void)!::write(pending->done_write, "x", 1);
+    }).detach();
+  } catch (const std::system_error& e) {
+    return UnavailableError("cannot resolve " + host + ": no thread for the lookup (" + e.what() + ")");
+  }
+  const int stop = interruption != nullptr ? interruption->fd() : -1;
+  for (;;) {
+    if (interruption != nullptr && interruption->triggered()) return Interrupted("while resolving", where);
+    {
+      std::lock_guard lock(pending->mu);
+      if (pending->result) return std::move(*pending->result);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return DeadlineExceededError("timed out" + after + " resolving " + host);
+    // In steps that fit poll's int milliseconds; without the interruption's
+    // pipe, short ones, so that a trigger is still seen soon.
+    const auto left = std::chrono::ceil<Millis>(deadline - now).count();
+    const std::int64_t longest = stop >= 0 || interruption == nullptr ? 1'000'000 : 20;
+    const int step = static_cast<int>(std::min<std::int64_t>(left, longest));
+    pollfd watched[2] = {{.fd = pending->done_read, .events = POLLIN, .revents = 0},
+                         {.fd = stop, .events = POLLIN, .revents = 0}};
+    (void)::poll(watched, stop >= 0 ? 2 : 1, step);  // EINTR: the loop looks again
+  }
+}
+
 // An error's text; for OpenSSL's errors only the reason ("certificate
 // verify failed"), without Asio's " (SSL routines)" suffix.
 std::string ErrorText(const beast::error_code& ec) {
@@ -420,11 +499,11 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
   if (!ec) {
     endpoints.emplace_back(address, target->port);
   } else {
-    // Name resolution is bounded by the system resolver's own timeouts.
-    tcp::resolver resolver(io);
-    const auto results = resolver.resolve(target->host, std::to_string(target->port), ec);
-    if (ec) return UnavailableError("cannot resolve " + target->host + ": " + ec.message());
-    for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+    // Bounded by the attempt's deadline and cut by the interruption, like
+    // every later step: the system resolver's own timeouts can be far longer.
+    auto resolved = ResolveWithin(target->host, target->port, deadline, interruption, where, after);
+    if (!resolved.ok()) return resolved.status();
+    endpoints = std::move(*resolved);
     if (endpoints.empty()) return UnavailableError("cannot resolve " + target->host + ": no address");
   }
 
@@ -458,6 +537,27 @@ StatusOr<Response> Exchange(const Request& request, Millis timeout, const TlsSet
 }
 
 }  // namespace
+
+namespace internal {
+
+StatusOr<Endpoints> SystemLookup(const std::string& host, std::uint16_t port) {
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::error_code ec;
+  const auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) return UnavailableError("cannot resolve " + host + ": " + ec.message());
+  Endpoints endpoints;
+  for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+  return endpoints;
+}
+
+Lookup ReplaceLookupForTesting(Lookup lookup) {
+  std::lock_guard lock(g_lookup_mu);
+  std::swap(g_lookup, lookup);
+  return lookup;
+}
+
+}  // namespace internal
 
 // First value of `name`, compared case-insensitively.
 std::optional<std::string> Response::Header(std::string_view name) const {

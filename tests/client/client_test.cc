@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <limits>
 #include <memory>
 #include <regex>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/lookup.h"
 #include "client/scripted_server.h"
 #include "fakes/testing.h"
 
@@ -214,6 +217,57 @@ TEST(SendOnceTest, ResolvesHostNames) {
   auto response = SendOnce(request, Millis(5000));
   ASSERT_TRUE(response.ok()) << response.status().ToString();
   EXPECT_EQ(server.requests().at(0).Get("Host"), "localhost:" + std::to_string(server.port()));
+}
+
+// In place of the system's name lookup while it lives: one that does not
+// answer until released (at the end of the test, or after 10 s), as the
+// system resolver does not when its DNS server is unreachable. `on_start`
+// runs as a lookup begins.
+class HangingLookup {
+ public:
+  explicit HangingLookup(std::function<void()> on_start = {}) {
+    previous_ = internal::ReplaceLookupForTesting(
+        [released = released_, on_start = std::move(on_start)](const std::string& host,
+                                                                std::uint16_t) -> StatusOr<internal::Endpoints> {
+          if (on_start) on_start();
+          released.wait_for(std::chrono::seconds(10));
+          return UnavailableError("the lookup of " + host + " answered at last");
+        });
+  }
+  ~HangingLookup() {
+    internal::ReplaceLookupForTesting(std::move(previous_));
+    release_.set_value();
+  }
+  HangingLookup(const HangingLookup&) = delete;
+  HangingLookup& operator=(const HangingLookup&) = delete;
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+  internal::Lookup previous_;
+};
+
+TEST(SendOnceTest, ANameLookupThatDoesNotAnswerEndsAtTheDeadline) {
+  HangingLookup hanging;
+  Request request;
+  request.url = "http://hangs.invalid:8080/v1/payments";
+  request.key = "k-1";
+  const auto result = SendOnce(request, Millis(200));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status().ToString();
+  EXPECT_EQ(result.status().message(), "timed out after 200 ms resolving hangs.invalid");
+}
+
+TEST(SendOnceTest, ANameLookupThatDoesNotAnswerIsCutByTheInterruption) {
+  Interruption interruption;
+  HangingLookup hanging([&interruption] { interruption.Trigger(); });  // Ctrl-C while it hangs
+  Request request;
+  request.url = "http://hangs.invalid:8080/v1/payments";
+  request.key = "k-1";
+  const auto result = SendOnce(request, std::chrono::hours(1), {}, &interruption);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kAborted) << result.status().ToString();
+  EXPECT_EQ(result.status().message(), "interrupted while resolving hangs.invalid:8080");
 }
 
 TEST(SendOnceTest, BadUrlsAreInvalidArguments) {
@@ -691,6 +745,21 @@ TEST(ClientTest, ValidateRequestAcceptsWhatCanBeSent) {
   request.key_header = "X-Idem";
   EXPECT_TRUE(ValidateRequest(request).ok());
   EXPECT_TRUE(server.requests().empty());
+}
+
+// Each attempt's lookup ends at its timeout: the request is retried, then parked.
+TEST(ClientTest, ANameLookupThatDoesNotAnswerIsRetriedThenParked) {
+  HangingLookup hanging;
+  Harness h(RetryPolicy{.max_attempts = 2, .timeout = Millis(100)});
+  Request request = Post(h.server);
+  request.url = "http://hangs.invalid/v1/payments";
+  const Outcome out = h.client->Send(request);
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 2);
+  EXPECT_EQ(out.error, "timed out after 100 ms resolving hangs.invalid");
+  EXPECT_EQ(h.sleeps.size(), 1u);
+  ASSERT_TRUE(out.dead_letter_id.has_value());
+  EXPECT_EQ(h.dlq->Get(*out.dead_letter_id)->error, out.error);
 }
 
 TEST(ClientTest, WithoutADlqNothingIsParked) {
