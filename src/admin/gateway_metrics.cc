@@ -93,7 +93,8 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   conflict_ = &registry_.AddCounter(
       names::kConflict,
       "Keyed requests refused: in_flight and wait_timeout (409), fingerprint_mismatch (422), "
-      "lease_lost (completion after a takeover).",
+      "lease_lost (a completion refused because the reservation is gone: taken over after its lease, "
+      "purged by an admin, or lost by the store).",
       ScopeLabels(t, "reason"));
   released_ = &registry_.AddCounter(
       names::kReservationReleased,

@@ -59,7 +59,8 @@ enum class ConflictReason {
   kInFlight,             // "in_flight": 409 request-in-flight, in_flight: reject
   kWaitTimeout,          // "wait_timeout": 409 after in_flight: wait timed out
   kFingerprintMismatch,  // "fingerprint_mismatch": 422 key-reused
-  kLeaseLost,            // "lease_lost": a completion refused because another owner took over
+  kLeaseLost,            // "lease_lost": a completion refused because the reservation is gone
+                         // (taken over, purged by an admin, lost by the store)
 };
 
 // `op` of idempotency_store_errors_total.

@@ -38,6 +38,17 @@ TEST(GatewayMetrics, DeclaresEverySpecFamilyBeforeAnyEvent) {
   EXPECT_FALSE(BuildVersion().empty());
 }
 
+// lease_lost counts every completion refused because the reservation went, an admin purge too.
+TEST(GatewayMetrics, LeaseLostHelpNamesEveryCause) {
+  const std::string text = GatewayMetrics().RenderPrometheus();
+  const std::size_t help = text.find("# HELP idempotency_conflict_total ");
+  ASSERT_NE(help, std::string::npos);
+  const std::string line = text.substr(help, text.find('\n', help) - help);
+  for (const char* cause : {"lease_lost", "taken over", "purged by an admin", "lost by the store"}) {
+    EXPECT_TRUE(Contains(line, cause)) << cause << " in " << line;
+  }
+}
+
 TEST(GatewayMetrics, RefusedConnectionsAreCountedFromZero) {
   GatewayMetrics metrics;
   EXPECT_TRUE(Contains(metrics.RenderPrometheus(),
