@@ -137,6 +137,38 @@ std::optional<json::object> ParseScope(std::string_view key) {
   return o;
 }
 
+// The `force` parameter of DELETE /admin/keys/{key}: false when absent,
+// true for `force=true`. Any other value, or `force` given twice, is an
+// error. Other parameters are ignored.
+StatusOr<bool> ForceParam(std::string_view target) {
+  const std::size_t question = target.find('?');
+  if (question == std::string_view::npos) return false;
+  std::string_view query = target.substr(question + 1);
+  bool force = false;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+    const std::size_t eq = pair.find('=');
+    StatusOr<std::string> name = PercentDecode(pair.substr(0, eq));
+    if (!name.ok() || *name != "force") continue;
+    if (force) return InvalidArgumentError("force is given more than once");
+    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    StatusOr<std::string> value = PercentDecode(raw);
+    if (eq == std::string_view::npos || !value.ok() || *value != "true") {
+      return InvalidArgumentError("force takes only the value true (?force=true), not \"" + SanitizeUtf8(raw) +
+                                  "\"");
+    }
+    force = true;
+  }
+  return force;
+}
+
+std::optional<std::string_view> StateName(std::optional<core::RecordState> state) {
+  if (!state) return std::nullopt;
+  return *state == core::RecordState::kCompleted ? "completed" : "in_flight";
+}
+
 AdminResponse StoreFailure(const Status& status) {
   switch (status.code()) {
     case StatusCode::kUnavailable:
@@ -322,18 +354,42 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
   if (!key.ok()) co_return Problem(400, "invalid-key", "Invalid Key", key.status().message());
 
   if (request.method == "DELETE") {
-    StatusOr<bool> purged = co_await options_.store->Purge(*key);
+    StatusOr<bool> force = ForceParam(request.target);
+    if (!force.ok()) co_return Problem(400, "bad-request", "Bad Request", force.status().message());
+    // Unless forced, the store refuses (atomically, in the same step as the
+    // delete) a reservation whose lease lasts: its request may still be
+    // running, and a retry after the purge would run it a second time.
+    const UnixMillis now = options_.clock->NowMillis();
+    StatusOr<core::PurgeResult> purged = co_await options_.store->Purge(
+        *key, *force ? core::PurgeMode::kAny : core::PurgeMode::kUnlessInFlight, now);
     if (!purged.ok()) {
       if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kPurge);
       static LogLimiter limiter;
       LogWarn(limiter, "admin purge failed", {{"key", SanitizeUtf8(*key)}, {"error", purged.status().ToString()}});
       co_return StoreFailure(purged.status());
     }
+    const bool removed = purged->outcome == core::PurgeOutcome::kPurged;
     // Purging a key in flight can let a retry run beside the original
-    // (docs/operations.md): every purge is logged.
-    LogInfo("admin purge", {{"key", SanitizeUtf8(*key)}, {"purged", *purged}});
+    // (docs/operations.md): every purge is logged, a refused one too
+    // (purged false, state in_flight).
+    LogInfo("admin purge", {{"key", SanitizeUtf8(*key)},
+                            {"purged", removed},
+                            {"state", StateName(purged->state)},
+                            {"forced", *force}});
+    if (purged->outcome == core::PurgeOutcome::kInFlight) {
+      const UnixMillis lease_end = purged->lease_expires_ms;
+      AdminResponse r = Problem(
+          409, "key-in-flight", "Key In Flight",
+          "the request under this key is still running (its lease ends at " + FormatRfc3339(lease_end) +
+              "); purging it now would let a retry run the request a second time beside the original. "
+              "Purge it after the lease ends, or add ?force=true to purge it anyway, at that risk");
+      const std::int64_t seconds = std::max<std::int64_t>(1, (lease_end - now + 999) / 1000);
+      r.headers.push_back({"Retry-After", std::to_string(seconds)});
+      co_return r;
+    }
     json::object body;
-    body["purged"] = *purged;
+    body["purged"] = removed;
+    if (removed && purged->state) body["state"] = *StateName(purged->state);
     co_return Json(200, body);
   }
 

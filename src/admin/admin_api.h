@@ -42,7 +42,9 @@ struct AdminResponse {
 //   GET    /metrics                 Prometheus text (version 0.0.4)
 //   GET    /admin/stats             per-route statistics as JSON
 //   GET    /admin/keys/{stored key} the record as JSON (token required)
-//   DELETE /admin/keys/{stored key} purge it: {"purged": true|false} (token required)
+//   DELETE /admin/keys/{stored key} purge it: {"purged": true|false, "state": ...} (token
+//                                   required); a key still in flight (its lease lasts) is
+//                                   refused with 409 key-in-flight unless ?force=true
 // HEAD is answered as GET (the same status and headers; the HTTP layer sends
 // no body). The stored key in the path is percent-decoded. Another method on
 // one of these paths is a 405 problem `method-not-allowed` with an `Allow`

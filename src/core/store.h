@@ -32,6 +32,27 @@ struct ReserveResult {
   std::optional<Record> existing;
 };
 
+// What Store::Purge may delete.
+enum class PurgeMode {
+  kAny,             // whatever the state, a reservation whose owner still runs too
+  kUnlessInFlight,  // not an in-flight record whose lease lasts at `now` (lease_expires_ms > now)
+};
+
+enum class PurgeOutcome {
+  kPurged,    // a record existed and was deleted
+  kAbsent,    // no record; nothing deleted
+  kInFlight,  // kUnlessInFlight found a reservation with a live lease; nothing deleted
+};
+
+struct PurgeResult {
+  PurgeOutcome outcome = PurgeOutcome::kAbsent;
+  // kPurged, kInFlight: the state of the record found; nullopt when its bytes
+  // could not be decoded (it is purged all the same).
+  std::optional<RecordState> state;
+  // kInFlight: when its lease ends.
+  UnixMillis lease_expires_ms = 0;
+};
+
 struct StoreStats {
   std::uint64_t keys = 0;   // live records (approximate for persistent stores)
   std::uint64_t bytes = 0;  // encoded bytes held (approximate)
@@ -89,8 +110,16 @@ class Store {
   // The live record for `key` at `now`; nullopt when absent or past retention.
   virtual Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) = 0;
 
-  // Deletes the record whatever its state; true when one existed. Wakes watchers.
-  virtual Task<StatusOr<bool>> Purge(std::string key) = 0;
+  // Atomically, for `key` at time `now`: deletes the record (kPurged) and
+  // wakes watchers, or returns kAbsent when there is none. With
+  // kUnlessInFlight an in-flight record whose lease has not ended
+  // (lease_expires_ms > now) is left untouched and returned as kInFlight:
+  // its owner may still be running the request, and a retry after the purge
+  // would run it beside it. An in-flight record whose lease ended is purged
+  // in either mode (a retry could take it over anyway), and so is a record
+  // that cannot be decoded. A completed record past its retention still
+  // counts as purged (kCompleted) if the store still held it.
+  virtual Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) = 0;
 
   // Registers interest in changes to `key`; see Watch.
   virtual Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) = 0;

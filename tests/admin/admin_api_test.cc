@@ -288,13 +288,74 @@ TEST_F(AdminApiTest, DeletePurges) {
 
   r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true})"));
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"completed"})"));
   EXPECT_EQ(store_.size(), 0u);
 
   r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":false})"));
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))).status, 404);
+}
+
+core::Record InFlightRecord() {
+  core::Record r;
+  r.state = core::RecordState::kInFlight;
+  r.fingerprint = std::string(32, '\x11');
+  r.owner = "owner-token-0123456789abcdef";
+  r.operation_id = "op-7";
+  r.created_ms = kNow - 1000;
+  r.lease_expires_ms = kNow + 34'500;
+  return r;
+}
+
+// A key whose request may still run is refused: a retry after the purge
+// would run the request a second time beside the original.
+TEST_F(AdminApiTest, DeleteRefusesAKeyInFlightUnlessForced) {
+  store_.Put(kKey, InFlightRecord());
+  const AdminApi api = MakeApi();
+  AdminResponse r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
+  EXPECT_EQ(r.status, 409);
+  json::object problem = ProblemOf(r);
+  EXPECT_EQ(problem["type"], "urn:idemgate:problem:key-in-flight");
+  EXPECT_EQ(problem["code"], "key-in-flight");
+  EXPECT_EQ(problem["status"], 409);
+  const std::string detail(problem["detail"].as_string());
+  EXPECT_NE(detail.find("still running"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("2023-11-14T22:13:54.500Z"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("?force=true"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("a second time"), std::string::npos) << detail;
+  EXPECT_EQ(HeaderOf(r, "Retry-After"), "35");
+  EXPECT_EQ(HeaderOf(r, "Cache-Control"), "no-store");
+  EXPECT_EQ(store_.size(), 1u);
+  // Other parameters do not force it.
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?forced=true&x=force", Bearer(kToken))).status, 409);
+  EXPECT_EQ(store_.size(), 1u);
+
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey + "?x=1&force=true", Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"in_flight"})"));
+  EXPECT_EQ(store_.size(), 0u);
+  // Forced, an absent key is still just absent; a completed one is purged with or without force.
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=%74rue", Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":false})"));
+  store_.Put(kKey, CompletedRecord());
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=true", Bearer(kToken)));
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"completed"})"));
+}
+
+// Once the lease ended the original can no longer store its response (a
+// retry could take the key over anyway): the reservation is purged unforced.
+TEST_F(AdminApiTest, DeletePurgesAReservationWhoseLeaseEnded) {
+  store_.Put(kKey, InFlightRecord());
+  const AdminApi api = MakeApi();
+  clock_.Advance(std::chrono::milliseconds(34'499));
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken))).status, 409);
+  clock_.Advance(std::chrono::milliseconds(1));
+  const AdminResponse r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"in_flight"})"));
+  EXPECT_EQ(store_.size(), 0u);
 }
 
 TEST_F(AdminApiTest, StoreFailuresAre503) {
@@ -340,6 +401,9 @@ TEST_F(AdminApiTest, PurgesAndRefusedCallsAreLogged) {
   store_.Put(kKey, CompletedRecord());
   const AdminApi api = MakeApi();
   EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken))).status, 200);
+  store_.Put(kKey, InFlightRecord());
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken))).status, 409);
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=true", Bearer(kToken))).status, 200);
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("guess-1"))).status, 401);
   EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?x=1")).status, 401);
   SetLogFd(1);
@@ -354,16 +418,46 @@ TEST_F(AdminApiTest, PurgesAndRefusedCallsAreLogged) {
   for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
     lines.push_back(json::parse(out.substr(start, end - start)).as_object());
   }
-  ASSERT_EQ(lines.size(), 3u) << out;
+  ASSERT_EQ(lines.size(), 5u) << out;
   EXPECT_EQ(lines[0].at("msg"), "admin purge");
   EXPECT_EQ(lines[0].at("key").as_string(), kKey);
   EXPECT_EQ(lines[0].at("purged"), true);
-  EXPECT_EQ(lines[1].at("msg"), "admin call refused");
-  EXPECT_EQ(lines[1].at("reason"), "invalid_token");
-  EXPECT_EQ(lines[1].at("method"), "GET");
-  EXPECT_EQ(lines[2].at("reason"), "missing_token");
-  EXPECT_EQ(lines[2].at("path").as_string(), "/admin/keys/" + kKey);
+  EXPECT_EQ(lines[0].at("state"), "completed");
+  EXPECT_EQ(lines[0].at("forced"), false);
+  // Refused: the key is in flight.
+  EXPECT_EQ(lines[1].at("msg"), "admin purge");
+  EXPECT_EQ(lines[1].at("purged"), false);
+  EXPECT_EQ(lines[1].at("state"), "in_flight");
+  EXPECT_EQ(lines[1].at("forced"), false);
+  EXPECT_EQ(lines[2].at("msg"), "admin purge");
+  EXPECT_EQ(lines[2].at("purged"), true);
+  EXPECT_EQ(lines[2].at("state"), "in_flight");
+  EXPECT_EQ(lines[2].at("forced"), true);
+  EXPECT_EQ(lines[3].at("msg"), "admin call refused");
+  EXPECT_EQ(lines[3].at("reason"), "invalid_token");
+  EXPECT_EQ(lines[3].at("method"), "GET");
+  EXPECT_EQ(lines[4].at("reason"), "missing_token");
+  EXPECT_EQ(lines[4].at("path").as_string(), "/admin/keys/" + kKey);
   EXPECT_EQ(out.find("guess-1"), std::string::npos);
+}
+
+TEST_F(AdminApiTest, DeleteRefusesAForceOtherThanTrue) {
+  store_.Put(kKey, InFlightRecord());
+  const AdminApi api = MakeApi();
+  for (const char* query : {"?force=1", "?force=false", "?force=TRUE", "?force", "?force=", "?force=true&force=true",
+                            "?force=%zz", "?x=1&%66orce=yes"}) {
+    const AdminResponse r = Call(api, Req("DELETE", "/admin/keys/" + kKey + query, Bearer(kToken)));
+    EXPECT_EQ(r.status, 400) << query;
+    EXPECT_EQ(ProblemOf(r)["code"], "bad-request") << query;
+    EXPECT_NE(std::string(ProblemOf(r)["detail"].as_string()).find("force"), std::string::npos) << query;
+  }
+  EXPECT_EQ(store_.size(), 1u);
+  // The token is checked first.
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=1")).status, 401);
+  EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=1", Bearer("nope"))).status, 401);
+  // A read takes no force and ignores it.
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey + "?force=1", Bearer(kToken))).status, 200);
+  EXPECT_EQ(store_.size(), 1u);
 }
 
 TEST_F(AdminApiTest, InFlightRecordAndTheStoreLifecycle) {

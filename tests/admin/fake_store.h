@@ -55,9 +55,9 @@ class FakeStore final : public core::Store {
     co_return DoGet(key, now);
   }
 
-  core::Task<StatusOr<bool>> Purge(std::string key) override {
-    StatusOr<bool> purged = DoPurge(key);
-    if (purged.ok() && *purged) watchers_.Notify(key);
+  core::Task<StatusOr<core::PurgeResult>> Purge(std::string key, core::PurgeMode mode, UnixMillis now) override {
+    StatusOr<core::PurgeResult> purged = DoPurge(key, mode, now);
+    if (purged.ok() && purged->outcome == core::PurgeOutcome::kPurged) watchers_.Notify(key);
     co_return purged;
   }
 
@@ -133,10 +133,22 @@ class FakeStore final : public core::Store {
     return std::optional<core::Record>(it->second);
   }
 
-  StatusOr<bool> DoPurge(const std::string& key) {
+  StatusOr<core::PurgeResult> DoPurge(const std::string& key, core::PurgeMode mode, UnixMillis now) {
     std::lock_guard lock(mu_);
     if (failure_) return *failure_;
-    return records_.erase(key) > 0;
+    core::PurgeResult result;
+    auto it = records_.find(key);
+    if (it == records_.end()) return result;
+    result.state = it->second.state;
+    if (mode == core::PurgeMode::kUnlessInFlight && it->second.state == core::RecordState::kInFlight &&
+        !it->second.LeaseEndedAt(now)) {
+      result.outcome = core::PurgeOutcome::kInFlight;
+      result.lease_expires_ms = it->second.lease_expires_ms;
+      return result;
+    }
+    records_.erase(it);
+    result.outcome = core::PurgeOutcome::kPurged;
+    return result;
   }
 
   mutable std::mutex mu_;

@@ -246,7 +246,7 @@ TEST_F(EmbeddedStoreTest, OwnerChecksOfReservationsThisStoreWroteSkipTheRead) {
     EXPECT_EQ(Run(store->Release("r", "owner-r")).code(), StatusCode::kFailedPrecondition);
     const Record q = Reservation("owner-q", Fingerprint(4), now);
     ASSERT_EQ(Run(store->Reserve("q", q, now))->outcome, ReserveOutcome::kReserved);
-    ASSERT_TRUE(*Run(store->Purge("q")));
+    ASSERT_EQ(Run(store->Purge("q", core::PurgeMode::kAny, now))->outcome, core::PurgeOutcome::kPurged);
     s = Run(store->Complete("q", "owner-q", Completion(q, now, 24h, 201, "x")));
     EXPECT_NE(s.message().find("not reserved"), std::string::npos) << s.ToString();
     EXPECT_EQ(store->owner_reads_skipped(), 5u);
@@ -656,10 +656,11 @@ TEST_F(EmbeddedStoreTest, UndecodableRecordIsAnInternalError) {
   EXPECT_EQ(got.status().code(), StatusCode::kInternal);
   auto res = Run(store->Reserve("broken", Reservation("o", Fingerprint(1), Now()), Now()));
   EXPECT_EQ(res.status().code(), StatusCode::kInternal);
-  // Purge still removes it.
-  auto purged = Run(store->Purge("broken"));
-  ASSERT_TRUE(purged.ok());
-  EXPECT_TRUE(*purged);
+  // Purge still removes it, even when sparing what is in flight: its state is unknown.
+  auto purged = Run(store->Purge("broken", core::PurgeMode::kUnlessInFlight, Now()));
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(purged->outcome, core::PurgeOutcome::kPurged);
+  EXPECT_FALSE(purged->state.has_value());
   EXPECT_FALSE(Get(*store, "broken").has_value());
 }
 
@@ -733,7 +734,7 @@ TEST_F(EmbeddedStoreTest, SweepDeletesOnlyCompletedRecordsPastRetention) {
   ASSERT_TRUE(Run(store->Reserve("flight", flight, Now())).ok());
   // A stale expiry entry: completed with 1 s retention, purged, reserved again.
   Put(*store, "stale", 1s);
-  ASSERT_TRUE(Run(store->Purge("stale")).ok());
+  ASSERT_TRUE(Run(store->Purge("stale", core::PurgeMode::kAny, Now())).ok());
   Record again = Reservation("o2", Fingerprint(2), Now(), 1h);
   ASSERT_TRUE(Run(store->Reserve("stale", again, Now())).ok());
 

@@ -180,12 +180,16 @@ void ModelTest::RunSeed(std::uint64_t seed, int steps) {
         // Whether an expired record still "existed" depends on when each
         // store reclaimed it, so the answer is compared for live records only.
         auto live = Run(model_->Get(key, now));
-        auto want = Run(model_->Purge(key));
-        auto got = Run(embedded_->Purge(key));
-        what << "Purge";
+        const core::PurgeMode mode = pick(2) == 0 ? core::PurgeMode::kAny : core::PurgeMode::kUnlessInFlight;
+        auto want = Run(model_->Purge(key, mode, now));
+        auto got = Run(embedded_->Purge(key, mode, now));
+        what << "Purge(" << (mode == core::PurgeMode::kAny ? "any" : "unless in flight") << ")";
         ASSERT_TRUE(want.ok() && got.ok()) << what.str() << Describe(got.status());
         if (live.ok() && live->has_value()) {
-          EXPECT_TRUE(*want && *got) << what.str();
+          EXPECT_NE(want->outcome, core::PurgeOutcome::kAbsent) << what.str();
+          EXPECT_EQ(got->outcome, want->outcome) << what.str();
+          EXPECT_EQ(got->state, want->state) << what.str();
+          EXPECT_EQ(got->lease_expires_ms, want->lease_expires_ms) << what.str();
         }
         break;
       }

@@ -78,7 +78,9 @@ class LateLandingStore final : public Store {
   Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
     co_return co_await inner_.Get(std::move(key), now);
   }
-  Task<StatusOr<bool>> Purge(std::string key) override { co_return co_await inner_.Purge(std::move(key)); }
+  Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) override {
+    co_return co_await inner_.Purge(std::move(key), mode, now);
+  }
   Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
     co_return co_await inner_.WatchKey(std::move(key));
   }
@@ -494,7 +496,9 @@ class FlakyReadStore final : public Store {
     }
     co_return co_await inner_.Get(std::move(key), now);
   }
-  Task<StatusOr<bool>> Purge(std::string key) override { co_return co_await inner_.Purge(std::move(key)); }
+  Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) override {
+    co_return co_await inner_.Purge(std::move(key), mode, now);
+  }
   Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
     if (Fail(&fail_watches)) {
       ++failed_watches;

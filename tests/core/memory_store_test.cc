@@ -535,9 +535,10 @@ TEST_F(MemoryStoreWatchTest, PingAndAsyncForms) {
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_TRUE(RunTask(ctx_, store_.Complete("k", "o1", Completion(Reservation("o1"), 0))).ok());
   EXPECT_EQ(RunTask(ctx_, store_.Release("k", "o1")).code(), StatusCode::kFailedPrecondition);
-  auto purged = RunTask(ctx_, store_.Purge("k"));
+  auto purged = RunTask(ctx_, store_.Purge("k", core::PurgeMode::kUnlessInFlight, kT0));
   ASSERT_TRUE(purged.ok());
-  EXPECT_TRUE(*purged);
+  EXPECT_EQ(purged->outcome, core::PurgeOutcome::kPurged);
+  EXPECT_EQ(purged->state, core::RecordState::kCompleted);
 }
 
 }  // namespace

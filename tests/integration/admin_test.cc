@@ -1,7 +1,8 @@
 // Integration tests of the admin listener (SPEC §9, docs/operations.md "Admin
 // API" and "Signals") with the real idemgate binary in front of
-// fake_upstream: HEAD probes, 405 for other methods, and the admin listener
-// serving through the drain that follows SIGTERM.
+// fake_upstream: HEAD probes, 405 for other methods, a purge refused while
+// the key's request runs, and the admin listener serving through the drain
+// that follows SIGTERM.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -103,6 +104,46 @@ TEST_F(AdminTest, AdminConnectionsBeyondTheirBoundAreClosedAtOnce) {
   EXPECT_TRUE(admitted);
   // The data path was never limited by the admin listener's bound.
   EXPECT_EQ(Send(HttpRequest{.method = "GET", .target = "/echo/x"}).status, 200);
+}
+
+// docs/operations.md: DELETE /admin/keys/{key} refuses a key whose request is still running (409
+// key-in-flight), so a duplicate waiting on it gets the original's response and the upstream runs the
+// request once; without the refusal the duplicate would run it a second time beside the original.
+TEST_F(AdminTest, PurgeOfAKeyInFlightIsRefusedAndTheRequestRunsOnce) {
+  StartGateway(GatewayConfigHead(fake_endpoint_, {.admin = "{ listen: 127.0.0.1:0, token_env: TEST_ADMIN_TOKEN }"}) +
+                   "  - id: api\n    match: { path_prefix: / }\n    upstream: fake\n"
+                   "    idempotency: { policy: required, in_flight: wait, wait_timeout: 20s }\n",
+               {{"TEST_ADMIN_TOKEN", "s3cret"}});
+  const HttpRequest keyed{.method = "POST",
+                          .target = "/slow?ms=3000",
+                          .headers = {{"Idempotency-Key", "\"k-purge\""}, {"Content-Type", "application/json"}},
+                          .body = "{}"};
+  const HttpRequest purge{.method = "DELETE",
+                          .target = "/admin/keys/t-_:_:_:api:k-purge",
+                          .headers = {{"Authorization", "Bearer s3cret"}}};
+  std::optional<StatusOr<HttpResponse>> original, duplicate;
+  std::jthread first([&] { original.emplace(SendRequest(gateway_->endpoint(), keyed, 30s)); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s, 20ms));
+
+  auto refused = SendRequest(gateway_->admin(), purge, 10s);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  ExpectProblem(*refused, 409, "key-in-flight");
+  EXPECT_TRUE(refused->Header("Retry-After").has_value());
+  std::jthread second([&] { duplicate.emplace(SendRequest(gateway_->endpoint(), keyed, 30s)); });
+  first.join();
+  second.join();
+  ASSERT_TRUE(original.has_value() && original->ok());
+  ASSERT_TRUE(duplicate.has_value() && duplicate->ok());
+  EXPECT_EQ((*original)->status, 200);
+  EXPECT_EQ((*duplicate)->status, 200);
+  EXPECT_EQ((*duplicate)->body, (*original)->body);
+  EXPECT_EQ(Executions(), 1u);
+
+  // Completed, the key is purged without force.
+  auto purged = SendRequest(gateway_->admin(), purge, 10s);
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(purged->status, 200);
+  EXPECT_EQ(purged->body, "{\"purged\":true,\"state\":\"completed\"}\n");
 }
 
 // docs/operations.md: while draining after SIGTERM, /readyz answers 503 shutting-down and /healthz

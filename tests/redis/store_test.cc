@@ -196,15 +196,16 @@ TEST_F(RedisStoreTest, ReleaseDeletesOnlyTheOwnersReservation) {
 }
 
 TEST_F(RedisStoreTest, PurgeDeletesWhateverIsThere) {
-  auto none = io_.Run(store_->Purge("k"));
+  auto none = io_.Run(store_->Purge("k", core::PurgeMode::kAny, clock_.NowMillis()));
   ASSERT_TRUE(none.ok());
-  EXPECT_FALSE(*none);
+  EXPECT_EQ(none->outcome, core::PurgeOutcome::kAbsent);
   const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
   ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
   ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 0)).ok());
-  auto purged = io_.Run(store_->Purge("k"));
+  auto purged = io_.Run(store_->Purge("k", core::PurgeMode::kAny, clock_.NowMillis()));
   ASSERT_TRUE(purged.ok());
-  EXPECT_TRUE(*purged);
+  EXPECT_EQ(purged->outcome, core::PurgeOutcome::kPurged);
+  EXPECT_EQ(purged->state, core::RecordState::kCompleted);
   EXPECT_FALSE(Get(*store_, "k")->has_value());
 }
 
@@ -277,6 +278,12 @@ TEST_F(RedisStoreTest, CorruptValuesAreInternalErrors) {
   ASSERT_FALSE(res.ok());
   EXPECT_EQ(res.status().code(), StatusCode::kInternal) << res.status().ToString();
   EXPECT_EQ(io_.Run(store_->Release("bad", "o")).code(), StatusCode::kInternal);
+  // Purge removes it, even when sparing what is in flight: its state is unknown.
+  auto purged = io_.Run(store_->Purge("bad", core::PurgeMode::kUnlessInFlight, clock_.NowMillis()));
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(purged->outcome, core::PurgeOutcome::kPurged);
+  EXPECT_FALSE(purged->state.has_value());
+  EXPECT_EQ(server_.Run({"EXISTS", store_->RecordKey("bad")}).integer, 0);
 }
 
 TEST_F(RedisStoreTest, ConcurrentReservesFromTwoStoresAdmitExactlyOne) {
@@ -371,7 +378,8 @@ TEST_F(RedisStoreTest, WatcherIsWokenByReleaseAndPurge) {
   auto watch = io_.Run(store_->WatchKey("k"));
   ASSERT_TRUE(watch.ok());
   auto changed = io_.Start((*watch)->Changed(30s));
-  ASSERT_TRUE(*io_.Run(store_->Purge("k")));
+  ASSERT_EQ(io_.Run(store_->Purge("k", core::PurgeMode::kAny, clock_.NowMillis()))->outcome,
+            core::PurgeOutcome::kPurged);
   EXPECT_TRUE(changed.get());
 }
 
@@ -586,7 +594,7 @@ TEST_F(RedisStoreAuthTest, NeedsThePassword) {
   auto with = RedisStore::Connect(o);
   ASSERT_TRUE(with.ok());
   EXPECT_TRUE(io_.Run((*with)->Ping()).ok());
-  EXPECT_TRUE(io_.Run((*with)->Purge("x")).ok());
+  EXPECT_TRUE(io_.Run((*with)->Purge("x", core::PurgeMode::kAny, SystemClock::Instance().NowMillis())).ok());
 }
 
 // An ACL user (store.redis.username) authenticates with its own password
@@ -897,12 +905,12 @@ TEST_F(RedisNoWritesTest, AHeldWriteThatLandsAfterTheRecordWentIsReleased) {
   StoreRecords(*store);
   auto other = MakeStore();
   // Both scripts cached, so that each runs as one command where it was queued.
-  ASSERT_TRUE(io_.Run(other->Purge("warm-up")).ok());
+  ASSERT_TRUE(io_.Run(other->Purge("warm-up", core::PurgeMode::kAny, clock_.NowMillis())).ok());
   ASSERT_EQ(io_.Run(other->Release("warm-up", "nobody")).code(), StatusCode::kFailedPrecondition);
   ASSERT_EQ(server_.Run({"CLIENT", "PAUSE", "60000", "WRITE"}).type, Reply::Type::kStatus);
   // Held first, so it runs first when the pause ends.
   IoThread purger;
-  auto purged = purger.Start(other->Purge("k-done"));
+  auto purged = purger.Start(other->Purge("k-done", core::PurgeMode::kAny, clock_.NowMillis()));
   std::this_thread::sleep_for(100ms);
   const Record retry = InFlight("owner-retry", Fingerprint('a'), clock_.NowMillis());
   auto res = Reserve(*store, "k-done", retry);

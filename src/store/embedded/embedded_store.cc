@@ -573,12 +573,13 @@ struct EmbeddedStore::Mutation {
   std::string key;
   std::string owner;   // kComplete, kRelease
   Record record;       // kReserve: the reservation; kComplete: the completed record
-  UnixMillis now = 0;  // kReserve, kSweep
+  UnixMillis now = 0;  // kReserve, kPurge, kSweep
   std::size_t sweep_max = 0;
+  core::PurgeMode purge_mode = core::PurgeMode::kAny;  // kPurge
 
   Status status;
   core::ReserveResult reserved;  // kReserve
-  bool purged = false;           // kPurge
+  core::PurgeResult purged;      // kPurge
   SweepResult swept;             // kSweep
   bool notify = false;           // wake the key's watchers once committed
   // kReserve: the caller found the key absent after batch `absent_as_of`
@@ -820,6 +821,7 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
 void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
   auto pending = m.key.empty() ? batch.pending.end() : batch.pending.find(m.key);
   std::optional<Record> current;
+  bool undecodable = false;  // kPurge: `current` stands for a record that cannot be decoded
   // Complete and Release only compare the state and owner: from a change
   // earlier in the batch, else from the reservations the committer remembers,
   // else by peeking at the stored bytes instead of decoding them.
@@ -872,6 +874,7 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
           return;
         }
         current = Record{};
+        undecodable = true;
       } else {
         current = std::move(*read);
       }
@@ -935,9 +938,20 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
       return;
     case Mutation::Kind::kPurge:
       if (!current) return;
+      if (!undecodable) {
+        m.purged.state = current->state;
+        // Decided here, on the committer, against what the batch sees: no
+        // reservation can be written between this look and the delete.
+        if (m.purge_mode == core::PurgeMode::kUnlessInFlight && current->state == RecordState::kInFlight &&
+            !current->LeaseEndedAt(m.now)) {
+          m.purged.outcome = core::PurgeOutcome::kInFlight;
+          m.purged.lease_expires_ms = current->lease_expires_ms;
+          return;
+        }
+      }
       batch.write.Delete(records_, m.key);
       set(std::nullopt);
-      m.purged = true;
+      m.purged.outcome = core::PurgeOutcome::kPurged;
       m.notify = true;
       return;
     case Mutation::Kind::kPing:
@@ -1075,10 +1089,12 @@ core::Task<StatusOr<std::optional<Record>>> EmbeddedStore::Get(std::string key, 
   co_return std::move(found);
 }
 
-core::Task<StatusOr<bool>> EmbeddedStore::Purge(std::string key) {
+core::Task<StatusOr<core::PurgeResult>> EmbeddedStore::Purge(std::string key, core::PurgeMode mode, UnixMillis now) {
   Mutation m;
   m.kind = Mutation::Kind::kPurge;
   m.key = std::move(key);
+  m.purge_mode = mode;
+  m.now = now;
   co_await Commit(m);
   if (!m.status.ok()) co_return m.status;
   co_return m.purged;

@@ -118,7 +118,7 @@ class EmbeddedStore final : public core::Store {
   core::Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
   core::Task<Status> Release(std::string key, std::string owner) override;
   core::Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
-  core::Task<StatusOr<bool>> Purge(std::string key) override;
+  core::Task<StatusOr<core::PurgeResult>> Purge(std::string key, core::PurgeMode mode, UnixMillis now) override;
   core::Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
   core::Task<Status> Ping() override;
   // keys: RocksDB's estimate for the records family (counts versions and

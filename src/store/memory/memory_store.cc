@@ -463,13 +463,26 @@ StatusOr<std::optional<core::Record>> MemoryStore::GetNow(std::string_view key, 
   return std::optional<core::Record>(std::move(record).value());
 }
 
-bool MemoryStore::PurgeNow(std::string_view key) {
+core::PurgeResult MemoryStore::PurgeNow(std::string_view key, core::PurgeMode mode, UnixMillis now) {
   std::uint64_t hash = 0;
   Shard& shard = ShardFor(key, &hash);
+  core::PurgeResult result;
   {
     std::lock_guard lock(shard.mu);
     const std::ptrdiff_t index = shard.Find(hash, key);
-    if (index < 0) return false;
+    if (index < 0) return result;
+    // Decided under the shard lock: no reservation can land between the
+    // look and the delete.
+    StatusOr<core::Record> record = core::DecodeRecord(shard.At(index)->value());
+    if (record.ok()) {
+      result.state = record->state;
+      if (mode == core::PurgeMode::kUnlessInFlight && record->state == core::RecordState::kInFlight &&
+          !record->LeaseEndedAt(now)) {
+        result.outcome = core::PurgeOutcome::kInFlight;
+        result.lease_expires_ms = record->lease_expires_ms;
+        return result;
+      }
+    }
     Entry* e = shard.EraseAt(index);
     Uncharge(e->charged());
     keys_.fetch_sub(1, std::memory_order_relaxed);
@@ -477,7 +490,12 @@ bool MemoryStore::PurgeNow(std::string_view key) {
     shard.MaybeShrink();
   }
   watchers_.Notify(key);
-  return true;
+  result.outcome = core::PurgeOutcome::kPurged;
+  return result;
+}
+
+bool MemoryStore::PurgeNow(std::string_view key) {
+  return PurgeNow(key, core::PurgeMode::kAny, 0).outcome == core::PurgeOutcome::kPurged;
 }
 
 std::uint64_t MemoryStore::full_sweeps() const {
@@ -526,7 +544,9 @@ core::Task<StatusOr<std::optional<core::Record>>> MemoryStore::Get(std::string k
   co_return GetNow(key, now);
 }
 
-core::Task<StatusOr<bool>> MemoryStore::Purge(std::string key) { co_return PurgeNow(key); }
+core::Task<StatusOr<core::PurgeResult>> MemoryStore::Purge(std::string key, core::PurgeMode mode, UnixMillis now) {
+  co_return PurgeNow(key, mode, now);
+}
 
 core::Task<StatusOr<std::unique_ptr<core::Watch>>> MemoryStore::WatchKey(std::string key) {
   co_return co_await watchers_.Make(std::move(key));

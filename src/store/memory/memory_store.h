@@ -65,7 +65,7 @@ class MemoryStore final : public core::Store {
   core::Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
   core::Task<Status> Release(std::string key, std::string owner) override;
   core::Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
-  core::Task<StatusOr<bool>> Purge(std::string key) override;
+  core::Task<StatusOr<core::PurgeResult>> Purge(std::string key, core::PurgeMode mode, UnixMillis now) override;
   core::Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
   core::Task<Status> Ping() override;
   core::StoreStats Stats() const override;
@@ -77,6 +77,8 @@ class MemoryStore final : public core::Store {
   Status CompleteNow(std::string_view key, std::string_view owner, core::Record completed);
   Status ReleaseNow(std::string_view key, std::string_view owner);
   StatusOr<std::optional<core::Record>> GetNow(std::string_view key, UnixMillis now);
+  core::PurgeResult PurgeNow(std::string_view key, core::PurgeMode mode, UnixMillis now);
+  // PurgeNow(key, kAny, ...): true when a record existed.
   bool PurgeNow(std::string_view key);
 
   // Removes every completed record past its retention at `now`, and every

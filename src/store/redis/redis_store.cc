@@ -127,11 +127,22 @@ redis.call('PUBLISH', ARGV[2], 'released')
 return 1
 )lua";
 
-// KEYS[1] record; ARGV[1] channel. Returns the number of keys deleted.
+// KEYS[1] record; ARGV[1] channel, ARGV[2] '1' to spare an in-flight record
+// whose lease lasts (core::PurgeMode::kUnlessInFlight), ARGV[3] now (ms).
+// Returns {0} absent, {1, state} deleted (state 0: undecodable, deleted all
+// the same), {2, lease end} in flight and left untouched. Decided on the
+// server from the stored bytes, so no reservation lands between the look and
+// the delete.
 constexpr std::string_view kPurgeBody = R"lua(
-local n = redis.call('DEL', KEYS[1])
-if n > 0 then redis.call('PUBLISH', ARGV[1], 'purged') end
-return n
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {0} end
+local state, fp, owner, lease = parse(cur)
+if state and state == 1 and ARGV[2] == '1' and lease > tonumber(ARGV[3]) then
+  return {2, lease}
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'purged')
+return {1, state or 0}
 )lua";
 
 Status OwnerMismatch(std::int64_t code) {
@@ -667,14 +678,39 @@ Task<StatusOr<std::optional<Record>>> RedisStore::Get(std::string key, UnixMilli
   co_return std::optional<Record>(std::move(record).value());
 }
 
-Task<StatusOr<bool>> RedisStore::Purge(std::string key) {
+Task<StatusOr<core::PurgeResult>> RedisStore::Purge(std::string key, core::PurgeMode mode, UnixMillis now) {
   static const Script kScript(kPurgeBody);
   std::vector<std::string> argv;
   argv.push_back(ChannelName(key));
+  argv.push_back(mode == core::PurgeMode::kUnlessInFlight ? "1" : "0");
+  argv.push_back(std::to_string(now));
   auto reply = co_await RunScript(kScript, std::move(key), std::move(argv));
   if (!reply.ok()) co_return reply.status();
-  if (reply->type != Reply::Type::kInteger) co_return UnexpectedReply(*reply, "purge");
-  co_return reply->integer > 0;
+  const auto integer_at = [&](std::size_t i) {
+    return reply->elements.size() > i && reply->elements[i].type == Reply::Type::kInteger;
+  };
+  if (reply->type != Reply::Type::kArray || !integer_at(0)) co_return UnexpectedReply(*reply, "purge");
+  core::PurgeResult result;
+  switch (reply->elements[0].integer) {
+    case 0:
+      co_return result;
+    case 1:
+      if (!integer_at(1)) co_return UnexpectedReply(*reply, "purge");
+      result.outcome = core::PurgeOutcome::kPurged;
+      if (reply->elements[1].integer == static_cast<std::int64_t>(RecordState::kInFlight) ||
+          reply->elements[1].integer == static_cast<std::int64_t>(RecordState::kCompleted)) {
+        result.state = static_cast<RecordState>(reply->elements[1].integer);
+      }
+      co_return result;
+    case 2:
+      if (!integer_at(1)) co_return UnexpectedReply(*reply, "purge");
+      result.outcome = core::PurgeOutcome::kInFlight;
+      result.state = RecordState::kInFlight;
+      result.lease_expires_ms = reply->elements[1].integer;
+      co_return result;
+    default:
+      co_return UnexpectedReply(*reply, "purge");
+  }
 }
 
 Task<StatusOr<std::unique_ptr<core::Watch>>> RedisStore::WatchKey(std::string key) {

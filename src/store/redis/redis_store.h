@@ -94,7 +94,7 @@ class RedisStore final : public core::Store {
   Task<Status> Complete(std::string key, std::string owner, core::Record completed) override;
   Task<Status> Release(std::string key, std::string owner) override;
   Task<StatusOr<std::optional<core::Record>>> Get(std::string key, UnixMillis now) override;
-  Task<StatusOr<bool>> Purge(std::string key) override;
+  Task<StatusOr<core::PurgeResult>> Purge(std::string key, core::PurgeMode mode, UnixMillis now) override;
   Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
   // Ok when every master answers PING; in a cluster, when every master of
   // the slot map answers CLUSTER INFO with cluster_state:ok.
