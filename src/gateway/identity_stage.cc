@@ -81,6 +81,13 @@ void DropClientIdentity(RequestContext& ctx, const config::TrustedHeaders& names
 }
 
 void SetUpstreamIdentity(RequestContext& ctx, const config::TrustedHeaders& names) {
+  // trusted_headers under names of its own: a client's lines under the
+  // default names (which jwt and api_key set, and which an upstream shared
+  // with such a deployment reads) are not the caller's either.
+  if (names.tenant != kUpstreamIdentityHeaders.tenant || names.project != kUpstreamIdentityHeaders.project ||
+      names.subject != kUpstreamIdentityHeaders.subject) {
+    DropClientIdentity(ctx, kUpstreamIdentityHeaders);
+  }
   DropIdentityLookalikes(ctx, names);
   for (const std::string* name : {&names.tenant, &names.project, &names.subject}) ctx.remove_headers.push_back(*name);
   ctx.set_headers.push_back({names.tenant, ctx.tenant});

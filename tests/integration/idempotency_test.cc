@@ -1139,6 +1139,9 @@ TEST_F(IdempotencyTest, TrustedHeadersReachTheUpstreamWhenConnectionNamesThem) {
   req.headers.push_back({"X-Subject", "user:alice"});
   req.headers.push_back({"Connection", "X-Org-Id, x-project-id"});
   req.headers.push_back({"Connection", "X-Subject"});
+  // The default name of the one renamed header is not the caller's either.
+  req.headers.push_back({"X-Tenant-Id", "evil"});
+  req.headers.push_back({"X_Tenant_Id", "evil"});
   const HttpResponse res = Send(req);
   ASSERT_EQ(res.status, 200) << res.body;
   auto echo = ParseObject(res.body);
@@ -1147,6 +1150,7 @@ TEST_F(IdempotencyTest, TrustedHeadersReachTheUpstreamWhenConnectionNamesThem) {
   EXPECT_EQ(Values(seen, "X-Project-Id"), (std::vector<std::string>{"p1"}));
   EXPECT_EQ(Values(seen, "X-Subject"), (std::vector<std::string>{"user:alice"}));
   EXPECT_TRUE(Values(seen, "X-Tenant-Id").empty());
+  EXPECT_TRUE(Values(seen, "X_Tenant_Id").empty());
   EXPECT_EQ(Values(seen, "Idempotency-Key"),
             (std::vector<std::string>{"\"t-acme:p1:user:alice:api:named-in-connection\""}));
 }
