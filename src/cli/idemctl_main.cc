@@ -50,7 +50,10 @@ constexpr std::string_view kUsage =
     "  idemctl dlq release ID [--force]    make a replay cut short (replaying) pending again;\n"
     "                                      refused while its process may still be running\n"
     "  idemctl keys get STORED_KEY         a stored key's record (admin API, needs the token)\n"
-    "  idemctl keys purge STORED_KEY       delete a stored key (admin API, needs the token)\n"
+    "  idemctl keys purge STORED_KEY [--force]\n"
+    "                                      delete a stored key (admin API, needs the token);\n"
+    "                                      a key whose request still runs is refused unless\n"
+    "                                      --force (which lets a retry run it a second time)\n"
     "  idemctl stats                       per-route statistics (admin API)\n"
     "  idemctl key new [--key-v7]          print a new key (UUIDv4, or v7)\n"
     "  idemctl key derive DOMAIN SUBJECT ENTITY OPERATION VERSION\n"
@@ -217,7 +220,7 @@ struct Options {
   std::string token_env = "IDEMGATE_ADMIN_TOKEN";
   std::string status_filter;
   bool json = false;
-  bool force = false;  // dlq release
+  bool force = false;  // dlq release, keys purge
   bool help = false;   // -h or --help in an option's place (not as an option's value)
   client::TlsSettings tls;  // --cacert ($IDEMCTL_CACERT), --client-cert, --client-key
   std::vector<std::string> positional;
@@ -819,6 +822,7 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
   if (token != nullptr && *token != '\0') {
     req.headers.emplace_back("Authorization", std::string("Bearer ") + token);
   }
+  if (o.force && !(what == "keys" && verb == "purge")) return Usage("--force goes with dlq release or keys purge");
   if (what == "stats") {
     if (!o.positional.empty()) return Usage("stats takes no arguments");
     req.method = "GET";
@@ -829,6 +833,9 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
     if (o.positional[0].empty()) return Usage("keys " + verb + " needs a stored key (it was empty)");
     req.method = verb == "get" ? "GET" : "DELETE";
     req.url = o.admin + "/admin/keys/" + EncodePathSegment(o.positional[0]);
+    // The gateway refuses to purge a key whose request may still run (409
+    // key-in-flight) unless asked to.
+    if (o.force) req.url += "?force=true";
     if (token == nullptr || *token == '\0') {
       return Usage("keys " + verb + " needs the admin token, but the environment variable " + o.token_env + " is " +
                    (token == nullptr ? "unset" : "empty") + " (set it, or name another with --token-env)");

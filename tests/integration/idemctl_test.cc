@@ -173,6 +173,20 @@ TEST_F(IdemctlTest, AdminCommandsReadAndPurgeKeys) {
   const CliRun stats = Idemctl({"stats", "--admin", AdminUrl()}, token);
   ASSERT_EQ(stats.code, 0) << stats.err;
   EXPECT_NE(stats.out.find("\"api\""), std::string::npos) << stats.out;
+  EXPECT_EQ(Idemctl({"stats", "--force", "--admin", AdminUrl()}, token).code, 2);
+  EXPECT_EQ(Idemctl({"keys", "get", stored, "--force", "--admin", AdminUrl()}, token).code, 2);
+
+  // A key whose request still runs is purged only with --force.
+  std::jthread slow([&] { Send(KeyedPost("/slow?ms=3000", "k-running")); });
+  ASSERT_TRUE(PollUntil([&] { return Executions() >= 2; }, 10s));
+  const std::string running = "t-_:_:_:api:k-running";
+  const CliRun refused = Idemctl({"keys", "purge", running, "--admin", AdminUrl()}, token);
+  EXPECT_EQ(refused.code, 1) << refused.out << refused.err;
+  EXPECT_NE(refused.out.find("key-in-flight"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.err.find("409"), std::string::npos) << refused.err;
+  const CliRun forced = Idemctl({"keys", "purge", running, "--force", "--admin", AdminUrl()}, token);
+  EXPECT_EQ(forced.code, 0) << forced.out << forced.err;
+  EXPECT_NE(forced.out.find("\"state\":\"in_flight\""), std::string::npos) << forced.out;
 }
 
 TEST_F(IdemctlTest, SendsOverHttpsTrustingTheGivenCa) {
