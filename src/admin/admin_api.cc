@@ -272,7 +272,10 @@ core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
     allow = kAllowKeys;
   }
   if (allow.empty()) {
-    co_return NotFound("no admin resource at " + SanitizeUtf8(request.method) + " " + SanitizeUtf8(path));
+    // A HEAD's answer is a GET's without the body, Content-Length included:
+    // the detail names GET for both.
+    co_return NotFound("no admin resource at " + SanitizeUtf8(get ? std::string_view("GET") : request.method) + " " +
+                       SanitizeUtf8(path));
   }
 
   if (path == "/healthz" && get) co_return Respond(200, kText, "ok");

@@ -515,6 +515,8 @@ TEST_F(AdminApiTest, EverythingElseIs404) {
     EXPECT_EQ(ProblemOf(r)["code"], "not-found") << method << " " << target;
     EXPECT_FALSE(HeaderOf(r, "Allow").has_value()) << method << " " << target;
   }
+  // A HEAD's answer is a GET's without the body: the same body length.
+  EXPECT_EQ(Call(api, Req("HEAD", "/nope")).body, Call(api, Req("GET", "/nope")).body);
 }
 
 // Load balancers probe with HEAD: every GET resource answers it as GET (the HTTP layer drops the body).
