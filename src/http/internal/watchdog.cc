@@ -39,43 +39,39 @@ Watchdog::~Watchdog() {
   }
 }
 
+template <typename Node>
+void Watchdog::LinkFront(Node*& head, Node* n) {
+  n->next_ = head;
+  if (head != nullptr) head->prev_ = n;
+  head = n;
+}
+
+template <typename Node>
+bool Watchdog::UnlinkFrom(Node*& head, Node* n) {
+  if (n->prev_ != nullptr) {
+    n->prev_->next_ = n->next_;
+  } else if (head == n) {
+    head = n->next_;
+  } else {
+    return false;
+  }
+  if (n->next_ != nullptr) n->next_->prev_ = n->prev_;
+  n->prev_ = n->next_ = nullptr;
+  return true;
+}
+
 void Watchdog::Link(Deadline* d) {
-  d->next_ = head_;
-  if (head_ != nullptr) head_->prev_ = d;
-  head_ = d;
+  LinkFront(head_, d);
   ++size_;
 }
 
 void Watchdog::Unlink(Deadline* d) {
-  if (d->prev_ != nullptr) {
-    d->prev_->next_ = d->next_;
-  } else if (head_ == d) {
-    head_ = d->next_;
-  } else {
-    return;  // detached
-  }
-  if (d->next_ != nullptr) d->next_->prev_ = d->prev_;
-  d->prev_ = d->next_ = nullptr;
-  --size_;
+  if (UnlinkFrom(head_, d)) --size_;
 }
 
-void Watchdog::Link(Ticker* t) {
-  t->next_ = tickers_;
-  if (tickers_ != nullptr) tickers_->prev_ = t;
-  tickers_ = t;
-}
+void Watchdog::Link(Ticker* t) { LinkFront(tickers_, t); }
 
-void Watchdog::Unlink(Ticker* t) {
-  if (t->prev_ != nullptr) {
-    t->prev_->next_ = t->next_;
-  } else if (tickers_ == t) {
-    tickers_ = t->next_;
-  } else {
-    return;  // detached
-  }
-  if (t->next_ != nullptr) t->next_->prev_ = t->prev_;
-  t->prev_ = t->next_ = nullptr;
-}
+void Watchdog::Unlink(Ticker* t) { UnlinkFrom(tickers_, t); }
 
 void Watchdog::Tick(SteadyTime now) {
   for (Ticker* t = tickers_; t != nullptr; t = t->next_) t->fn_(t->target_, now);

@@ -107,6 +107,12 @@ class Watchdog {
   void Unlink(Deadline* d);
   void Link(Ticker* t);
   void Unlink(Ticker* t);
+  // The deadline and ticker lists: intrusive, doubly linked, newest first.
+  // UnlinkFrom is false when `n` is in no list (detached already).
+  template <typename Node>
+  static void LinkFront(Node*& head, Node* n);
+  template <typename Node>
+  static bool UnlinkFrom(Node*& head, Node* n);
   void Sweep(SteadyTime now);
   void Tick(SteadyTime now);
   boost::asio::awaitable<void> Run();
