@@ -359,6 +359,23 @@ Status CheckReadable(const std::string& file, std::string_view what) {
   return Status::Ok();
 }
 
+// True when `file` holds a PEM private key under a passphrase (PKCS#8
+// "ENCRYPTED PRIVATE KEY", or a traditional key with "Proc-Type: 4,ENCRYPTED").
+bool IsEncryptedPem(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) return false;
+  std::string text;
+  char buf[4096];
+  while (text.size() < (1u << 20)) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    if (n == 0) break;
+    text.append(buf, n);
+  }
+  std::fclose(f);
+  return text.find("-----BEGIN ENCRYPTED PRIVATE KEY-----") != std::string::npos ||
+         text.find("Proc-Type: 4,ENCRYPTED") != std::string::npos;
+}
+
 // A client context for `tls`: TLS 1.2 at least, the peer always verified
 // against ca_file (or the system's trust store), and the client certificate
 // when one is given. A file that cannot be used is an InvalidArgument naming it.
@@ -390,7 +407,17 @@ Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
       return InvalidArgumentError("cannot load the TLS client certificate file \"" + tls.cert_file +
                                   "\": " + ErrorText(ec));
     }
+    // Never ask for a passphrase: OpenSSL's default would prompt on the
+    // terminal (and wait there), or fail without one with a bare
+    // "processing error". An encrypted key fails to load instead.
+    SSL_CTX_set_default_passwd_cb(ctx.native_handle(), [](char*, int, int, void*) { return 0; });
     ctx.use_private_key_file(tls.key_file, ssl::context::pem, ec);
+    if (ec && IsEncryptedPem(tls.key_file)) {
+      ERR_clear_error();
+      return InvalidArgumentError("the TLS client key file \"" + tls.key_file +
+                                  "\" is encrypted; a passphrase-protected key is not supported (write it "
+                                  "unencrypted, e.g. `openssl pkey -in KEY -out KEY.plain`, readable only by you)");
+    }
     if (ec) {
       return InvalidArgumentError("cannot load the TLS client key file \"" + tls.key_file + "\": " +
                                   ErrorText(ec));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -279,6 +280,44 @@ TEST_F(TlsSendTest, UnusableTlsFilesAreInvalidArguments) {
   auto response = SendOnce(Post(plain.Url("/")), kTimeout, TlsSettings{.ca_file = missing});
   ASSERT_TRUE(response.ok()) << response.status().ToString();
   EXPECT_EQ(response->status, 204);
+}
+
+// A passphrase-protected key is never asked for (OpenSSL would prompt on
+// the terminal and wait): it fails at once, naming the file and saying it is
+// encrypted, and is not retried.
+TEST_F(TlsSendTest, AnEncryptedClientKeyFailsAtOnceWithoutAPrompt) {
+  const std::string encrypted = dir_->Join("encrypted.key");
+  {
+    FILE* in = std::fopen(pki_->client_key.c_str(), "r");
+    ASSERT_NE(in, nullptr);
+    EVP_PKEY* key = PEM_read_PrivateKey(in, nullptr, nullptr, nullptr);
+    std::fclose(in);
+    ASSERT_NE(key, nullptr);
+    FILE* out = std::fopen(encrypted.c_str(), "w");
+    ASSERT_NE(out, nullptr);
+    static char kPass[] = "secret";
+    ASSERT_EQ(PEM_write_PKCS8PrivateKey(out, key, EVP_aes_128_cbc(), kPass, 6, nullptr, nullptr), 1);
+    std::fclose(out);
+    EVP_PKEY_free(key);
+  }
+  TlsSettings tls = Trusting();
+  tls.cert_file = pki_->client_cert;
+  tls.key_file = encrypted;
+  const std::string url = Url("localhost", mutual_, "/echo/encrypted");
+  const auto result = SendOnce(Post(url), kTimeout, tls);
+  ExpectError(result, StatusCode::kInvalidArgument, "the TLS client key file \"" + encrypted + "\" is encrypted");
+  EXPECT_EQ(result.status().message().find("processing error"), std::string::npos) << result.status().ToString();
+
+  std::vector<Millis> sleeps;
+  ClientOptions options;
+  options.sleep = [&sleeps](Millis wait) { sleeps.push_back(wait); };
+  options.tls = tls;
+  Client client(options);
+  const Outcome out = client.Send(Post(url, "k-encrypted"));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_TRUE(sleeps.empty());
+  EXPECT_NE(out.error.find("is encrypted"), std::string::npos) << out.error;
 }
 
 TEST_F(TlsSendTest, OtherSchemesAreStillRejected) {
