@@ -379,6 +379,8 @@ bool IsEncryptedPem(const std::string& file) {
 // A client context for `tls`: TLS 1.2 at least, the peer always verified
 // against ca_file (or the system's trust store), and the client certificate
 // when one is given. A file that cannot be used is an InvalidArgument naming it.
+// Every certificate in ca_file is a trust anchor (X509_V_FLAG_PARTIAL_CHAIN):
+// a file holding only an intermediate CA trusts what it signed.
 Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return InvalidArgumentError("a TLS client certificate needs both a certificate file and a key file");
@@ -398,6 +400,7 @@ Status ConfigureTls(ssl::context& ctx, const TlsSettings& tls) {
     if (ec) {
       return InvalidArgumentError("cannot load the TLS CA file \"" + tls.ca_file + "\": " + ErrorText(ec));
     }
+    X509_STORE_set_flags(SSL_CTX_get_cert_store(ctx.native_handle()), X509_V_FLAG_PARTIAL_CHAIN);
   }
   if (!tls.cert_file.empty()) {
     if (Status s = CheckReadable(tls.cert_file, "client certificate file"); !s.ok()) return s;

@@ -11,6 +11,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 
 #include <boost/asio/ssl/context.hpp>
 
@@ -58,6 +59,14 @@ Status ApplyBaseline(SSL_CTX* ctx) {
   }
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
   return Status::Ok();
+}
+
+// Trusts every certificate of a CA file given in the config as an anchor
+// (X509_V_FLAG_PARTIAL_CHAIN): a file holding only an intermediate CA
+// accepts the certificates it signed, without its issuers in the file. By
+// default OpenSSL needs the chain to end at a self-signed root in the file.
+void TrustPartialChains(SSL_CTX* ctx) {
+  X509_STORE_set_flags(SSL_CTX_get_cert_store(ctx), X509_V_FLAG_PARTIAL_CHAIN);
 }
 
 // True when `file` holds a PEM private key under a passphrase (PKCS#8
@@ -145,6 +154,8 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOpt
   } else if (SSL_CTX_load_verify_file(ctx, options.ca_file.c_str()) != 1) {
     return InvalidArgumentError("TLS: cannot read CA file \"" + options.ca_file +
                                 "\": " + OpenSslErrors("no certificate in it"));
+  } else {
+    TrustPartialChains(ctx);
   }
   if (!options.cert_file.empty() || !options.key_file.empty()) {
     if (Status s = LoadCertificate(ctx, options.cert_file, options.key_file, "client"); !s.ok()) return s;
@@ -196,6 +207,7 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
       return InvalidArgumentError("TLS: cannot read client CA file \"" + options.client_ca_file +
                                   "\": " + OpenSslErrors("no certificate in it"));
     }
+    TrustPartialChains(ctx);
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options.client_ca_file.c_str());
     if (names != nullptr) SSL_CTX_set_client_CA_list(ctx, names);  // takes ownership
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);

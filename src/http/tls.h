@@ -29,7 +29,8 @@ class TlsContext {
 };
 
 struct UpstreamTlsOptions {
-  std::string ca_file;    // PEM bundle of trusted CAs; empty: the system's trust store
+  std::string ca_file;    // PEM bundle of trusted CAs, each an anchor (an intermediate needs no root in
+                          // it); empty: the system's trust store
   std::string cert_file;  // client certificate chain (PEM); empty: none
   std::string key_file;   // its private key (PEM); set with cert_file
 };
@@ -45,6 +46,7 @@ struct ServerTlsOptions {
   std::string cert_file;       // the listener's certificate chain (PEM), leaf first
   std::string key_file;        // its private key (PEM)
   std::string client_ca_file;  // when set: clients must present a certificate signed by one of these CAs
+                               // (each an anchor: an intermediate needs no root in the file)
 };
 
 // For a TLS listener. Errors as MakeUpstreamTls.

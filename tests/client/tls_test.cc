@@ -24,12 +24,15 @@
 #include "client/client.h"
 #include "client/scripted_server.h"
 #include "fakes/testing.h"
+#include "http/chain_pki.h"
 
 namespace idemgate::client {
 namespace {
 
 namespace json = boost::json;
+using idemgate::testing::ChainPki;
 using idemgate::testing::FakeStats;
+using idemgate::testing::MakeChainPki;
 using idemgate::testing::MakeTestPki;
 using idemgate::testing::Server;
 using idemgate::testing::StartServer;
@@ -423,10 +426,14 @@ TEST_F(TlsSendTest, ClientDoesNotRetryUnusableTlsFiles) {
 class OneShotTlsServer {
  public:
   OneShotTlsServer(const TestPki& pki, std::string response, bool close_notify)
+      : OneShotTlsServer(pki.server_cert, pki.server_key, std::move(response), close_notify) {}
+
+  OneShotTlsServer(const std::string& cert_file, const std::string& key_file, std::string response,
+                   bool close_notify)
       : response_(std::move(response)), close_notify_(close_notify) {
     ctx_ = SSL_CTX_new(TLS_server_method());
-    EXPECT_EQ(SSL_CTX_use_certificate_chain_file(ctx_, pki.server_cert.c_str()), 1);
-    EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx_, pki.server_key.c_str(), SSL_FILETYPE_PEM), 1);
+    EXPECT_EQ(SSL_CTX_use_certificate_chain_file(ctx_, cert_file.c_str()), 1);
+    EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx_, key_file.c_str(), SSL_FILETYPE_PEM), 1);
     listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -505,6 +512,26 @@ TEST_F(TlsSendTest, LengthDelimitedBodyCutShortIsUnavailable) {
   request.method = "GET";
   request.url = "https://localhost:" + std::to_string(server.port()) + "/";
   ExpectError(SendOnce(request, kTimeout, Trusting()), StatusCode::kUnavailable, "cannot read the response");
+}
+
+// --cacert holding only the intermediate CA that signed the server's
+// certificate: every certificate in the file is a trust anchor, its issuers
+// need not be there. A CA that did not sign it is still refused.
+TEST_F(TlsSendTest, ACaFileHoldingOnlyAnIntermediateIsATrustAnchor) {
+  auto chain = MakeChainPki(dir_->Join("chain"));
+  ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+  Request request;
+  request.method = "GET";
+  for (const std::string& ca : {chain->intermediate, chain->root}) {
+    OneShotTlsServer server(chain->server_cert, chain->server_key, "HTTP/1.1 204 No Content\r\n\r\n", true);
+    request.url = "https://localhost:" + std::to_string(server.port()) + "/";
+    auto response = SendOnce(request, kTimeout, TlsSettings{.ca_file = ca});
+    ASSERT_TRUE(response.ok()) << ca << ": " << response.status().ToString();
+    EXPECT_EQ(response->status, 204);
+  }
+  OneShotTlsServer server(chain->server_cert, chain->server_key, "HTTP/1.1 204 No Content\r\n\r\n", true);
+  request.url = "https://localhost:" + std::to_string(server.port()) + "/";
+  ExpectError(SendOnce(request, kTimeout, Trusting()), StatusCode::kUnavailable, "certificate verify failed");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // idemgate with a top-level `tls` block: clients reach it over HTTPS. Keyed
 // requests and replays, keep-alive, large bodies both ways, what the
-// upstream is told (X-Forwarded-Proto: https), client certificates, the
+// upstream is told (X-Forwarded-Proto: https), client certificates (also
+// from a client_ca_file holding only an intermediate CA), the
 // handshake deadline, certificates renewed by a reload, and start-up errors.
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/chain_pki.h"
 #include "integration/harness.h"
 
 namespace idemgate::testing {
@@ -162,6 +164,33 @@ TEST_F(TlsListenerTest, ClientCertificatesAreRequiredWithClientCaFile) {
   auto res = TlsClient(gateway_->endpoint(), with_cert).Send("GET", "/echo/mtls");
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(Executions(), 1u);
+}
+
+// A client_ca_file holding only an intermediate CA (not its root) accepts
+// the client certificates it signed, on the listener and the admin listener.
+TEST_F(TlsListenerTest, AClientCaFileMayHoldOnlyAnIntermediateCa) {
+  auto chain = MakeChainPki(dir_.Join("chain"));
+  ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+  const std::string client_ca = ", client_ca_file: \"" + chain->intermediate + "\"";
+  const std::string admin = "{ listen: 127.0.0.1:0, tls: { cert_file: \"" + cert_ + "\", key_file: \"" + key_ + "\"" +
+                            client_ca + " } }";
+  StartGateway(Yaml(client_ca, "", ConfigHead{.admin = admin}));
+  TlsClientOptions with_cert = Trusting();
+  with_cert.cert_file = chain->client_cert;
+  with_cert.key_file = chain->client_key;
+  auto res = TlsClient(gateway_->endpoint(), with_cert).Send("GET", "/echo/intermediate");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  auto health = TlsClient(gateway_->admin(), with_cert).Send("GET", "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(health->status, 200);
+  // A certificate from another CA is still refused.
+  TlsClientOptions stranger = Trusting();
+  stranger.cert_file = pki_.client_cert;
+  stranger.key_file = pki_.client_key;
+  auto refused = TlsClient(gateway_->endpoint(), stranger).Send("GET", "/echo/stranger");
+  EXPECT_FALSE(refused.ok() && refused->status == 200);
   EXPECT_EQ(Executions(), 1u);
 }
 
