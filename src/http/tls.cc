@@ -165,6 +165,11 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeUpstreamTls(const UpstreamTlsOpt
 
 namespace {
 
+// A listener's TLS 1.2 cipher suites, in the server's order of preference.
+constexpr char kServerTls12Ciphers[] =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
 // "2026-01-02T03:04:05Z", or "" when `t` cannot be read.
 std::string FormatAsn1Time(const ASN1_TIME* t) {
   std::tm tm{};
@@ -196,6 +201,13 @@ StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions
   auto impl = std::make_unique<TlsContext::Impl>(boost::asio::ssl::context::tls_server);
   SSL_CTX* ctx = impl->context.native_handle();
   if (Status s = ApplyBaseline(ctx); !s.ok()) return s;
+  // TLS 1.2 suites: only ECDHE key exchange (forward secrecy) with AEAD
+  // ciphers, Mozilla's "intermediate" list without its DHE suites. OpenSSL's
+  // default list also has RSA key exchange and CBC with SHA-1. The TLS 1.3
+  // suites (all AEAD, all forward secret) stay OpenSSL's.
+  if (SSL_CTX_set_cipher_list(ctx, kServerTls12Ciphers) != 1) {
+    return InternalError("TLS: cannot set the TLS 1.2 cipher suites: " + OpenSslErrors("unknown error"));
+  }
   // The server's cipher preference decides (TLS 1.2).
   SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_alpn_select_cb(ctx, &SelectHttp11, nullptr);

@@ -49,7 +49,8 @@ struct ServerTlsOptions {
                                // (each an anchor: an intermediate needs no root in the file)
 };
 
-// For a TLS listener. Errors as MakeUpstreamTls.
+// For a TLS listener: TLS 1.2 with ECDHE and AEAD suites only, or TLS 1.3.
+// Errors as MakeUpstreamTls.
 StatusOr<std::shared_ptr<const TlsContext>> MakeServerTls(const ServerTlsOptions& options);
 
 // A listener's current server context, replaced on reload: connections

@@ -1,6 +1,7 @@
 // The TLS contexts of src/http/tls.cc, each side in a handshake with a plain
-// OpenSSL peer over an in-memory BIO pair: CA files (a listener's
-// client_ca_file, an upstream's ca_file) that hold only an intermediate CA.
+// OpenSSL peer over an in-memory BIO pair: the listener's TLS 1.2 cipher
+// suites and protocol floor, and CA files (a listener's client_ca_file, an
+// upstream's ca_file) that hold only an intermediate CA.
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -8,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fakes/testing.h"
 #include "http/chain_pki.h"
@@ -112,8 +114,11 @@ class TlsContextTest : public ::testing::Test {
   }
 
   std::shared_ptr<const TlsContext> Listener(const std::string& client_ca_file = "") {
-    auto made = MakeServerTls(ServerTlsOptions{
-        .cert_file = pki_.server_cert, .key_file = pki_.server_key, .client_ca_file = client_ca_file});
+    return Listener(pki_.server_cert, pki_.server_key, client_ca_file);
+  }
+  static std::shared_ptr<const TlsContext> Listener(const std::string& cert, const std::string& key,
+                                                    const std::string& client_ca_file) {
+    auto made = MakeServerTls(ServerTlsOptions{.cert_file = cert, .key_file = key, .client_ca_file = client_ca_file});
     EXPECT_TRUE(made.ok()) << made.status().ToString();
     return made.ok() ? *made : nullptr;
   }
@@ -122,6 +127,71 @@ class TlsContextTest : public ::testing::Test {
   TestPki pki_;
   ChainPki chain_;
 };
+
+// Over TLS 1.2 the listener agrees only ECDHE suites with AEAD ciphers:
+// RSA key exchange (no forward secrecy) and CBC suites are refused, with an
+// RSA certificate (which RSA key exchange needs) or an EC one.
+TEST_F(TlsContextTest, TheListenerRefusesTls12SuitesWithoutForwardSecrecyOrAead) {
+  struct Case {
+    std::shared_ptr<const TlsContext> listener;
+    std::string ca_file;
+    std::vector<std::string> weak, strong;
+  };
+  const Case cases[] = {
+      {.listener = Listener(chain_.server_rsa_cert, chain_.server_rsa_key, ""),
+       .ca_file = chain_.root,
+       .weak = {"AES128-GCM-SHA256", "AES256-GCM-SHA384", "AES128-SHA", "AES256-SHA", "AES128-SHA256",
+                "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384"},
+       .strong = {"ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-CHACHA20-POLY1305"}},
+      {.listener = Listener(),
+       .ca_file = pki_.ca_file,
+       .weak = {"ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA384"},
+       .strong = {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                  "ECDHE-ECDSA-CHACHA20-POLY1305"}},
+  };
+  for (const Case& c : cases) {
+    ASSERT_NE(c.listener, nullptr);
+    for (const std::string& weak : c.weak) {
+      Ctx client = Client(c.ca_file);
+      SSL_CTX_set_max_proto_version(client.get(), TLS1_2_VERSION);
+      ASSERT_EQ(SSL_CTX_set_cipher_list(client.get(), weak.c_str()), 1) << weak;
+      const Result r = Handshake(client.get(), Native(c.listener));
+      EXPECT_FALSE(r.client_ok || r.server_ok) << weak << " was agreed";
+    }
+    for (const std::string& strong : c.strong) {
+      Ctx client = Client(c.ca_file);
+      SSL_CTX_set_max_proto_version(client.get(), TLS1_2_VERSION);
+      ASSERT_EQ(SSL_CTX_set_cipher_list(client.get(), strong.c_str()), 1) << strong;
+      const Result r = Handshake(client.get(), Native(c.listener));
+      EXPECT_TRUE(r.client_ok && r.server_ok) << strong;
+      EXPECT_EQ(r.cipher, strong);
+    }
+    // A client offering everything gets an ECDHE suite under TLS 1.2, and
+    // TLS 1.3 when it may.
+    Ctx any12 = Client(c.ca_file);
+    SSL_CTX_set_max_proto_version(any12.get(), TLS1_2_VERSION);
+    ASSERT_EQ(SSL_CTX_set_cipher_list(any12.get(), "ALL"), 1);
+    const Result r12 = Handshake(any12.get(), Native(c.listener));
+    ASSERT_TRUE(r12.client_ok && r12.server_ok);
+    EXPECT_EQ(r12.cipher.rfind("ECDHE-", 0), 0u) << r12.cipher;
+    Ctx any13 = Client(c.ca_file);
+    const Result r13 = Handshake(any13.get(), Native(c.listener));
+    ASSERT_TRUE(r13.client_ok && r13.server_ok);
+    EXPECT_EQ(r13.cipher.rfind("TLS_", 0), 0u) << r13.cipher;
+  }
+}
+
+TEST_F(TlsContextTest, TheListenerRefusesTls11) {
+  auto listener = Listener();
+  ASSERT_NE(listener, nullptr);
+  Ctx client = Client(pki_.ca_file);
+  SSL_CTX_set_security_level(client.get(), 0);
+  SSL_CTX_set_min_proto_version(client.get(), TLS1_VERSION);
+  SSL_CTX_set_max_proto_version(client.get(), TLS1_1_VERSION);
+  ASSERT_EQ(SSL_CTX_set_cipher_list(client.get(), "ALL:@SECLEVEL=0"), 1);
+  const Result r = Handshake(client.get(), Native(listener));
+  EXPECT_FALSE(r.client_ok || r.server_ok);
+}
 
 // client_ca_file holding only an intermediate CA: certificates it signed are
 // accepted (with or without the intermediate sent along), others are not.
@@ -164,6 +234,19 @@ TEST_F(TlsContextTest, AnUpstreamsCaFileMayHoldOnlyAnIntermediate) {
   auto other = MakeUpstreamTls(UpstreamTlsOptions{.ca_file = pki_.ca_file});
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_FALSE(Handshake(Native(*other), upstream.get()).client_ok);
+}
+
+// The upstream side keeps OpenSSL's default suites: an upstream that offers
+// only a TLS 1.2 suite without forward secrecy is still reached.
+TEST_F(TlsContextTest, TheUpstreamSideKeepsOpenSslsDefaultSuites) {
+  Ctx upstream = Server(pki_.server_cert, pki_.server_key);
+  SSL_CTX_set_max_proto_version(upstream.get(), TLS1_2_VERSION);
+  ASSERT_EQ(SSL_CTX_set_cipher_list(upstream.get(), "ECDHE-ECDSA-AES128-SHA"), 1);
+  auto made = MakeUpstreamTls(UpstreamTlsOptions{.ca_file = pki_.ca_file});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const Result r = Handshake(Native(*made), upstream.get());
+  EXPECT_TRUE(r.client_ok && r.server_ok);
+  EXPECT_EQ(r.cipher, "ECDHE-ECDSA-AES128-SHA");
 }
 
 }  // namespace
