@@ -1,6 +1,6 @@
 // The API keys file (SPEC §6, identity::ParseApiKeys): YAML mapping key
 // hashes to callers. The first byte's low bit picks what the rest is:
-//  - 0: the file's text. Checked: a refusal names the file first; a file
+//  - 0: the file's text. Checked: a refusal names the file (and a line) first; a file
 //    that is read maps 64 lower-case hex digits to callers whose tenant,
 //    project and subject are 1..256 visible ASCII characters; and the map
 //    written back as YAML reads back the same.
@@ -8,7 +8,7 @@
 //    case, some repeated; components of any bytes, double-quoted with
 //    escapes or plain; flow or block style; an optional name or an unknown
 //    field). Checked: it is read exactly when every entry is valid, to the
-//    entries written, and otherwise refused naming the first bad entry.
+//    entries written, and otherwise refused naming a line and the first bad entry.
 
 #include <cstdint>
 #include <string>
@@ -74,10 +74,29 @@ std::string Write(const Keys& keys) {
   return out;
 }
 
+// What a refusal says after "keys.yaml:<line>: " (or "keys.yaml: " when no line is known), with
+// the line in *line (0 when none); "" when it does not start so.
+std::string_view AfterLocation(std::string_view message, int* line) {
+  *line = 0;
+  if (!message.starts_with(std::string(kSource) + ":")) return {};
+  message.remove_prefix(kSource.size() + 1);
+  if (!message.empty() && message[0] >= '1' && message[0] <= '9') {
+    while (!message.empty() && message[0] >= '0' && message[0] <= '9' && *line < 100000000) {
+      *line = *line * 10 + (message[0] - '0');
+      message.remove_prefix(1);
+    }
+    if (!message.starts_with(":")) return {};
+    message.remove_prefix(1);
+  }
+  if (!message.starts_with(" ")) return {};
+  return message.substr(1);
+}
+
 void CheckText(std::string_view text) {
   const auto keys = identity::ParseApiKeys(text, std::string(kSource));
   if (!keys.ok()) {
-    FUZZ_CHECK(keys.status().message().starts_with(std::string(kSource) + ": "));
+    int line = 0;
+    FUZZ_CHECK(!AfterLocation(keys.status().message(), &line).empty());
     return;
   }
   for (const auto& [sha, caller] : *keys) {
@@ -157,8 +176,13 @@ void CheckWritten(std::string_view data) {
   const auto keys = identity::ParseApiKeys(text, std::string(kSource));
   FUZZ_CHECK(keys.ok() == (first_bad < 0));
   if (!keys.ok()) {
-    const std::string where = std::string(kSource) + ": keys[" + std::to_string(first_bad) + "]";
-    FUZZ_CHECK(keys.status().message().starts_with(where));
+    // Entry i starts on line i + 2 ("keys:" first) in flow style, and takes five lines in block
+    // style: the line named is one of the first bad entry's.
+    int line = 0;
+    FUZZ_CHECK(AfterLocation(keys.status().message(), &line)
+                   .starts_with("keys[" + std::to_string(first_bad) + "]"));
+    const int first_line = block ? 2 + 5 * first_bad : 2 + first_bad;
+    FUZZ_CHECK(line >= first_line && line < first_line + (block ? 5 : 1));
     return;
   }
   FUZZ_CHECK(keys->size() == expected.size());
