@@ -24,6 +24,7 @@
 #include "config/line_index.h"
 #include "config/names.h"
 #include "config/validate.h"
+#include "config/yaml_util.h"
 
 namespace idemgate::config {
 namespace {
@@ -36,24 +37,6 @@ class LoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-int LineOf(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? 0 : mark.line + 1;
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Scalar:
-      return "\"" + node.Scalar() + "\"";
-    default:
-      return "nothing";
-  }
-}
-
 // Lets a mapping's key index be searched with a string_view.
 struct NameHash {
   using is_transparent = void;
@@ -65,59 +48,12 @@ std::string Child(std::string_view parent, std::string_view key) {
   return std::string(parent) + "." + std::string(key);
 }
 
-std::size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // A node with the key path that leads to it and the line that names it (the
 // line of its key, or of the list item).
 struct Field {
   YAML::Node node;
   std::string path;
   int line = 0;
-};
-
-// Where each document of a YAML stream starts, and where its root node is.
-class DocumentMarks final : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> starts;
-  std::vector<YAML::Mark> roots;  // null until the document's first node
-
-  void OnDocumentStart(const YAML::Mark& mark) override {
-    starts.push_back(mark);
-    roots.push_back(YAML::Mark::null_mark());
-  }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
-    Node(mark);
-  }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
-    Node(mark);
-  }
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
-    Node(mark);
-  }
-  void OnMapEnd() override {}
-
- private:
-  void Node(const YAML::Mark& mark) {
-    if (!roots.empty() && roots.back().is_null()) roots.back() = mark;
-  }
 };
 
 // Reads a config file (the main one or webhooks.file) whole: a regular file
@@ -160,53 +96,6 @@ StatusOr<std::string> ReadConfigText(const std::string& path) {
   ::close(fd);
   if (!error.empty()) return InvalidArgumentError(path + ": " + error);
   return text;
-}
-
-// Parses YAML text holding at most one document into its root node (null for
-// an empty text). Errors are InvalidArgument, "<source>:<line>: YAML syntax
-// error: ...".
-StatusOr<YAML::Node> ParseDocument(const std::string& text, const std::string& source_name) {
-  try {
-    // Not YAML::LoadAll: yaml-cpp 0.7 loops there for ever, allocating, when
-    // a document starts with a token no node can start with (a lone ",":
-    // jbeder/yaml-cpp#1040, fixed in 0.8). Each call then makes an empty
-    // document without consuming the token, so a document that starts where
-    // the one before it did means the parser is stuck: a syntax error. Three
-    // documents are enough to tell ("--- ," is an empty one, then the stuck
-    // ones).
-    std::istringstream stream(text);
-    YAML::Parser parser(stream);
-    DocumentMarks marks;
-    while (marks.starts.size() < 3 && parser.HandleNextDocument(marks)) {
-      const std::size_t n = marks.starts.size();
-      if (n < 2 || marks.starts[n - 1].pos != marks.starts[n - 2].pos) continue;
-      const YAML::Mark& stuck = marks.starts[n - 1];
-      const char unexpected = static_cast<std::size_t>(stuck.pos) < text.size() ? text[stuck.pos] : '?';
-      return InvalidArgumentError(Located(source_name, stuck.line + 1, "",
-                                          std::string("YAML syntax error: unexpected \"") + unexpected +
-                                              "\" (column " + std::to_string(stuck.column + 1) + ")"));
-    }
-    if (marks.starts.size() > 1) {
-      const YAML::Mark& second = marks.starts[1];
-      const YAML::Mark& root = marks.roots[1];
-      return InvalidArgumentError(Located(source_name, root.is_null() ? std::max(second.line + 1, 1) : root.line + 1,
-                                          "", "only one YAML document is allowed"));
-    }
-    // The first (only) document, parsed again into nodes.
-    return marks.starts.empty() ? YAML::Node() : YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
-    std::string message = "YAML syntax error: " + e.msg;
-    if (!e.mark.is_null()) message += " (column " + std::to_string(e.mark.column + 1) + ")";
-    // A '{' or '}' inside a plain value of a { ... } mapping ends or opens a
-    // mapping to YAML: "path: /webhooks/{webhook_id}" there needs quotes.
-    const auto pos = e.mark.is_null() ? std::string::npos : static_cast<std::size_t>(e.mark.pos);
-    if (pos != std::string::npos && pos > 0 && pos < text.size() && (text[pos] == '{' || text[pos] == '}') &&
-        std::string_view(" \t:,[{").find(text[pos - 1]) == std::string_view::npos) {
-      message += "; a value holding '{' or '}' must be quoted, e.g. path: \"/webhooks/{webhook_id}\"";
-    }
-    return InvalidArgumentError(Located(source_name, line, "", message));
-  }
 }
 
 class Loader {
@@ -275,13 +164,13 @@ class Loader {
         : self_(self) {
       if (self.node.IsNull()) return;
       if (!self.node.IsMap()) {
-        loader.Fail(self, "expected a mapping, got " + Describe(self.node));
+        loader.Fail(self, "expected a mapping, got " + DescribeNode(self.node));
       }
       for (auto it = self.node.begin(); it != self.node.end(); ++it) {
         const YAML::Node key = it->first;
         const int key_line = LineOf(key) > 0 ? LineOf(key) : self.line;
         if (!key.IsScalar()) {
-          loader.Fail(key_line, self.path, "keys must be plain strings, got " + Describe(key));
+          loader.Fail(key_line, self.path, "keys must be plain strings, got " + DescribeNode(key));
         }
         const std::string name = key.Scalar();
         const std::string path = Child(self.path, name);
@@ -348,7 +237,7 @@ class Loader {
 
   const std::string& Scalar(const Field& f, std::string_view expected) {
     if (!f.node.IsScalar())
-      Fail(f, "expected " + std::string(expected) + ", got " + Describe(f.node));
+      Fail(f, "expected " + std::string(expected) + ", got " + DescribeNode(f.node));
     return f.node.Scalar();
   }
 
@@ -401,7 +290,7 @@ class Loader {
   std::vector<Field> List(const Field& f) {
     std::vector<Field> items;
     if (f.node.IsNull()) return items;
-    if (!f.node.IsSequence()) Fail(f, "expected a list, got " + Describe(f.node));
+    if (!f.node.IsSequence()) Fail(f, "expected a list, got " + DescribeNode(f.node));
     std::size_t i = 0;
     for (const YAML::Node& item : f.node) {
       std::string path = f.path + "[" + std::to_string(i++) + "]";
@@ -641,7 +530,7 @@ class Loader {
   void LoadEndpointsFile(const Field& f, const std::string& path, std::vector<WebhookEndpoint>* out) {
     StatusOr<std::string> text = ReadConfigText(path);
     if (!text.ok()) Fail(f, text.status().message());
-    StatusOr<YAML::Node> root = ParseDocument(*text, path);
+    StatusOr<YAML::Node> root = ParseYamlDocument(*text, path);
     if (!root.ok()) throw LoadError(root.status().message());
     Loader file(path);
     file.lines_.Set("", std::max(LineOf(*root), 1));
@@ -695,7 +584,7 @@ class Loader {
 StatusOr<Config> LoadString(std::string_view yaml, std::string source_name) {
   Loader loader(source_name);
   try {
-    StatusOr<YAML::Node> root = ParseDocument(std::string(yaml), source_name);
+    StatusOr<YAML::Node> root = ParseYamlDocument(std::string(yaml), source_name);
     if (!root.ok()) return root.status();
     Config config = loader.Load(*root);
     Status valid = ValidateWithLines(config, loader.lines());

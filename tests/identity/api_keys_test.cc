@@ -62,7 +62,7 @@ TEST(ApiKeysTest, RefusesMalformedFilesNamingTheLineAndKey) {
        "keys.yaml:6: keys[0].name: expected a string, got a mapping"},
       {"keys:\n  - " + entry + "\n\n  - " + entry,
        "keys.yaml:4: keys[1].sha256: the same key is listed twice (first at line 2)"},
-      {"keys: []\n---\nkeys: []\n", "keys.yaml:2: only one YAML document is allowed"},
+      {"keys: []\n---\nkeys: []\n", "keys.yaml:3: only one YAML document is allowed"},  // its first node
   };
   for (const auto& [text, want] : bad)
     EXPECT_EQ(ErrorOf(text).substr(0, want.size()), want) << text;
