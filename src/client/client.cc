@@ -212,7 +212,7 @@ Outcome Client::Send(Request request) {
 
 // Claims the entry, runs the loop under its original request and key, and
 // records the result on the entry.
-StatusOr<Outcome> Client::Replay(std::int64_t id) {
+StatusOr<Outcome> Client::Replay(std::int64_t id, Outcome* unrecorded) {
   try {
     if (options_.dlq == nullptr) return FailedPreconditionError("the client has no dead-letter queue");
     if (Status valid = ValidatePolicy(options_.policy); !valid.ok()) return valid;
@@ -240,11 +240,15 @@ StatusOr<Outcome> Client::Replay(std::int64_t id) {
     }
     Outcome out = Run(entry->request);
     out.dead_letter_id = id;
-    const Status finished = options_.dlq->FinishReplay(id, out.ok, out.error, out.attempts, LastStatus(out));
+    // Without an attempt (interrupted before the first) the last status is still the entry's.
+    const Status finished = options_.dlq->FinishReplay(id, out.ok, out.error, out.attempts,
+                                                       out.attempts > 0 ? LastStatus(out) : entry->last_status);
     if (!finished.ok()) {
-      return Status(finished.code(), "dead letter " + std::to_string(id) + " was replayed (" +
-                                         (out.ok ? std::string("ok") : out.error) +
-                                         ") but the result was not recorded: " + finished.message());
+      Status s(finished.code(), "dead letter " + std::to_string(id) + " was replayed (" +
+                                    (out.ok ? std::string("ok") : out.error) +
+                                    ") but the result was not recorded: " + finished.message());
+      if (unrecorded != nullptr) *unrecorded = std::move(out);
+      return s;
     }
     return out;
   } catch (const std::exception& e) {

@@ -255,9 +255,12 @@ class DeadLetterQueue {
 
   // Parks a failed request as pending; returns its id.
   StatusOr<std::int64_t> Park(const Request& request, std::string_view error, int attempts, int last_status);
-  // Entries, oldest first; only those with `status` when given. A row that
-  // cannot be read is skipped and named in `unreadable` (one bad row hides
-  // no other); an error only when the queue itself cannot be read.
+  // Entries, oldest first; only those with `status` when given. Without
+  // their bodies (request.body is empty: Get has it), so that a listing's
+  // memory does not grow with the bytes queued; the body column's type is
+  // checked all the same. A row that cannot be read is skipped and named in
+  // `unreadable` (one bad row hides no other); an error only when the queue
+  // itself cannot be read.
   StatusOr<DeadLetterListing> List(std::optional<EntryStatus> status = std::nullopt) const;
   // NotFound when there is no such entry; FailedPrecondition ("dead letter
   // ID cannot be read: ...") for a row List would skip.
@@ -270,7 +273,8 @@ class DeadLetterQueue {
   // and a sum past the year 292 million is taken as that).
   StatusOr<DeadLetter> ClaimForReplay(std::int64_t id, Millis longest = Millis{0});
   // replaying -> replayed (success) or back to pending with the new error,
-  // attempts added and the last status. Only for the claim this object made:
+  // attempts added and the last status; the last attempt's time becomes now,
+  // unless `attempts` is 0 (none was made). Only for the claim this object made:
   // when the entry was released meanwhile (and perhaps claimed again), the
   // result is not recorded (FailedPrecondition saying so) and the entry is
   // left as it is.
@@ -362,8 +366,11 @@ class Client {
   // ValidateRequest refuses (or without a key) is put back untouched and
   // the call fails (InvalidArgument, FailedPrecondition) without sending;
   // a policy that fails ValidatePolicy fails it (InvalidArgument) before the
-  // entry is claimed.
-  StatusOr<Outcome> Replay(std::int64_t id);
+  // entry is claimed. When the result cannot be recorded (the entry was
+  // released meanwhile) the call fails (FailedPrecondition, "... was replayed
+  // (...) but the result was not recorded: ..."), and the replay's outcome,
+  // its response included, goes to `unrecorded` when given.
+  StatusOr<Outcome> Replay(std::int64_t id, Outcome* unrecorded = nullptr);
 
  private:
   Outcome Run(const Request& request);

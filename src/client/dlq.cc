@@ -72,12 +72,17 @@ ALTER TABLE dead_letters ADD COLUMN claim_until_unix_ms INTEGER;
 constexpr std::string_view kClearClaim =
     "claim_token = NULL, claim_host = NULL, claim_pid = NULL, claimed_unix_ms = NULL, claim_until_unix_ms = NULL";
 
+// Whether a select reads the body, or only its storage type (List: a listing
+// prints no body, and the bodies of all entries together may be large;
+// SQLite's typeof() does not load the value).
+enum class Body { kRead, kTypeOnly };
+
 // "SELECT <the columns ReadEntry expects> FROM dead_letters " + `rest`. A
 // version 1 file (`with_claims` false: read, not migrated) has no claim
 // columns; they read as NULL.
-std::string SelectEntries(std::string_view rest, bool with_claims = true) {
-  return std::string("SELECT id, method, url, headers, body, \"key\", key_header, error, attempts, last_status, "
-                     "last_attempt_unix_ms, created_unix_ms, status, ") +
+std::string SelectEntries(std::string_view rest, bool with_claims = true, Body body = Body::kRead) {
+  return std::string("SELECT id, method, url, headers, ") + (body == Body::kRead ? "body" : "typeof(body)") +
+         ", \"key\", key_header, error, attempts, last_status, last_attempt_unix_ms, created_unix_ms, status, " +
          (with_claims ? "claim_token, claim_host, claim_pid, claimed_unix_ms, claim_until_unix_ms"
                       : "NULL, NULL, NULL, NULL, NULL") +
          " FROM dead_letters " + std::string(rest);
@@ -300,6 +305,14 @@ class RowReader {
     if (!Expect(column, SQLITE_TEXT, null_ok)) return "";
     return row_.ColumnText(column);
   }
+  // The storage type of a column selected as typeof(column): that of Bytes.
+  void BytesType(int column) {
+    const std::string type = row_.ColumnType(column) == SQLITE_TEXT ? row_.ColumnText(column) : "";
+    if (type == "blob" || type == "text") return;
+    Fail("column " + std::string(kColumnNames[column]) + " is " +
+         (type == "integer" ? "an integer" : type == "real" ? "a real number" : type == "null" ? "NULL" : type) +
+         ", not a blob");
+  }
   // Bytes: a blob, or text (the same bytes).
   std::string Bytes(int column) {
     const int type = row_.ColumnType(column);
@@ -352,14 +365,19 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 // One row selected by SelectEntries; a row with a value of the wrong type or
 // range, headers that are not the JSON Park writes, or an unknown status is
 // refused (Unreadable), naming the column.
-StatusOr<DeadLetter> ReadEntry(const Statement& row) {
+// With Body::kTypeOnly (List) the body is left empty, its type checked all the same.
+StatusOr<DeadLetter> ReadEntry(const Statement& row, Body body = Body::kRead) {
   DeadLetter entry;
   entry.id = row.ColumnInt(0);  // INTEGER PRIMARY KEY: always an integer
   RowReader read(row);
   entry.request.method = read.Text(1);
   entry.request.url = read.Text(2);
   const std::string headers_json = read.Text(3);
-  entry.request.body = read.Bytes(4);
+  if (body == Body::kRead) {
+    entry.request.body = read.Bytes(4);
+  } else {
+    read.BytesType(4);
+  }
   entry.request.key = read.Text(5);
   entry.request.key_header = read.Text(6);
   entry.error = read.Text(7);
@@ -768,15 +786,16 @@ StatusOr<std::int64_t> DeadLetterQueue::Park(const Request& request, std::string
   });
 }
 
-// All entries (or those with `status`) by id; a row that cannot be read is
-// skipped and named, so that one bad row hides no other.
+// All entries (or those with `status`) by id, without their bodies; a row
+// that cannot be read is skipped and named, so that one bad row hides no other.
 StatusOr<DeadLetterListing> DeadLetterQueue::List(std::optional<EntryStatus> status) const {
   return Guarded<StatusOr<DeadLetterListing>>([&]() -> StatusOr<DeadLetterListing> {
     std::lock_guard lock(impl_->mu);
     DeadLetterListing listing;
     if (impl_->no_table) return listing;
     Statement select(impl_->db.get(),
-                     SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id", impl_->with_claims));
+                     SelectEntries(status ? "WHERE status = ? ORDER BY id" : "ORDER BY id", impl_->with_claims,
+                                   Body::kTypeOnly));
     if (status) select.Text(EntryStatusName(*status));
     for (;;) {
       auto row = select.Step();
@@ -785,7 +804,7 @@ StatusOr<DeadLetterListing> DeadLetterQueue::List(std::optional<EntryStatus> sta
         if (Status s = impl_->CheckUnchanged(); !s.ok()) return s;
         return listing;
       }
-      auto entry = ReadEntry(select);
+      auto entry = ReadEntry(select, Body::kTypeOnly);
       if (entry.ok()) {
         listing.entries.push_back(std::move(*entry));
       } else if (entry.status().code() == StatusCode::kFailedPrecondition) {
@@ -836,7 +855,8 @@ StatusOr<DeadLetter> DeadLetterQueue::ClaimForReplay(std::int64_t id, Millis lon
   });
 }
 
-// replaying -> replayed or pending, recording the replay's attempts and result.
+// replaying -> replayed or pending, recording the replay's attempts and result
+// (and, when it made any, the time of the last).
 Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string_view error, int attempts,
                                      int last_status) {
   return Guarded<Status>([&]() -> Status {
@@ -847,15 +867,20 @@ Status DeadLetterQueue::FinishReplay(std::int64_t id, bool replayed, std::string
     const auto mine = impl_->claims.find(id);
     Statement update(impl_->db.get(),
                      "UPDATE dead_letters SET status = ?, error = ?, attempts = attempts + ?, last_status = ?, "
-                     "last_attempt_unix_ms = ?, " +
+                     "last_attempt_unix_ms = ifnull(?, last_attempt_unix_ms), " +
                          std::string(kClearClaim) + " WHERE id = ? AND status = ? AND claim_token IS ?");
     update.Text(EntryStatusName(replayed ? EntryStatus::kReplayed : EntryStatus::kPending))
         .Text(error)
         .Int(attempts)
-        .Int(last_status)
-        .Int(NowUnixMs())
-        .Int(id)
-        .Text(EntryStatusName(EntryStatus::kReplaying));
+        .Int(last_status);
+    // No attempt made (a request that can never be sent, a replay stopped
+    // before its first attempt): the last attempt is still the one before.
+    if (attempts > 0) {
+      update.Int(NowUnixMs());
+    } else {
+      update.Null();
+    }
+    update.Int(id).Text(EntryStatusName(EntryStatus::kReplaying));
     if (mine != impl_->claims.end()) {
       update.Text(mine->second);
     } else {

@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <chrono>
@@ -414,6 +415,15 @@ TEST(SendOnceTest, ATimeoutUnderOneMillisecondIsRefusedBeforeConnecting) {
 // Client
 
 // A client whose sleeps are recorded instead of slept, with a fixed random value.
+// Runs `sql` on the queue file directly, as another program (or a hand edit) could.
+void RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << sql;
+}
+
 struct Harness {
   explicit Harness(RetryPolicy policy = {}, std::uint64_t random = kMaxRandom, bool with_dlq = true) {
     if (with_dlq) {
@@ -951,6 +961,32 @@ TEST(ClientInterruptTest, TriggeredBeforeTheFirstAttemptNothingIsSentButTheReque
   EXPECT_TRUE(h.server.requests().empty());
 }
 
+// Stopped before its first attempt, a replay sent nothing: the entry is put
+// back with that error, its last attempt and last status as they were.
+TEST(ClientInterruptTest, AReplayInterruptedBeforeItsFirstAttemptKeepsTheLastAttempt) {
+  InterruptHarness h(RetryPolicy{});
+  const auto id = h.dlq->Park(Post(h.server), "503 Service Unavailable", 3, 503);
+  ASSERT_TRUE(id.ok());
+  RawExec(h.dir.Join("dlq.sqlite"), "UPDATE dead_letters SET last_attempt_unix_ms = 1000000000000");
+  const auto before = h.dlq->Get(*id);
+  ASSERT_TRUE(before.ok());
+  h.interruption.Trigger();
+  Client client(h.options);
+  const auto replay = client.Replay(*id);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(replay->interrupted);
+  EXPECT_EQ(replay->attempts, 0);
+  const auto entry = h.dlq->Get(*id);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->status, EntryStatus::kPending);
+  EXPECT_EQ(entry->error, "interrupted before the first attempt");
+  EXPECT_EQ(entry->attempts, 3);
+  EXPECT_EQ(entry->last_status, 503);
+  EXPECT_EQ(entry->last_attempt_unix_ms, 1000000000000);
+  EXPECT_EQ(entry->last_attempt_unix_ms, before->last_attempt_unix_ms);
+  EXPECT_TRUE(h.server.requests().empty());
+}
+
 TEST(ClientInterruptTest, AnInterruptedReplayPutsTheEntryBack) {
   InterruptHarness h(RetryPolicy{.timeout = std::chrono::hours(1)});
   const auto id = h.dlq->Park(Post(h.server), "503 Service Unavailable", 3, 503);
@@ -1062,25 +1098,63 @@ TEST(ClientReplayTest, UnknownOrDiscardedEntries) {
   EXPECT_EQ(h.server.requests().size(), 1u);
 }
 
-// An entry parked before Send checked requests: refused without sending,
-// and left pending, unchanged, for `discard`.
+// An entry parked before Send checked requests (or edited by hand): refused
+// without sending, and left pending, unchanged (its last attempt's time
+// included: none was made), for `discard`.
 TEST(ClientReplayTest, AnEntryThatCanNeverBeSentIsPutBackUntouched) {
+  for (const std::string url : {"http://h/a b", "ftp://x"}) {
+    SCOPED_TRACE(url);
+    Harness h;
+    Request request = Post(h.server);
+    request.url = url;
+    const auto id = h.dlq->Park(request, "bad URL", 1, 503);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    RawExec(h.dir.Join("dlq.sqlite"), "UPDATE dead_letters SET last_attempt_unix_ms = 1000000000000");
+    const auto before = h.dlq->Get(*id);
+    ASSERT_TRUE(before.ok());
+    const auto replay = h.client->Replay(*id);
+    ASSERT_FALSE(replay.ok());
+    EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(replay.status().message().find("can never be sent"), std::string::npos) << replay.status().message();
+    const auto entry = h.dlq->Get(*id);
+    ASSERT_TRUE(entry.ok());
+    EXPECT_EQ(entry->status, EntryStatus::kPending);
+    EXPECT_FALSE(entry->claim.has_value());
+    EXPECT_EQ(entry->attempts, 1);
+    EXPECT_EQ(entry->error, "bad URL");
+    EXPECT_EQ(entry->last_status, 503);
+    EXPECT_EQ(entry->last_attempt_unix_ms, 1000000000000);
+    EXPECT_EQ(entry->last_attempt_unix_ms, before->last_attempt_unix_ms);
+    EXPECT_TRUE(h.server.requests().empty());
+    EXPECT_TRUE(h.dlq->Discard(*id).ok());
+  }
+}
+
+// A replay whose entry was released (forced) while it ran cannot record its
+// result; the outcome it got, the response included, is still given back.
+TEST(ClientReplayTest, AnUnrecordedReplayStillGivesItsOutcome) {
   Harness h;
-  Request request = Post(h.server);
-  request.url = "http://h/a b";
-  const auto id = h.dlq->Park(request, "bad URL", 1, 0);
+  const auto id = h.dlq->Park(Post(h.server), "503 Service Unavailable", 1, 503);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  const auto replay = h.client->Replay(*id);
+  h.server.Push(Canned::Answer(201, {}, "made"));
+  ClientOptions options;
+  options.dlq = h.dlq.get();
+  options.on_attempt = [&](const AttemptReport&) { EXPECT_TRUE(h.dlq->Release(*id, /*force=*/true).ok()); };
+  Client client(options);
+  Outcome unrecorded;
+  const auto replay = client.Replay(*id, &unrecorded);
   ASSERT_FALSE(replay.ok());
-  EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(replay.status().message().find("space"), std::string::npos) << replay.status().message();
-  const auto entry = h.dlq->Get(*id);
-  ASSERT_TRUE(entry.ok());
-  EXPECT_EQ(entry->status, EntryStatus::kPending);
-  EXPECT_EQ(entry->attempts, 1);
-  EXPECT_EQ(entry->error, "bad URL");
-  EXPECT_TRUE(h.server.requests().empty());
-  EXPECT_TRUE(h.dlq->Discard(*id).ok());
+  EXPECT_EQ(replay.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(replay.status().message().find("was replayed (ok) but the result was not recorded"), std::string::npos)
+      << replay.status().message();
+  EXPECT_TRUE(unrecorded.ok);
+  EXPECT_EQ(unrecorded.attempts, 1);
+  ASSERT_TRUE(unrecorded.response.has_value());
+  EXPECT_EQ(unrecorded.response->status, 201);
+  EXPECT_EQ(unrecorded.response->body, "made");
+  // The entry stays as the release left it.
+  EXPECT_EQ(h.dlq->Get(*id)->status, EntryStatus::kPending);
+  EXPECT_EQ(h.dlq->Get(*id)->attempts, 1);
 }
 
 // A policy outside ValidatePolicy's bounds (a library user's mistake) sends
