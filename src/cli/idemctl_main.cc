@@ -59,7 +59,11 @@ constexpr std::string_view kUsage =
     "  idemctl key derive DOMAIN SUBJECT ENTITY OPERATION VERSION\n"
     "                                      print the stable key of one logical action\n"
     "  idemctl --version | --help\n"
-    "Options go before or after the command words.\n"
+    "Options go before or after the command words. An option with a value is given\n"
+    "once (-H repeats). send's request options (-X -H -d -k --key-v7 --derive\n"
+    "--key-header), --no-dlq, --force, --status and --json are refused by commands that\n"
+    "do not take them (dlq replay sends the request as parked); the retry and TLS\n"
+    "options, --dlq, --admin, --token-env, -i and -v go with any command.\n"
     "\n"
     "send options:\n"
     "  -X, --request METHOD   method (default POST with a body, else GET)\n"
@@ -68,7 +72,8 @@ constexpr std::string_view kUsage =
     "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4); checked as the\n"
     "                         gateway checks it: 1..255 of [A-Za-z0-9._~-], not \"t-...\"\n"
     "      --key-v7           make the key a UUIDv7\n"
-    "      --derive D:S:E:O:V the key of a logical action (domain:subject:entity:operation:version)\n"
+    "      --derive D:S:E:O:V the key of a logical action (domain:subject:entity:operation:version,\n"
+    "                         none empty)\n"
     "      --key-header NAME  the key's header (default Idempotency-Key)\n"
     "  -i, --include          print the status line and headers before the body\n"
     "  -v, --verbose          print each attempt's outcome (and the wait after it) on stderr\n"
@@ -81,7 +86,8 @@ constexpr std::string_view kUsage =
     "\n"
     "common options:\n"
     "      --dlq FILE         the dead-letter queue (default $IDEMCTL_DLQ, else\n"
-    "                         $XDG_DATA_HOME/idemctl/dlq.sqlite or ~/.local/share/idemctl/dlq.sqlite)\n"
+    "                         $XDG_DATA_HOME/idemctl/dlq.sqlite (an absolute path), else\n"
+    "                         ~/.local/share/idemctl/dlq.sqlite, without HOME ./idemctl-dlq.sqlite)\n"
     "      --no-dlq           send: do not park failures\n"
     "      --admin URL        the gateway's admin API (default $IDEMCTL_ADMIN, else\n"
     "                         http://127.0.0.1:9090)\n"
@@ -95,7 +101,8 @@ constexpr std::string_view kUsage =
     "      --client-cert FILE a client certificate (PEM) for servers that require one\n"
     "      --client-key FILE  its private key (PEM); with --client-cert\n"
     "The server's certificate is always verified: it must chain to a trusted CA and\n"
-    "name the URL's host (TLS 1.2 or later).\n"
+    "name the URL's host (TLS 1.2 or later). For an https:// request, a file that cannot\n"
+    "be opened is a usage error; one that holds no usable PEM fails the attempt.\n"
     "\n"
     "Retried: network errors, timeouts, 408, 409 request-in-flight, 425, 429, 500, 502,\n"
     "503, 504 (full jitter backoff, Retry-After honoured). Never retried: other 4xx\n"
@@ -103,13 +110,19 @@ constexpr std::string_view kUsage =
     "is one whose send SIGTERM or SIGINT stops (a second signal ends idemctl at once).\n"
     "A new key is printed on stderr before the first attempt.\n"
     "\n"
-    "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use) or an\n"
-    "operation failed (dlq list: also when a row could not be read; it is named on\n"
-    "stderr and the others are listed), 2 usage error: also a request that could\n"
-    "never succeed (an empty or refused key, a bad URL, method or header, a missing\n"
-    "admin token), neither sent nor parked, 3 send: the request was not parked\n"
-    "although a DLQ is in use: the DLQ could not be opened (then nothing was sent),\n"
-    "or the failed request could not be written to it.\n";
+    "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use; a\n"
+    "response over 64 MiB is a failure, not retried) or an operation failed (dlq list:\n"
+    "also when a row could not be read; it is named on stderr and the others are\n"
+    "listed; dlq replay: also a replay whose entry was released meanwhile, its result\n"
+    "not recorded), 2 usage error: also a request that could never succeed (an empty\n"
+    "or refused key, a bad URL, method or header, a missing admin token, an https://\n"
+    "request's TLS file that cannot be opened), neither sent nor parked, 3 send: the\n"
+    "request was not parked although a DLQ is in use: the DLQ could not be opened\n"
+    "(then nothing was sent), or the failed request could not be written to it.\n"
+    "Ended by a signal, the shell shows 143 (SIGTERM) or 130 (SIGINT): a second signal\n"
+    "during send or dlq replay, or the first while -d @- still reads stdin. Then\n"
+    "nothing is parked (a send may have reached the server: its new key is on stderr;\n"
+    "an entry being replayed stays replaying, for dlq release).\n";
 
 void Print(FILE* f, std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), f);
@@ -135,21 +148,34 @@ std::string EnvOr(const char* name, std::string fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : std::move(fallback);
 }
 
+// Makes each missing directory of `path` 0700, as the XDG Base Directory
+// specification asks; existing ones are left as they are. A failure shows
+// when the queue file is opened.
+void MakeDirectories(const std::filesystem::path& path) {
+  std::filesystem::path prefix;
+  for (const auto& part : path) {
+    prefix /= part;
+    if (part == "/" || part.empty()) continue;
+    (void)::mkdir(prefix.c_str(), 0700);
+  }
+}
+
 // The DLQ file: --dlq, else $IDEMCTL_DLQ, else under the XDG data directory
-// in idemctl's own directory, made (or, when it is ours, kept) 0700: the
-// queue holds request headers (Authorization) and bodies.
+// ($XDG_DATA_HOME when it is an absolute path: the specification says a
+// relative one is ignored, else ~/.local/share; without HOME either,
+// ./idemctl-dlq.sqlite) in idemctl's own directory, made (or, when it is
+// ours, kept) 0700: the queue holds request headers (Authorization) and bodies.
 std::string DlqPath(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return v;
   std::string data = EnvOr("XDG_DATA_HOME", "");
-  if (data.empty()) {
+  if (data.empty() || data.front() != '/') {
     const std::string home = EnvOr("HOME", "");
     if (home.empty()) return "idemctl-dlq.sqlite";
     data = home + "/.local/share";
   }
   const std::filesystem::path dir = std::filesystem::path(data) / "idemctl";
-  std::error_code ec;
-  std::filesystem::create_directories(data, ec);  // a failure shows when the file is opened
+  MakeDirectories(data);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno == EEXIST) {
     // Made by an older idemctl with the umask's mode (0755, say): closed to others now.
     struct stat st {};
@@ -223,7 +249,9 @@ struct Options {
   bool force = false;  // dlq release, keys purge
   bool help = false;   // -h or --help in an option's place (not as an option's value)
   client::TlsSettings tls;  // --cacert ($IDEMCTL_CACERT), --client-cert, --client-key
+  bool ca_from_env = false;  // tls.ca_file is $IDEMCTL_CACERT
   std::vector<std::string> positional;
+  std::vector<std::string> given;  // each option as typed, in order (CheckOptions)
 };
 
 // All of `fd` (a file or stdin) for -d; the error names `what`.
@@ -268,15 +296,33 @@ StatusOr<Millis> DurationArg(std::string_view text) {
   return std::chrono::duration_cast<Millis>(*d);
 }
 
+// The long name of a short option with a value ("-k" -> "--key").
+std::string LongName(std::string_view option) {
+  if (option == "-X") return "--request";
+  if (option == "-d") return "--data";
+  if (option == "-k") return "--key";
+  return std::string(option);
+}
+
 // Parses options and positional arguments after the subcommand words.
 std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::string* error) {
   Options o;
-  bool read_stdin = false;  // -d @-, once
+  // An option with one value given a second time is an error, never a silent
+  // replacement of the first (a request sent under another key, parked elsewhere).
+  std::map<std::string, std::string, std::less<>> seen;  // its long name -> the spelling first given
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a.size() > 1 && a.front() == '-' && a != "-h" && a != "--help") o.given.push_back(a);
     auto value = [&](std::string* out) {
       if (i + 1 >= args.size()) {
         *error = a + " needs a value";
+        return false;
+      }
+      const std::string name = a.starts_with("--") ? a : LongName(a);
+      if (const auto [it, first] = seen.emplace(name, a); !first) {
+        *error = (it->second == a ? a + " is given twice"
+                                  : it->second + " and " + a + " (the same option) are both given") +
+                 ": an option with a value may be given once (only -H repeats)";
         return false;
       }
       *out = args[++i];
@@ -310,7 +356,11 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
         return std::nullopt;
       }
     } else if (a == "-H" || a == "--header") {
-      if (!value(&v)) return std::nullopt;
+      if (i + 1 >= args.size()) {
+        *error = a + " needs a value";
+        return std::nullopt;
+      }
+      v = args[++i];
       const std::size_t colon = v.find(':');
       if (colon == std::string::npos || colon == 0) {
         *error = "header " + v + " is not 'Name: value'";
@@ -323,11 +373,6 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
     } else if (a == "-d" || a == "--data") {
       if (!value(&v)) return std::nullopt;
       if (v == "@-") {
-        if (read_stdin) {
-          *error = "-d @- is given twice (stdin can be read once)";
-          return std::nullopt;
-        }
-        read_stdin = true;
         StatusOr<std::string> text = ReadAll(STDIN_FILENO, "stdin");
         if (!text.ok()) {
           *error = "-d @-: " + text.status().message();
@@ -419,7 +464,10 @@ std::optional<Options> ParseOptions(const std::vector<std::string>& args, std::s
     *error = "--client-cert and --client-key go together";
     return std::nullopt;
   }
-  if (o.tls.ca_file.empty()) o.tls.ca_file = EnvOr("IDEMCTL_CACERT", "");
+  if (o.tls.ca_file.empty()) {
+    o.tls.ca_file = EnvOr("IDEMCTL_CACERT", "");
+    o.ca_from_env = !o.tls.ca_file.empty();
+  }
   if (o.admin.empty()) o.admin = EnvOr("IDEMCTL_ADMIN", "http://127.0.0.1:9090");
   while (!o.admin.empty() && o.admin.back() == '/') o.admin.pop_back();
   return o;
@@ -572,6 +620,42 @@ std::optional<std::string> KeyFromHeaderValue(std::string_view value, std::strin
   return std::nullopt;
 }
 
+bool IsHttps(std::string_view url) { return url.size() >= 8 && EqualsIgnoreCaseAscii(url.substr(0, 8), "https://"); }
+
+// For an https:// request: a --cacert, --client-cert or --client-key file
+// that cannot be opened (missing, unreadable, a directory) is a usage error,
+// found before anything is sent or parked, as for -d @FILE. What it holds is
+// checked when the request is sent. "" when they can be opened.
+std::string UnreadableTlsFile(const Options& o) {
+  const std::pair<const std::string*, std::string> files[] = {
+      {&o.tls.ca_file, o.ca_from_env ? "$IDEMCTL_CACERT" : "--cacert"},
+      {&o.tls.cert_file, "--client-cert"},
+      {&o.tls.key_file, "--client-key"},
+  };
+  for (const auto& [file, option] : files) {
+    if (file->empty()) continue;
+    // O_NONBLOCK: a FIFO (--cacert <(...)) opens without waiting for its writer.
+    const int fd = ::open(file->c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return option + " " + *file + ": cannot read " + *file + ": " + std::strerror(errno);
+    struct stat st {};
+    const bool directory = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    ::close(fd);
+    if (directory) return option + " " + *file + ": " + *file + " is a directory";
+  }
+  return "";
+}
+
+// The parts of --derive (domain:subject:entity:operation:version) or of key
+// derive: an empty one (an unset shell variable, say) is almost surely a
+// mistake, which would still give a key of its own. "" when all are given.
+std::string EmptyDerivePart(const std::vector<std::string>& parts, std::string_view what) {
+  static constexpr std::string_view kNames[] = {"domain", "subject", "entity", "operation", "version"};
+  for (std::size_t i = 0; i < parts.size() && i < 5; ++i) {
+    if (parts[i].empty()) return std::string(what) + ": the " + std::string(kNames[i]) + " is empty";
+  }
+  return "";
+}
+
 // Everything is checked before anything is sent or parked: a request that
 // could never succeed (an empty or refused key, a bad URL or header) is a
 // usage error, not a DLQ entry.
@@ -625,11 +709,17 @@ int Send(const Options& o) {
     std::string part;
     while (std::getline(ss, part, ':')) parts.push_back(part);
     if (parts.size() != 5) return Usage("--derive needs domain:subject:entity:operation:version");
+    if (const std::string empty = EmptyDerivePart(parts, "--derive " + *o.derive); !empty.empty()) {
+      return Usage(empty);
+    }
     req.key = client::DerivedKey(parts[0], parts[1], parts[2], parts[3], parts[4]);
   } else {
     req.key = client::NewKeyV4();
   }
   if (Status s = client::ValidateRequest(req); !s.ok()) return Usage(s.message());
+  if (IsHttps(req.url)) {
+    if (const std::string bad = UnreadableTlsFile(o); !bad.empty()) return Usage(bad);
+  }
   client::Interruption interruption;
   StopSignals stop_signals(interruption);
   std::unique_ptr<client::DeadLetterQueue> dlq;
@@ -678,7 +768,6 @@ std::optional<std::int64_t> ParseEntryId(const std::string& text) {
 constexpr std::string_view kListHeader = "ID\tSTATUS\tATTEMPTS\tLAST\tMETHOD\tURL\tKEY\tERROR\tCLAIMED BY\n";
 
 int Dlq(const std::string& verb, const Options& o) {
-  if (o.no_dlq) return Usage("--no-dlq makes no sense with dlq commands");
   // The arguments are checked before the queue is opened.
   if (verb != "list" && verb != "show" && verb != "replay" && verb != "discard" && verb != "release") {
     return Usage("unknown dlq command " + verb + " (list, show, replay, discard, release)");
@@ -784,9 +873,18 @@ int Dlq(const std::string& verb, const Options& o) {
     options.tls = o.tls;
     options.interruption = &interruption;
     if (o.verbose) options.on_attempt = PrintAttempt;
+    // The TLS files are checked before the entry is claimed, as send checks them.
+    if (auto entry = dlq.Get(*id); entry.ok() && IsHttps(entry->request.url)) {
+      if (const std::string bad = UnreadableTlsFile(o); !bad.empty()) return Usage(bad);
+    }
     client::Client c(options);
-    auto outcome = c.Replay(*id);
-    if (!outcome.ok()) return Fail(outcome.status().message());
+    client::Outcome unrecorded;
+    auto outcome = c.Replay(*id, &unrecorded);
+    if (!outcome.ok()) {
+      // Replayed, but the entry was released meanwhile: the answer is still shown.
+      if (unrecorded.response) PrintResponse(*unrecorded.response, o.include);
+      return Fail(outcome.status().message());
+    }
     const int code = Report(*outcome, o);
     if (code == 0) Print(stderr, "idemctl: entry " + std::to_string(*id) + " replayed\n");
     return code;
@@ -822,7 +920,6 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
   if (token != nullptr && *token != '\0') {
     req.headers.emplace_back("Authorization", std::string("Bearer ") + token);
   }
-  if (o.force && !(what == "keys" && verb == "purge")) return Usage("--force goes with dlq release or keys purge");
   if (what == "stats") {
     if (!o.positional.empty()) return Usage("stats takes no arguments");
     req.method = "GET";
@@ -842,6 +939,9 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
     }
   }
   if (Status s = client::ValidateRequest(req); !s.ok()) return Usage(s.message());
+  if (IsHttps(req.url)) {
+    if (const std::string bad = UnreadableTlsFile(o); !bad.empty()) return Usage(bad);
+  }
   auto res = client::SendOnce(req, o.policy.timeout, o.tls);
   if (!res.ok()) return Fail("admin API " + o.admin + ": " + res.status().message());
   PrintResponse(*res, o.include);
@@ -860,10 +960,64 @@ int Key(const Options& o) {
   if (o.positional[0] == "derive") {
     if (o.positional.size() != 6) return Usage("key derive needs DOMAIN SUBJECT ENTITY OPERATION VERSION");
     const auto& p = o.positional;
+    if (const std::string empty = EmptyDerivePart({p.begin() + 1, p.end()}, "key derive"); !empty.empty()) {
+      return Usage(empty);
+    }
     Print(stdout, client::DerivedKey(p[1], p[2], p[3], p[4], p[5]) + "\n");
     return 0;
   }
   return Usage("unknown key command " + o.positional[0] + " (new, derive)");
+}
+
+// The options that change what a command does, and the commands that take
+// them; any other command refuses them (a usage error), rather than run
+// without what they ask for. The other options (retry, TLS, --dlq, --admin,
+// --token-env, -i, -v) are taken by every command and used where they apply.
+struct CommandOption {
+  std::string_view short_name;  // "" when there is none
+  std::string_view long_name;
+  std::vector<std::string_view> commands;
+  bool shapes_request = false;  // what is sent: dlq replay sends the stored request instead
+};
+
+const std::vector<CommandOption>& CommandOptions() {
+  static const std::vector<CommandOption> options = {
+      {"-X", "--request", {"send"}, true},
+      {"-H", "--header", {"send"}, true},
+      {"-d", "--data", {"send"}, true},
+      {"-k", "--key", {"send"}, true},
+      {"", "--key-v7", {"send", "key new"}, true},
+      {"", "--derive", {"send"}, true},
+      {"", "--key-header", {"send"}, true},
+      {"", "--no-dlq", {"send"}},
+      {"", "--force", {"dlq release", "keys purge"}},
+      {"", "--status", {"dlq list"}},
+      {"", "--json", {"dlq list", "dlq show"}},
+  };
+  return options;
+}
+
+// A usage error message for an option given to `command` ("send", "dlq
+// replay", "key new", ...) that does not take it; "" when there is none.
+std::string RefusedOption(std::string_view command, const Options& o) {
+  for (const std::string& given : o.given) {
+    for (const CommandOption& option : CommandOptions()) {
+      if (given != option.short_name && given != option.long_name) continue;
+      if (std::find(option.commands.begin(), option.commands.end(), command) != option.commands.end()) break;
+      if (command == "dlq replay" && option.shapes_request) {
+        return "dlq replay does not take " + given +
+               ": a replay sends the request as it was parked (its method, headers, body and key); "
+               "to send another request, use send";
+      }
+      std::string takers;
+      for (std::size_t i = 0; i < option.commands.size(); ++i) {
+        takers += (i == 0 ? "" : i + 1 == option.commands.size() ? " and " : ", ") + std::string(option.commands[i]);
+      }
+      return std::string(command) + " does not take " + given + " (only " + takers + " do" +
+             (option.commands.size() == 1 ? "es" : "") + ")";
+    }
+  }
+  return "";
 }
 
 int Main(int argc, char** argv) {
@@ -892,6 +1046,21 @@ int Main(int argc, char** argv) {
   if ((command == "dlq" || command == "keys") && !o->positional.empty()) {
     verb = o->positional.front();
     o->positional.erase(o->positional.begin());
+  }
+  // The command's own options, once the command is known (an unknown one is said as such below).
+  std::string what;
+  if (command == "send" || command == "stats") {
+    what = command;
+  } else if ((command == "dlq" && (verb == "list" || verb == "show" || verb == "replay" || verb == "discard" ||
+                                   verb == "release")) ||
+             (command == "keys" && (verb == "get" || verb == "purge"))) {
+    what = command + " " + verb;
+  } else if (command == "key" && !o->positional.empty() &&
+             (o->positional[0] == "new" || o->positional[0] == "derive")) {
+    what = "key " + o->positional[0];
+  }
+  if (!what.empty()) {
+    if (const std::string refused = RefusedOption(what, *o); !refused.empty()) return Usage(refused);
   }
   if (command == "send") return Send(*o);
   if (command == "dlq") return verb.empty() ? Usage("dlq needs list, show, replay, discard or release") : Dlq(verb, *o);

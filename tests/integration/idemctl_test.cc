@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <csignal>
 #include <regex>
@@ -226,12 +228,52 @@ TEST_F(IdemctlTest, SendsOverHttpsTrustingTheGivenCa) {
   EXPECT_NE(replayed.out.find("t-_:_:_:api:tls-8"), std::string::npos) << replayed.out;
   EXPECT_EQ(Executions(), 2u);
 
-  // A CA file that cannot be read: named, not retried.
-  const CliRun missing = Idemctl(
-      {"send", "--no-dlq", "--cacert", dir_.Join("missing.pem"), "-d", "{}", "--attempts", "3", url}, no_env_ca);
-  EXPECT_EQ(missing.code, 1);
-  EXPECT_NE(missing.err.find("missing.pem"), std::string::npos) << missing.err;
-  EXPECT_NE(missing.err.find("1 attempt,"), std::string::npos) << missing.err;
+  // A TLS file that cannot be opened is known before anything is sent: a
+  // usage error naming it, nothing sent or parked (as for -d @FILE).
+  const std::string dlq_before = DlqJson();
+  const std::string missing = dir_.Join("missing.pem");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad_files = {
+      {{"--cacert", missing}, "--cacert " + missing + ": cannot read " + missing + ": No such file or directory"},
+      {{"--cacert", dir_.path()}, "--cacert " + dir_.path() + ": " + dir_.path() + " is a directory"},
+      {{"--client-cert", missing, "--client-key", pki->client_key}, "--client-cert " + missing + ": cannot read"},
+      {{"--client-cert", pki->client_cert, "--client-key", missing}, "--client-key " + missing + ": cannot read"},
+  };
+  for (const auto& [bad, named] : bad_files) {
+    std::vector<std::string> args = {"send", "-k", "tls-9", "-d", "{}", "--attempts", "3", url};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const CliRun run = Idemctl(args, no_env_ca);
+    EXPECT_EQ(run.code, 2) << named << ": " << run.err;
+    EXPECT_NE(run.err.find(named), std::string::npos) << run.err;
+    EXPECT_EQ(run.err.find("attempt"), std::string::npos) << run.err;
+  }
+  const CliRun from_env = Idemctl({"send", "-k", "tls-9", "-d", "{}", url}, {{"IDEMCTL_CACERT", dir_.Join("gone.pem")}});
+  EXPECT_EQ(from_env.code, 2) << from_env.err;
+  EXPECT_NE(from_env.err.find("$IDEMCTL_CACERT " + dir_.Join("gone.pem")), std::string::npos) << from_env.err;
+  // The admin calls and a replay check them too (the replay before claiming its entry).
+  EXPECT_EQ(Idemctl({"stats", "--admin", "https://127.0.0.1:1", "--cacert", missing}).code, 2);
+  EXPECT_EQ(DlqJson(), dlq_before);
+  EXPECT_EQ(Executions(), 2u);
+  // A plain http:// request does not use them.
+  const CliRun plain = Idemctl({"send", "-k", "tls-10", "-d", "{}", "http://" + fake_endpoint_.ToString() + "/echo"},
+                               {{"IDEMCTL_CACERT", dir_.Join("gone.pem")}});
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(Executions(), 3u);
+  // One that opens but holds no certificate fails the attempt at once (not
+  // retried), and the request is parked.
+  const std::string junk = dir_.Join("junk.pem");
+  ASSERT_TRUE(WriteFile(junk, "not a certificate\n").ok());
+  const CliRun unusable = Idemctl({"send", "-k", "tls-11", "--cacert", junk, "-d", "{}", "--attempts", "3", url});
+  EXPECT_EQ(unusable.code, 1);
+  EXPECT_NE(unusable.err.find("junk.pem"), std::string::npos) << unusable.err;
+  EXPECT_NE(unusable.err.find("1 attempt,"), std::string::npos) << unusable.err;
+  const std::string unusable_id = ParkedId(unusable.err);
+  ASSERT_FALSE(unusable_id.empty()) << unusable.err;
+  const CliRun replay_missing = Idemctl({"dlq", "replay", unusable_id, "--cacert", missing});
+  EXPECT_EQ(replay_missing.code, 2) << replay_missing.err;
+  const CliRun still = Idemctl({"dlq", "show", unusable_id});
+  EXPECT_EQ(json::parse(still.out).as_object().at("status").as_string(), "pending") << still.out;
+  EXPECT_EQ(json::parse(still.out).as_object().at("attempts").as_int64(), 1) << still.out;
+  EXPECT_EQ(Executions(), 3u);
 
   // A client certificate needs its key, and the other way round.
   EXPECT_EQ(Idemctl({"send", "--client-cert", pki->client_cert, "-d", "{}", url}).code, 2);
@@ -701,6 +743,174 @@ TEST_F(IdemctlTest, KeyCommandsWithoutTheTokenSaySoAndSendNothing) {
   EXPECT_EQ(stats.code, 0) << stats.err;
 }
 
+// An option a command does not take is refused (exit 2), naming it, rather
+// than ignored: --force anywhere but dlq release and keys purge, send's
+// request options on dlq replay (which sends the request as it was parked).
+TEST_F(IdemctlTest, OptionsACommandDoesNotTakeAreRefused) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
+  const CliRun parked = Idemctl({"send", "-k", "opt-1", "-d", "{}", "--attempts", "1", url});
+  ASSERT_EQ(parked.code, 1) << parked.err;
+  const std::string id = ParkedId(parked.err);
+  ASSERT_FALSE(id.empty()) << parked.err;
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"send", "-d", "{}", echo}, {"dlq", "list"}, {"dlq", "show", id},
+        {"dlq", "replay", id}, {"dlq", "discard", id}, {"key", "new"}, {"key", "derive", "a", "b", "c", "d", "e"},
+        {"stats"}, {"keys", "get", "t-x"}}) {
+    std::vector<std::string> args = command;
+    args.push_back("--force");
+    const CliRun run = Idemctl(args, {{"IDEMGATE_ADMIN_TOKEN", "t"}});
+    EXPECT_EQ(run.code, 2) << command[0] << " " << command[1] << ": " << run.err;
+    EXPECT_NE(run.err.find("does not take --force (only dlq release and keys purge do)"), std::string::npos)
+        << run.err;
+  }
+  const std::vector<std::vector<std::string>> request_options = {
+      {"-k", "other"}, {"--key", "other"}, {"-d", "{\"a\":1}"}, {"--data", "x"}, {"-H", "X-A: 1"}, {"-X", "PUT"},
+      {"--key-v7"}, {"--derive", "a:b:c:d:e"}, {"--key-header", "X-K"}};
+  for (const auto& option : request_options) {
+    std::vector<std::string> args = {"dlq", "replay", id};
+    args.insert(args.end(), option.begin(), option.end());
+    const CliRun run = Idemctl(args);
+    EXPECT_EQ(run.code, 2) << option[0] << ": " << run.err;
+    EXPECT_NE(run.err.find("dlq replay does not take " + option[0] + ": a replay sends the request as it was parked"),
+              std::string::npos)
+        << run.err;
+  }
+  EXPECT_EQ(Idemctl({"dlq", "list", "-k", "x"}).code, 2);
+  EXPECT_EQ(Idemctl({"dlq", "show", id, "--status", "pending"}).code, 2);
+  EXPECT_EQ(Idemctl({"send", "--json", "-d", "{}", echo}).code, 2);
+  EXPECT_EQ(Idemctl({"key", "new", "--no-dlq"}).code, 2);
+  EXPECT_EQ(Idemctl({"dlq", "list", "--no-dlq"}).code, 2);
+  const json::object entry = json::parse(Idemctl({"dlq", "show", id}).out).as_object();
+  EXPECT_EQ(entry.at("status").as_string(), "pending");
+  EXPECT_EQ(entry.at("attempts").as_int64(), 1);
+  EXPECT_EQ(Executions(), 0u);
+
+  // The retry, output and TLS options go with replay (and any command).
+  const CliRun replay = Idemctl({"dlq", "replay", id, "-v", "-i", "--attempts", "2", "--base-delay", "1ms",
+                                 "--cacert", dir_.Join("unused.pem")});
+  EXPECT_EQ(replay.code, 1) << replay.err;
+  EXPECT_NE(replay.err.find("idemctl: attempt 2: connection refused"), std::string::npos) << replay.err;
+  EXPECT_EQ(Idemctl({"key", "new", "--attempts", "2", "--dlq", dir_.Join("other.sqlite")}).code, 0);
+  EXPECT_EQ(Idemctl({"key", "new", "--key-v7"}).code, 0);
+}
+
+// An option with one value given twice is refused (exit 2), naming it,
+// instead of the second silently replacing the first: nothing is sent.
+TEST_F(IdemctlTest, AnOptionWithAValueIsGivenOnce) {
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-k", "a-1", "-k", "a-2"}, "-k is given twice"},
+      {{"-k", "a-1", "--key", "a-1"}, "-k and --key (the same option) are both given"},
+      {{"--derive", "a:b:c:d:e", "--derive", "a:b:c:d:f"}, "--derive is given twice"},
+      {{"-d", "{}", "--data", "[]"}, "-d and --data (the same option) are both given"},
+      {{"-X", "PUT", "-X", "POST"}, "-X is given twice"},
+      {{"--key-header", "X-A", "--key-header", "X-B"}, "--key-header is given twice"},
+      {{"--dlq", dir_.Join("a.sqlite"), "--dlq", dir_.Join("b.sqlite")}, "--dlq is given twice"},
+      {{"--timeout", "1s", "--timeout", "2s"}, "--timeout is given twice"},
+      {{"--attempts", "1", "--attempts", "2"}, "--attempts is given twice"},
+      {{"--cacert", "a.pem", "--cacert", "b.pem"}, "--cacert is given twice"},
+      {{"--token-env", "A", "--token-env", "B"}, "--token-env is given twice"},
+  };
+  for (const auto& [options, named] : cases) {
+    std::vector<std::string> args = {"send"};
+    args.insert(args.end(), options.begin(), options.end());
+    if (std::find(options.begin(), options.end(), "-d") == options.end()) {
+      args.insert(args.end(), {"--data", "{}"});
+    }
+    args.push_back(echo);
+    const CliRun run = Idemctl(args);
+    EXPECT_EQ(run.code, 2) << named << ": " << run.err;
+    EXPECT_NE(run.err.find(named), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(Executions(), 0u);
+  // -H repeats; so do flags.
+  const CliRun headers = Idemctl({"send", "-v", "-v", "-k", "h-1", "-H", "X-A: 1", "-H", "X-B: 2", "-d", "{}", echo});
+  EXPECT_EQ(headers.code, 0) << headers.err;
+  EXPECT_EQ(Executions(), 1u);
+}
+
+// The parts of a derived key may not be empty (an unset shell variable, most likely).
+TEST_F(IdemctlTest, DerivedKeysNeedEveryPart) {
+  const std::string echo = "http://" + fake_endpoint_.ToString() + "/echo";
+  const CliRun inline_empty = Idemctl({"send", "--derive", "billing::invoice-9:pay:v1", "-d", "{}", echo});
+  EXPECT_EQ(inline_empty.code, 2) << inline_empty.err;
+  EXPECT_NE(inline_empty.err.find("--derive billing::invoice-9:pay:v1: the subject is empty"), std::string::npos)
+      << inline_empty.err;
+  EXPECT_EQ(Idemctl({"send", "--derive", ":a:b:c:d", "-d", "{}", echo}).code, 2);
+  EXPECT_EQ(Idemctl({"send", "--derive", "a:b:c::d", "-d", "{}", echo}).code, 2);
+  const CliRun derive_empty = Idemctl({"key", "derive", "billing", "alice", "invoice-9", "pay", ""});
+  EXPECT_EQ(derive_empty.code, 2) << derive_empty.err;
+  EXPECT_NE(derive_empty.err.find("key derive: the version is empty"), std::string::npos) << derive_empty.err;
+  EXPECT_EQ(derive_empty.out, "");
+  EXPECT_EQ(Executions(), 0u);
+  EXPECT_EQ(DlqJson(), "[]");
+}
+
+// A replay whose entry was released (forced) while it ran still shows the
+// answer it got, says that its result was not recorded, and exits 1.
+TEST_F(IdemctlTest, AnUnrecordedReplayStillPrintsTheResponse) {
+  const std::string slow = "http://" + fake_endpoint_.ToString() + "/slow?ms=2500";
+  const CliRun failed = Idemctl({"send", "-k", "slow-2", "-d", "{}", "--attempts", "1", "--timeout", "100ms", slow});
+  ASSERT_EQ(failed.code, 1) << failed.err;
+  const std::string id = ParkedId(failed.err);
+  ASSERT_FALSE(id.empty()) << failed.err;
+
+  ProcessOptions options;
+  options.stdout_path = dir_.Join("unrecorded.out");
+  options.stderr_path = dir_.Join("unrecorded.err");
+  options.env.emplace_back("IDEMCTL_DLQ", dir_.Join("dlq.sqlite"));
+  auto replay = Process::Start(IDEMCTL_BIN, {"dlq", "replay", "-i", id}, options);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  ASSERT_TRUE(PollUntil([&] { return DlqJson().find("\"replaying\"") != std::string::npos; }, 10s));
+  const CliRun release = Idemctl({"dlq", "release", id, "--force"});
+  ASSERT_EQ(release.code, 0) << release.err;
+  const std::optional<ExitStatus> done = replay->WaitExit(60s);
+  ASSERT_TRUE(done.has_value() && done->exited);
+  EXPECT_EQ(done->code, 1);
+  const std::string out = ReadFileOrEmpty(options.stdout_path);
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200 OK\r\n")) << out;
+  EXPECT_NE(out.find("\"slept_ms\":2500"), std::string::npos) << out;
+  const std::string err = ReadFileOrEmpty(options.stderr_path);
+  EXPECT_NE(err.find("was replayed (ok) but the result was not recorded"), std::string::npos) << err;
+  EXPECT_NE(DlqJson().find("\"pending\""), std::string::npos);
+}
+
+// $XDG_DATA_HOME counts only as an absolute path (the XDG Base Directory
+// specification: a relative one is ignored, for ~/.local/share); the
+// directories idemctl makes on the way are 0700, as the specification asks.
+TEST_F(IdemctlTest, TheDefaultQueueIgnoresARelativeXdgDataHome) {
+  auto refused = RefusedPort::Make();
+  ASSERT_TRUE(refused.ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string(refused->port()) + "/echo/pay";
+  const std::string home = dir_.Join("home");
+  ASSERT_TRUE(std::filesystem::create_directories(home));
+  const std::string relative = "idemctl-test-relative-xdg-" + std::to_string(::getpid());
+  const mode_t old_umask = ::umask(022);
+  ProcessOptions options;
+  options.stdout_path = dir_.Join("xdg.out");
+  options.stderr_path = dir_.Join("xdg.err");
+  options.env = {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", relative}, {"HOME", home}};
+  auto send = Process::Start(IDEMCTL_BIN, {"send", "-k", "xdg-1", "--attempts", "1", "-d", "{}", url}, options);
+  ::umask(old_umask);
+  ASSERT_TRUE(send.ok()) << send.status().ToString();
+  const std::optional<ExitStatus> done = send->WaitExit(60s);
+  ASSERT_TRUE(done.has_value() && done->exited);
+  EXPECT_EQ(done->code, 1) << ReadFileOrEmpty(options.stderr_path);
+  const bool used_relative = std::filesystem::exists(relative);
+  std::filesystem::remove_all(relative);
+  EXPECT_FALSE(used_relative);
+  EXPECT_TRUE(std::filesystem::exists(home + "/.local/share/idemctl/dlq.sqlite"));
+  for (const std::string made : {"/.local", "/.local/share", "/.local/share/idemctl"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((home + made).c_str(), &st), 0) << made;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << made;
+  }
+}
+
 TEST_F(IdemctlTest, KeysAndUsage) {
   const CliRun v4 = Idemctl({"key", "new"});
   EXPECT_EQ(v4.code, 0);
@@ -719,6 +929,9 @@ TEST_F(IdemctlTest, KeysAndUsage) {
   const CliRun help = Idemctl({"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("idemctl send"), std::string::npos);
+  // Every way idemctl can end is in the help: a signal too.
+  EXPECT_NE(help.out.find("143 (SIGTERM) or 130 (SIGINT)"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("over 64 MiB"), std::string::npos) << help.out;
   EXPECT_EQ(Idemctl({"send"}).code, 2);
   EXPECT_EQ(Idemctl({"send", "--attempts", "0", "http://127.0.0.1:1/"}).code, 2);
   EXPECT_EQ(Idemctl({"frobnicate"}).code, 2);
