@@ -297,6 +297,15 @@ bool OnlyInterimResponses(std::string_view bytes) {
   return true;
 }
 
+// True when `buffer`, what an https upstream sent while the request was
+// still going out, holds the start of its answer (or more than a head may
+// be): TlsSendToUpstream stops the send then, as SendToUpstream does.
+bool UpstreamAnswered(const beast::flat_buffer& buffer) {
+  const auto data = buffer.data();
+  return buffer.size() > kUpstreamHeaderLimit ||
+         !OnlyInterimResponses(std::string_view(static_cast<const char*>(data.data()), data.size()));
+}
+
 // The status of the response whose head `up` was reading when that failed,
 // once a whole status line came: the parsed one, or, when the parser never
 // got to it (it waits for the whole header block, which may have broken off
@@ -599,6 +608,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     bool fresh_only = false;
     bool failed = false;
     bool cut_short = false;  // the upstream answered or went away before it took the whole request
+    bool probe_reads = false;  // TLS: reads try TlsReadNow before they wait (TlsSendToUpstream)
     error_code ec;
     // Past shutdown_grace nothing goes upstream any more: every exchange is
     // being cut, so a request sent now would run there unanswered (and one
@@ -680,7 +690,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         iov.Add(s.request_head);
         if (framing != Framing::kNone) AddPiece(iov, frame, first_data, first_size, chunked_out, body_complete);
         if (conn->tls) {
-          ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
+          ec = co_await TlsSendToUpstream(*conn, iov, s.tls_out, &UpstreamAnswered, cut_short, probe_reads);
         } else if (!TrySend(conn->socket, iov, ec)) {
           ec = co_await SendToUpstream(*conn, iov, cut_short);
         }
@@ -716,7 +726,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         PieceFrame frame;
         AddPiece(iov, frame, block.data(), piece.bytes, chunked_out, body_complete);
         if (conn->tls) {
-          ec = co_await TlsSendAll(*conn->tls, iov, s.tls_out);
+          ec = co_await TlsSendToUpstream(*conn, iov, s.tls_out, &UpstreamAnswered, cut_short, probe_reads);
         } else if (!TrySend(conn->socket, iov, ec)) {
           ec = co_await SendToUpstream(*conn, iov, cut_short);
         }
@@ -766,7 +776,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           error_code read_ec;
           std::size_t n = 0;
           if (conn->tls) {
-            n = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kHeaderReadSize), read_ec);
+            if (!probe_reads || !TlsReadNow(*conn->tls, conn->buffer.prepare(kHeaderReadSize), read_ec, n)) {
+              n = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kHeaderReadSize), read_ec);
+            }
           } else if (!partial || !ReceiveNow(conn->socket, conn->buffer.prepare(kHeaderReadSize), read_ec, n)) {
             std::tie(read_ec, n) =
                 co_await conn->socket.async_read_some(DrainAwareBuffer(conn->buffer.prepare(kHeaderReadSize)), kTuple);
@@ -951,7 +963,9 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           error_code read_ec;
           std::size_t got = 0;
           if (conn->tls) {
-            got = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kBodyReadSize), read_ec);
+            if (!probe_reads || !TlsReadNow(*conn->tls, conn->buffer.prepare(kBodyReadSize), read_ec, got)) {
+              got = co_await TlsReadSome(*conn->tls, conn->buffer.prepare(kBodyReadSize), read_ec);
+            }
           } else if (!ReceiveNow(conn->socket, conn->buffer.prepare(kBodyReadSize), read_ec, got)) {
             // Every read here follows one that left the body incomplete.
             std::tie(read_ec, got) =

@@ -12,7 +12,9 @@
 
 #include "harness.h"
 #include "http/headers.h"
+#include "http/tls.h"
 #include "test_upstream.h"
+#include "tls_test_upstream.h"
 
 namespace idemgate::httptest {
 namespace {
@@ -1425,6 +1427,74 @@ TEST(InProcessProxyTest, AnInterimResponseDuringTheSendDoesNotStopIt) {
   std::snprintf(expected, sizeof(expected), "bytes=%zu fnv=%016llx", body.size(),
                 static_cast<unsigned long long>(Fnv1a(body)));
   EXPECT_EQ(res->body, expected);
+}
+
+// The same over TLS: an https upstream that answers while it reads no more
+// of a body larger than the socket buffers in between. The TLS send,
+// blocked, reads beside the write and notices the answer, as the plain-text
+// one does, instead of waiting out the upstream timeout (504). The answer is
+// relayed and captured, and the connection it came on is not reused: the
+// next request goes on a new one. An interim response during a send that
+// the upstream then takes whole does not stop it. An upstream that goes
+// away without an answer (the send failing, or the read beside it seeing
+// the end) is a 502 at once: no read waits out the timeout for an end
+// already seen.
+TEST(InProcessProxyTest, AnAnswerWhileAnHttpsUpstreamReadsNoMoreIsNoticedDuringTheSend) {
+  idemgate::testing::TempDir dir;
+  auto pki = idemgate::testing::MakeTestPki(dir.Join("pki"));
+  ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+  TlsTestUpstream upstream(pki->server_cert, pki->server_key);
+  auto tls = http::MakeUpstreamTls({.ca_file = pki->ca_file});
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.tls = *tls;
+  options.target.timeout = 5s;
+  options.capture = true;
+  options.read_body_first = true;
+  options.body_limit = 64 * kMiB;
+  Harness h(options);
+  HttpClient client(h.endpoint());
+  int answers = 0;
+  for (const char* target : {"/early?status=413", "/early?status=201&continue=1"}) {
+    SCOPED_TRACE(target);
+    auto res = client.Send(HttpRequest{.method = "POST", .target = target, .body = std::string(16 * kMiB, 'b')});
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    const int status = std::string_view(target).find("413") != std::string_view::npos ? 413 : 201;
+    EXPECT_EQ(res->status, status) << res->body;
+    EXPECT_EQ(res->body, "early");
+    EXPECT_TRUE(res->keep_alive);
+    ASSERT_TRUE(h.handler().WaitForResults(++answers));
+    const RecordingObserver o = h.handler().observers().back();
+    ASSERT_TRUE(o.captured.has_value());
+    EXPECT_EQ(o.captured->response.status, status);
+    EXPECT_EQ(o.captured->response.body, "early");
+    ASSERT_TRUE(o.finished.has_value());
+    EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kCompleted);
+  }
+  EXPECT_EQ(upstream.requests(), 2);
+  EXPECT_EQ(upstream.connections(), 2);
+
+  const std::string body = Pattern(16 * kMiB);
+  auto res = client.Send(HttpRequest{.method = "POST", .target = "/sink?continue=1", .body = body});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200) << res->body;
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "bytes=%zu fnv=%016llx", body.size(),
+                static_cast<unsigned long long>(Fnv1a(body)));
+  EXPECT_EQ(res->body, expected);
+  EXPECT_EQ(client.connections_opened(), 1);
+  EXPECT_EQ(upstream.requests(), 3);
+  EXPECT_EQ(upstream.connections(), 3);
+
+  res = client.Send(HttpRequest{.method = "POST", .target = "/reset", .body = body});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ExpectProblem(*res, 502, "upstream-unavailable");
+  ASSERT_TRUE(h.handler().WaitForResults(answers + 2));
+  const RecordingObserver o = h.handler().observers().back();
+  EXPECT_FALSE(o.captured.has_value());
+  ASSERT_TRUE(o.finished.has_value());
+  EXPECT_EQ(o.finished->outcome, http::ForwardOutcome::kUpstreamFailed);
 }
 
 TEST(InProcessProxyTest, TwoWorkersShareNothingAndBothServe) {

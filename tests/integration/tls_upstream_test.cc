@@ -55,8 +55,10 @@ class TlsUpstreamTest : public ::testing::Test {
     fake_endpoint_ = fake_->Endpoint().value();
   }
 
-  // A gateway with one route `/` to the TLS fake, reached as `host`.
-  std::string Yaml(const TlsOptions& tls, const std::string& host = "127.0.0.1") const {
+  // A gateway with one route `/` to the TLS fake, reached as `host`; `upstream_extra` and
+  // `route_extra` add keys (lines indented by four spaces) to the upstream and the route.
+  std::string Yaml(const TlsOptions& tls, const std::string& host = "127.0.0.1",
+                   const std::string& upstream_extra = "", const std::string& route_extra = "") const {
     std::string t = "{ ca_file: \"" + tls.ca_file + "\"";
     if (!tls.server_name.empty()) t += ", server_name: " + tls.server_name;
     if (!tls.cert_file.empty()) t += ", cert_file: \"" + tls.cert_file + "\", key_file: \"" + tls.key_file + "\"";
@@ -64,8 +66,9 @@ class TlsUpstreamTest : public ::testing::Test {
     return "listen: 127.0.0.1:0\nworkers: 2\nshutdown_grace: 10s\nadmin: { listen: 127.0.0.1:0 }\n"
            "store: { kind: memory }\nlog: { level: info, format: json }\nupstreams:\n"
            "  secure:\n    url: https://" +
-           host + ":" + std::to_string(fake_endpoint_.port) + "\n    connect_timeout: 2s\n    tls: " + t +
-           "\nroutes:\n  - id: pay\n    match: { path_prefix: / }\n    upstream: secure\n";
+           host + ":" + std::to_string(fake_endpoint_.port) + "\n    connect_timeout: 2s\n    tls: " + t + "\n" +
+           upstream_extra + "routes:\n  - id: pay\n    match: { path_prefix: / }\n    upstream: secure\n" +
+           route_extra;
   }
 
   void StartGateway(const std::string& yaml) {
@@ -146,6 +149,43 @@ TEST_F(TlsUpstreamTest, TlsConnectionsAreKeptAliveAndReused) {
   EXPECT_EQ(parsed->executions, 20u);
   EXPECT_EQ(parsed->connections, 1u);
   EXPECT_EQ(client.connections_opened(), 1);
+}
+
+// An https upstream that answers before it has read the whole request and
+// then keeps the connection without reading (/answer-early/201?then=wait, for
+// 10 s) or closes it: the gateway's send, blocked, notices the answer while
+// it waits for room, as over plain http, instead of running into the
+// upstream timeout (a 504 that released the key, so that the retry ran the
+// request again). The answer is relayed and stored; the retry replays it. A
+// body as large that the upstream reads whole still goes through.
+TEST_F(TlsUpstreamTest, AnAnswerBeforeTheWholeBodyIsRelayedAndStoredOverTls) {
+  StartTlsFake(pki_.server_cert, pki_.server_key);
+  StartGateway(Yaml({.ca_file = pki_.ca_file}, "127.0.0.1", "    timeout: 5s\n", "    max_request_bytes: 32MiB\n"));
+  const std::string body(16 * 1024 * 1024, 'b');  // far more than the socket buffers in between hold
+  for (const char* then : {"wait", "close"}) {
+    SCOPED_TRACE(then);
+    HttpRequest early =
+        KeyedPost(std::string("/answer-early/201?then=") + then, std::string("tls-early-") + then, body);
+    early.headers[1] = {"Content-Type", "application/octet-stream"};
+    const HttpResponse first = Send(early);
+    EXPECT_EQ(first.status, 201) << first.body;
+    EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+    const HttpResponse retry = Send(early);
+    EXPECT_EQ(retry.status, 201) << retry.body;
+    EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(retry.body, first.body);
+  }
+
+  HttpRequest upload = KeyedPost("/upload-sha256", "tls-upload", body);
+  upload.headers[1] = {"Content-Type", "application/octet-stream"};
+  const HttpResponse whole = Send(upload);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(ParseObject(whole.body)["bytes"].as_int64(), static_cast<std::int64_t>(body.size()));
+
+  const FakeStats stats = StatsThroughGateway();
+  EXPECT_EQ(stats.executions, 3u);
+  EXPECT_EQ(stats.by_key.size(), 3u);
+  for (const auto& [key, runs] : stats.by_key) EXPECT_EQ(runs, 1u) << key;
 }
 
 TEST_F(TlsUpstreamTest, AnUntrustedCertificateIs502AndTheKeyIsReleased) {
