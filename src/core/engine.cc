@@ -330,15 +330,17 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
   }
 }
 
-Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response,
-                              Duration retention) {
+Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response, Duration retention,
+                              LostLater (*on_lost)(void* arg), void* on_lost_arg) {
   // Kept only where it may be needed: it costs an allocation per header.
   std::optional<StoredResponse> kept;
   if (store_.FailedWritesMayLand()) kept = response;
   Status stored = co_await CompleteOnce(reservation, std::move(response), retention);
   if (!stored.ok() && stored.code() != StatusCode::kFailedPrecondition && kept) {
     boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
-                          CompleteLater(reservation, std::move(*kept), retention), boost::asio::detached);
+                          CompleteLater(reservation, std::move(*kept), retention,
+                                        on_lost != nullptr ? on_lost(on_lost_arg) : LostLater()),
+                          boost::asio::detached);
   }
   co_return stored;
 }
@@ -347,7 +349,8 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
 // Until it lands, the key stays reserved and retries are told 409; once it
 // lands they are replays, instead of a takeover running the request again
 // after the lease. Half a second of the lease is left for the last attempt.
-Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse response, Duration retention) {
+Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse response, Duration retention,
+                                 LostLater lost) {
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   Duration delay = std::chrono::milliseconds(100);
   while (co_await WaitForNextAttempt(timer, &delay, 2, reservation.lease_expires_ms - 500, clock_)) {
@@ -357,7 +360,24 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
               {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
       co_return;
     }
-    if (stored.code() == StatusCode::kFailedPrecondition) co_return;  // taken over meanwhile
+    if (stored.code() == StatusCode::kFailedPrecondition) {
+      // An attempt that failed (timed out) may have landed after all: the
+      // record is then this reservation's completed one.
+      const StatusOr<std::optional<Record>> now = co_await store_.Get(reservation.key, clock_.NowMillis());
+      if (now.ok() && now->has_value() && (*now)->state == RecordState::kCompleted &&
+          (*now)->owner == reservation.owner && (*now)->operation_id == reservation.operation_id) {
+        LogInfo("response stored: an earlier attempt landed late",
+                {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+        co_return;
+      }
+      static LogLimiter limiter;
+      LogWarn(limiter,
+              "response not stored: the reservation is gone (taken over after its lease ended, or purged, or the "
+              "store lost it: a Redis restart without persistence)",
+              {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+      if (lost) lost();
+      co_return;
+    }
   }
   static LogLimiter limiter;
   LogError(limiter, "response not stored: the store kept failing; the key stays reserved until its lease ends",

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -125,9 +126,15 @@ class Engine {
   // Wakes waiters. On another failure of a store whose faults may pass
   // (Store::FailedWritesMayLand), the completion is tried again in the
   // background while the lease lasts (the failure is still returned); a
-  // copy of `response` is kept for it on such stores only.
-  Task<Status> Complete(const Reservation& reservation, StoredResponse response,
-                        Duration retention);
+  // copy of `response` is kept for it on such stores only. When those
+  // attempts find the reservation gone (taken over, purged, or lost by the
+  // store) they log it, and call what `on_lost` made (called, with
+  // `on_lost_arg`, only when the background attempts start, so a caller
+  // pays nothing for it on the common path; the function it returns is
+  // kept by the attempts and must own what it uses).
+  using LostLater = std::function<void()>;
+  Task<Status> Complete(const Reservation& reservation, StoredResponse response, Duration retention,
+                        LostLater (*on_lost)(void* arg) = nullptr, void* on_lost_arg = nullptr);
   // The same, for a caller that kept only the key and owner token (one more
   // store read to recover the reservation).
   Task<Status> Complete(std::string key, std::string owner, StoredResponse response,
@@ -156,7 +163,7 @@ class Engine {
   Task<Status> CompleteOnce(const Reservation& reservation, StoredResponse response, Duration retention);
   // Complete tried again at growing delays until it lands, the key is lost,
   // or the lease is nearly over.
-  Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention);
+  Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention, LostLater lost);
 
   Store& store_;
   const Clock& clock_;

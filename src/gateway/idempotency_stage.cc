@@ -125,7 +125,8 @@ class Settlement final : public http::ForwardObserver {
       co_return;
     }
     // The proxy has already framed what the client gets; the captured copy is ours.
-    const Status stored = co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention);
+    const Status stored =
+        co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention, &LostLater, this);
     if (stored.ok()) {
       if (metrics_ != nullptr) metrics_->Stored(scope_);
       co_return;
@@ -166,6 +167,18 @@ class Settlement final : public http::ForwardObserver {
   }
 
  private:
+  // For Engine::Complete: when its background attempts find the reservation
+  // gone, the loss is counted as the first attempt's would be (the scope's
+  // views point into the request, so the function owns copies).
+  static core::Engine::LostLater LostLater(void* arg) {
+    const auto* self = static_cast<const Settlement*>(arg);
+    if (self->metrics_ == nullptr) return {};
+    return [metrics = self->metrics_, route = std::string(self->scope_.route),
+            tenant = std::string(self->scope_.tenant), project = std::string(self->scope_.project)] {
+      metrics->Conflict(MetricScope{route, tenant, project}, ConflictReason::kLeaseLost);
+    };
+  }
+
   Task<void> Release(ReleaseReason reason) {
     const Status released = co_await engine_.Release(reservation_);
     if (released.ok()) {

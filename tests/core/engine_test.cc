@@ -121,6 +121,76 @@ TEST(EngineOrphanTest, AFailedReserveThatLandsIsReleased) {
   }
 }
 
+// A store whose first Complete fails: after writing it (a stalled Redis
+// that ran a timed-out script once it resumed) or after the reservation was
+// lost (a Redis restarted empty). Later calls pass through.
+class FailingCompleteStore final : public Store {
+ public:
+  FailingCompleteStore(store::memory::MemoryStore& inner, bool lands) : inner_(inner), lands_(lands) {}
+  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
+    co_return co_await inner_.Reserve(std::move(key), std::move(reservation), now);
+  }
+  Task<Status> Complete(std::string key, std::string owner, Record completed) override {
+    if (completes_++ > 0) co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
+    if (lands_) {
+      (void)co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
+    } else {
+      (void)inner_.PurgeNow(key);
+    }
+    co_return UnavailableError("timed out");
+  }
+  Task<Status> Release(std::string key, std::string owner) override {
+    co_return co_await inner_.Release(std::move(key), std::move(owner));
+  }
+  Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
+    co_return co_await inner_.Get(std::move(key), now);
+  }
+  Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) override {
+    co_return co_await inner_.Purge(std::move(key), mode, now);
+  }
+  Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
+    co_return co_await inner_.WatchKey(std::move(key));
+  }
+  Task<Status> Ping() override { co_return Status::Ok(); }
+  StoreStats Stats() const override { return inner_.Stats(); }
+  bool FailedWritesMayLand() const override { return true; }
+
+ private:
+  store::memory::MemoryStore& inner_;
+  bool lands_;
+  int completes_ = 0;
+};
+
+// A completion tried again in the background that finds the reservation
+// gone tells the caller (who counts it as lease_lost); one that finds its
+// own earlier attempt landed does not.
+TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandingIsNot) {
+  for (const bool lands : {true, false}) {
+    SCOPED_TRACE(lands ? "landed late" : "lost");
+    FakeClock clock;
+    store::memory::MemoryStore memory{64 << 20, clock};
+    FailingCompleteStore store(memory, lands);
+    Engine engine{store, clock};
+    boost::asio::io_context ctx;
+    KeyedRequest r;
+    r.key = kKey;
+    r.fingerprint = kFp;
+    r.lease = 5s;
+    r.wait_timeout = 1s;
+    const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+    ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
+    int lost = 0;
+    auto make = [](void* arg) -> Engine::LostLater {
+      return [count = static_cast<int*>(arg)] { ++*count; };
+    };
+    const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h, make, &lost));
+    EXPECT_EQ(first.code(), StatusCode::kUnavailable);
+    ctx.restart();
+    ctx.run();  // the background attempts, to their end
+    EXPECT_EQ(lost, lands ? 0 : 1);
+  }
+}
+
 TEST_F(EngineTest, FirstRequestProceeds) {
   const BeginResult r = Begin(Request());
   ASSERT_EQ(r.outcome, BeginOutcome::kProceed) << r.status.ToString();
