@@ -61,17 +61,23 @@ void LocalWatchers::Notify(std::string_view key) {
   // its caller's read.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (watched_keys_.load(std::memory_order_seq_cst) == 0) return;
+  // Posted under the lock, each entry moved into its handler: a watch's
+  // executor may belong to an io_context that ends right after its watch
+  // does (LocalWatch's destructor takes this lock in Remove). Under the
+  // lock, either Remove came first and the entry is not here, or the
+  // handler is queued before the watch can end; and this thread keeps no
+  // reference to an entry whose timer would be destroyed here, after its
+  // io_context.
+  std::lock_guard lock(mu_);
+  auto it = by_key_.find(std::string(key));
+  if (it == by_key_.end()) return;
   std::vector<std::shared_ptr<Entry>> woken;
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_key_.find(std::string(key));
-    if (it == by_key_.end()) return;
-    woken.swap(it->second);
-    by_key_.erase(it);
-    watched_keys_.fetch_sub(1, std::memory_order_seq_cst);
-  }
+  woken.swap(it->second);
+  by_key_.erase(it);
+  watched_keys_.fetch_sub(1, std::memory_order_seq_cst);
   for (auto& e : woken) {
-    asio::post(e->executor, [e] {
+    const asio::any_io_executor executor = e->executor;
+    asio::post(executor, [e = std::move(e)] {
       e->notified = true;
       e->timer.cancel();
     });
