@@ -337,9 +337,13 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
   if (store_.FailedWritesMayLand()) kept = response;
   Status stored = co_await CompleteOnce(reservation, std::move(response), retention);
   if (!stored.ok() && stored.code() != StatusCode::kFailedPrecondition && kept) {
-    boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
-                          CompleteLater(reservation, std::move(*kept), retention,
-                                        on_lost != nullptr ? on_lost(on_lost_arg) : LostLater()),
+    // A named object, moved into the coroutine's parameter: GCC 12 freed the
+    // closure of a temporary made in the argument list before the
+    // coroutine's first call of it.
+    LostLater lost;
+    if (on_lost != nullptr) lost = on_lost(on_lost_arg);
+    auto executor = co_await boost::asio::this_coro::executor;
+    boost::asio::co_spawn(executor, CompleteLater(reservation, std::move(*kept), retention, std::move(lost)),
                           boost::asio::detached);
   }
   co_return stored;
