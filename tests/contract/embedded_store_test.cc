@@ -9,6 +9,8 @@
 #include <fstream>
 #include <pwd.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -722,6 +724,204 @@ TEST_F(EmbeddedStoreTest, WritesResumeByThemselvesAfterFileDescriptorsRanOut) {
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(Get(*store, "before").has_value());
   EXPECT_EQ(MustGet(*store, "after"), after);
+}
+
+// A file system whose volume can be made full: while `full`, every write to a
+// file fails with ENOSPC (RocksDB's IOStatus::NoSpace), as on a full disk;
+// with `wal_has_room` as well, writes to write-ahead logs (*.log) still succeed
+// (on a real disk: the block at the log's end is allocated already).
+class FullDiskFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  FullDiskFileSystem() : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<File>(std::move(*result), *this, name.ends_with(".log"));
+    return s;
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->ReopenWritableFile(name, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<File>(std::move(*result), *this, name.ends_with(".log"));
+    return s;
+  }
+  // RocksDB's own info logger (FileSystem's default: an EnvLogger on a file
+  // from NewWritableFile), on this volume.
+  rocksdb::IOStatus NewLogger(const std::string& name, const rocksdb::IOOptions& options,
+                              std::shared_ptr<rocksdb::Logger>* result, rocksdb::IODebugContext* dbg) override {
+    return rocksdb::FileSystem::NewLogger(name, options, result, dbg);
+  }
+  // Files RocksDB reuses (recycled logs) are not used by the store.
+
+  std::atomic<bool> full{false};
+  std::atomic<bool> wal_has_room{false};
+
+ private:
+  class File final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, const FullDiskFileSystem& disk, bool wal)
+        : rocksdb::FSWritableFileOwnerWrapper(std::move(file)), disk_(disk), wal_(wal) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("FullDiskFileSystem: no space left on device");
+      return target()->Append(data, options, dbg);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("FullDiskFileSystem: no space left on device");
+      return target()->Append(data, options, info, dbg);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset, const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("FullDiskFileSystem: no space left on device");
+      return target()->PositionedAppend(data, offset, options, dbg);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset, const rocksdb::IOOptions& options,
+                                       const rocksdb::DataVerificationInfo& info,
+                                       rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("FullDiskFileSystem: no space left on device");
+      return target()->PositionedAppend(data, offset, options, info, dbg);
+    }
+
+   private:
+    bool Full() const { return disk_.full.load() && !(wal_ && disk_.wal_has_room.load()); }
+
+    const FullDiskFileSystem& disk_;
+    const bool wal_;
+  };
+};
+
+// A full disk stops writes and nothing more: RocksDB's own info logger (its
+// LOG file, written through a buffered file writer) aborted the process in
+// Debian's RocksDB build (`Assertion 'sync_without_flush_called_' failed`) on
+// the first line it logged after a write to LOG had failed, at the latest when
+// the store closed. A failed flush writes a line to LOG and flushes it at once.
+TEST_F(EmbeddedStoreTest, AFullDiskNeverAbortsAndWritesResumeOnceThereIsRoomAgain) {
+  auto disk = std::make_shared<FullDiskFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  auto o = Opts();
+  o.env = env.get();
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 50; ++i) Put(*store, "before" + std::to_string(i), 1h);
+
+  // The memtable's flush fails first (the log still has room): RocksDB logs
+  // the error and flushes its LOG at once.
+  disk->full = true;
+  disk->wal_has_room = true;
+  EXPECT_FALSE(store->CompactAll().ok());
+  disk->wal_has_room = false;
+  Record r = Reservation("o", Fingerprint(1), Now());
+  auto reserved = Run(store->Reserve("while-full", r, Now()));
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_EQ(reserved.status().code(), StatusCode::kUnavailable) << reserved.status().ToString();
+  EXPECT_FALSE(Run(store->Ping()).ok());
+  EXPECT_TRUE(Get(*store, "before7").has_value());  // reads go on
+
+  // Room again: the store resumes by itself, no restart needed.
+  disk->full = false;
+  EXPECT_TRUE(testing::PollUntil([&] { return Run(store->Ping()).ok(); }, 30s, 50ms));
+  Record after = Put(*store, "after", 1h);
+
+  // Closed while the disk is full (a SIGTERM then): no abort, and what was
+  // acknowledged is there after a restart.
+  disk->full = true;
+  EXPECT_FALSE(Run(store->Reserve("while-full-again", r, Now())).ok());
+  store.reset();
+  disk->full = false;
+  store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(MustGet(*store, "after"), after);
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(Get(*store, "before" + std::to_string(i)).has_value()) << i;
+  EXPECT_FALSE(Get(*store, "while-full").has_value());
+  EXPECT_FALSE(Get(*store, "while-full-again").has_value());
+}
+
+// RocksDB's info log is written by the store (see InfoLog in the .cc): LOG
+// holds this open's lines, and each open moves the previous LOG aside,
+// keeping 3 files in all (RocksDB's keep_log_file_num).
+TEST_F(EmbeddedStoreTest, TheInfoLogIsInLogWithTheNewestOldOnesKept) {
+  for (int i = 0; i < 6; ++i) {
+    auto store = OpenOrDie(Opts());
+    ASSERT_NE(store, nullptr);
+    Put(*store, "k" + std::to_string(i), 1h);
+    std::this_thread::sleep_for(2ms);  // distinct LOG.old.<microseconds> names
+  }
+  int old = 0;
+  for (const auto& e : fs::directory_iterator(path_)) {
+    if (e.path().filename().string().starts_with("LOG.old.")) ++old;
+  }
+  EXPECT_EQ(old, 2);
+  const std::string log = testing::ReadFileOrEmpty(path_ + "/LOG");
+  EXPECT_NE(log.find("RocksDB version"), std::string::npos) << log.substr(0, 500);
+  EXPECT_NE(log.find("Shutdown complete"), std::string::npos);
+}
+
+// After a full disk the store waits for room before it resumes: twice the
+// write buffer, but never more than a quarter of the volume, so that a small
+// volume (an 8 MiB tmpfs) resumes by itself too.
+TEST(EmbeddedStoreResume, FreeSpaceNeededScalesDownOnSmallVolumes) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(16 * kMiB, 100'000 * kMiB), 32 * kMiB);
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(64 * kMiB, 100'000 * kMiB), 128 * kMiB);
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(1 * kMiB, 100'000 * kMiB), 16 * kMiB);
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(16 * kMiB, 128 * kMiB), 32 * kMiB);
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(16 * kMiB, 48 * kMiB), 12 * kMiB);
+  EXPECT_EQ(EmbeddedStore::ResumeFreeBytes(16 * kMiB, 8 * kMiB), 2 * kMiB);
+}
+
+// A store whose directory is removed or moved away while it runs keeps
+// writing to files that are gone from store.path: its ping (/readyz) fails
+// and it takes no new reservations, saying why; reads go on, and once the
+// directory is back everything works again.
+TEST_F(EmbeddedStoreTest, ADirectoryMovedAwayWhileOpenFailsPingsAndReservations) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  Put(*store, "before", 1h);
+  ASSERT_TRUE(Run(store->Ping()).ok());
+
+  const std::string moved = path_ + ".moved";
+  fs::rename(path_, moved);
+  Status ping = Run(store->Ping());
+  EXPECT_EQ(ping.code(), StatusCode::kUnavailable) << ping.ToString();
+  EXPECT_NE(ping.message().find("removed, renamed or replaced"), std::string::npos) << ping.ToString();
+  auto reserved = Run(store->Reserve("new", Reservation("o", Fingerprint(1), Now()), Now()));
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_EQ(reserved.status().code(), StatusCode::kUnavailable) << reserved.status().ToString();
+  EXPECT_TRUE(Get(*store, "before").has_value());
+  // A new, empty directory at the path is not the store's either.
+  fs::create_directory(path_);
+  EXPECT_FALSE(Run(store->Ping()).ok());
+  fs::remove(path_);
+
+  fs::rename(moved, path_);
+  EXPECT_TRUE(Run(store->Ping()).ok());
+  Put(*store, "after", 1h);
+}
+
+TEST_F(EmbeddedStoreTest, ADirectoryRemovedWhileOpenStopsReservationsWithoutAPing) {
+  auto store = OpenOrDie(Opts());
+  ASSERT_NE(store, nullptr);
+  Put(*store, "before", 1h);
+  fs::remove_all(path_);
+  // The committer notices by itself (it looks at least once a second).
+  int n = 0;
+  Status failed;
+  EXPECT_TRUE(testing::PollUntil(
+      [&] {
+        auto r = Run(store->Reserve("k" + std::to_string(n++), Reservation("o", Fingerprint(1), Now()), Now()));
+        failed = r.ok() ? Status::Ok() : r.status();
+        return !r.ok();
+      },
+      10s, 50ms));
+  EXPECT_EQ(failed.code(), StatusCode::kUnavailable) << failed.ToString();
+  EXPECT_NE(failed.message().find("removed, renamed or replaced"), std::string::npos) << failed.ToString();
+  EXPECT_FALSE(Run(store->Ping()).ok());
+  store.reset();  // closes without a crash
 }
 
 TEST_F(EmbeddedStoreTest, SweepDeletesOnlyCompletedRecordsPastRetention) {

@@ -5,12 +5,15 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/table_properties_collectors.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <filesystem>
 #include <functional>
@@ -62,6 +66,9 @@ constexpr std::size_t kRecentBatches = 64;
 // the longest.
 constexpr std::chrono::milliseconds kFirstResumeWait{100};
 constexpr std::chrono::seconds kLongestResumeWait{5};
+// How often the committer checks that store.path still is the directory the
+// store opened (pings check it every time).
+constexpr std::chrono::seconds kDirectoryCheckInterval{1};
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
@@ -157,10 +164,166 @@ class OpenWatchLogger : public rocksdb::LoggerWrapper {
   std::vector<std::string> dropped_;
 };
 
+// Free and total bytes of the volume holding `path` (free: what an
+// unprivileged process may use).
+struct VolumeSpace {
+  std::uint64_t free = 0;
+  std::uint64_t size = 0;
+};
+std::optional<VolumeSpace> SpaceOf(const std::string& path) {
+  struct statvfs st {};
+  if (::statvfs(path.c_str(), &st) != 0) return std::nullopt;
+  return VolumeSpace{static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize,
+                     static_cast<std::uint64_t>(st.f_blocks) * st.f_frsize};
+}
+
+// RocksDB's info log, the LOG file in the store's directory, written by the
+// store instead of RocksDB's own logger. That logger writes through RocksDB's
+// buffered file writer, which remembers a failed write and, in Debian's
+// RocksDB 7.8 build (which keeps its assertions), aborts the process on the
+// next line logged after it (`Assertion 'sync_without_flush_called_'
+// failed`): on a full disk, the first line after one that could not be
+// written, at the latest the line RocksDB logs when the store closes. This
+// one appends each line to the file as it comes, unbuffered, and drops a line
+// it cannot write; the next line is tried again. Like RocksDB's, it moves an
+// existing LOG to LOG.old.<microseconds> at open and once LOG reaches
+// `max_bytes`, and keeps `keep` files in all (LOG and the newest old ones).
+class InfoLog final : public rocksdb::Logger {
+ public:
+  InfoLog(rocksdb::FileSystem* fs, std::string dir, std::uint64_t max_bytes, std::size_t keep,
+          rocksdb::InfoLogLevel level)
+      : rocksdb::Logger(level),
+        fs_(fs),
+        dir_(std::move(dir)),
+        max_bytes_(max_bytes),
+        keep_(keep) {
+    std::lock_guard lock(mu_);
+    StartFileLocked();
+  }
+  ~InfoLog() override {
+    if (!closed_) {
+      closed_ = true;
+      CloseImpl().PermitUncheckedError();
+    }
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    const auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1'000'000;
+    std::tm t{};
+    ::localtime_r(&seconds, &t);
+    char prefix[64];
+    const int n = std::snprintf(prefix, sizeof prefix, "%04d/%02d/%02d-%02d:%02d:%02d.%06d %llx ", t.tm_year + 1900,
+                                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(micros),
+                                static_cast<unsigned long long>(::gettid()));
+    std::string line(prefix, n > 0 ? static_cast<std::size_t>(n) : 0);
+    char body[1024];
+    va_list copy;
+    va_copy(copy, ap);
+    const int m = std::vsnprintf(body, sizeof body, format, copy);
+    va_end(copy);
+    if (m < 0) return;
+    if (static_cast<std::size_t>(m) < sizeof body) {
+      line.append(body, static_cast<std::size_t>(m));
+    } else {
+      const std::size_t start = line.size();
+      line.resize(start + static_cast<std::size_t>(m) + 1);
+      va_copy(copy, ap);
+      std::vsnprintf(line.data() + start, static_cast<std::size_t>(m) + 1, format, copy);
+      va_end(copy);
+      line.resize(start + static_cast<std::size_t>(m));
+    }
+    if (line.back() != '\n') line.push_back('\n');
+
+    std::lock_guard lock(mu_);
+    if (shut_) return;
+    if (!file_ || bytes_ >= max_bytes_) StartFileLocked();  // also after LOG could not be opened
+    if (!file_) return;
+    rocksdb::IOStatus s = file_->Append(line, rocksdb::IOOptions(), nullptr);
+    if (s.ok()) bytes_ += line.size();
+    s.PermitUncheckedError();
+  }
+
+  std::size_t GetLogFileSize() const override {
+    std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(bytes_);
+  }
+
+ protected:
+  rocksdb::Status CloseImpl() override {
+    std::lock_guard lock(mu_);
+    shut_ = true;
+    if (file_) file_->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+    file_.reset();
+    return rocksdb::Status::OK();
+  }
+
+ private:
+  // Moves LOG (if any) to LOG.old.<microseconds> and starts a new one.
+  void StartFileLocked() {
+    const rocksdb::IOOptions io;
+    if (file_) file_->Close(io, nullptr).PermitUncheckedError();
+    file_.reset();
+    bytes_ = 0;
+    const std::string log = dir_ + "/LOG";
+    if (fs_->FileExists(log, io, nullptr).ok()) {
+      const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      if (!fs_->RenameFile(log, dir_ + "/LOG.old." + std::to_string(micros), io, nullptr).ok()) {
+        // Keep appending to the old one rather than truncating it.
+        std::uint64_t size = 0;
+        fs_->GetFileSize(log, io, &size, nullptr).PermitUncheckedError();
+        if (fs_->ReopenWritableFile(log, rocksdb::FileOptions(), &file_, nullptr).ok()) {
+          bytes_ = size >= max_bytes_ ? 0 : size;  // so that the next move is tried after max_bytes more
+        }
+        return;
+      }
+      TrimOldLocked();
+    }
+    fs_->NewWritableFile(log, rocksdb::FileOptions(), &file_, nullptr).PermitUncheckedError();
+  }
+
+  // Deletes all but the newest keep_ - 1 LOG.old.* files: keep_ files with LOG
+  // (RocksDB's keep_log_file_num, which its own purge of old files applies too).
+  void TrimOldLocked() {
+    std::vector<std::string> children;
+    if (!fs_->GetChildren(dir_, rocksdb::IOOptions(), &children, nullptr).ok()) return;
+    std::vector<std::pair<std::uint64_t, std::string>> old;
+    for (const std::string& name : children) {
+      if (!name.starts_with("LOG.old.")) continue;
+      old.emplace_back(std::strtoull(name.c_str() + 8, nullptr, 10), name);
+    }
+    const std::size_t kept_old = keep_ > 0 ? keep_ - 1 : 0;
+    if (old.size() <= kept_old) return;
+    std::sort(old.begin(), old.end());
+    for (std::size_t i = 0; i + kept_old < old.size(); ++i) {
+      fs_->DeleteFile(dir_ + "/" + old[i].second, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+    }
+  }
+
+  rocksdb::FileSystem* const fs_;
+  const std::string dir_;
+  const std::uint64_t max_bytes_;
+  const std::size_t keep_;
+  mutable std::mutex mu_;
+  std::unique_ptr<rocksdb::FSWritableFile> file_;  // guarded by mu_; null: LOG could not be opened
+  std::uint64_t bytes_ = 0;                         // guarded by mu_
+  bool shut_ = false;                               // guarded by mu_: closed
+};
+
 }  // namespace
 
 // Background errors, as RocksDB's listener reports them to the committer.
 struct EmbeddedStore::WriteStop {
+  WriteStop(std::string path, std::uint64_t write_buffer_bytes)
+      : path(std::move(path)), write_buffer_bytes(write_buffer_bytes) {}
+
+  const std::string path;
+  const std::uint64_t write_buffer_bytes;
   // Set with every background error, cleared once DB::Resume succeeded after
   // the last one: the committer's fast check.
   std::atomic<bool> pending{false};
@@ -176,12 +339,25 @@ struct EmbeddedStore::WriteStop {
     pending.store(true, std::memory_order_release);
     if (logged) return;
     logged = true;
-    LogWarn(error.severity() >= rocksdb::Status::Severity::kHardError || error.severity() == rocksdb::Status::kNoError
-                ? "embedded store: writes stopped after a background error; the store resumes them by itself once "
-                  "the cause is gone"
-                : "embedded store: compactions stopped after a background error; the store resumes them by itself "
-                  "once the cause is gone",
-            {{"during", source}, {"error", error.ToString()}, {"waits_for_free_space", no_space ? "true" : "false"}});
+    const bool writes = error.severity() >= rocksdb::Status::Severity::kHardError ||
+                        error.severity() == rocksdb::Status::kNoError;
+    const std::string_view msg =
+        writes ? "embedded store: writes stopped after a background error; the store resumes them by itself once "
+                 "the cause is gone"
+               : "embedded store: compactions stopped after a background error; the store resumes them by itself "
+                 "once the cause is gone";
+    const std::optional<VolumeSpace> space = no_space ? SpaceOf(path) : std::nullopt;
+    if (!space) {
+      LogWarn(msg,
+              {{"during", source}, {"error", error.ToString()}, {"waits_for_free_space", no_space ? "true" : "false"}});
+      return;
+    }
+    // The free space it waits for (see ResumeFreeBytes), and what there is now.
+    LogWarn(msg, {{"during", source},
+                  {"error", error.ToString()},
+                  {"waits_for_free_space", "true"},
+                  {"free_bytes_needed", ResumeFreeBytes(write_buffer_bytes, space->size)},
+                  {"free_bytes", space->free}});
   }
 };
 
@@ -204,11 +380,10 @@ std::string_view ReasonName(rocksdb::BackgroundErrorReason reason) {
 // database itself (EmbeddedStore::MaybeResume); until then writes fail, and
 // reads go on.
 //
-// RocksDB's own recovery is turned off: with Debian's RocksDB 7.8, built with
-// its assertions on, that recovery aborted the process after a while on a
-// disk that stayed full (an assertion on a log writer that had already
-// failed). RocksDB only offers that recovery (OnErrorRecoveryBegin) for a
-// full disk; every background error is reported by OnBackgroundError.
+// RocksDB's own recovery is turned off: it retries on a disk that stays full,
+// where the committer waits for room first (MaybeResume). RocksDB only offers
+// that recovery (OnErrorRecoveryBegin) for a full disk; every background
+// error is reported by OnBackgroundError.
 //
 // An I/O error that is no full disk (EMFILE while opening the next
 // write-ahead log or a table file: a burst of connections under a low
@@ -245,13 +420,6 @@ class ResumeListener : public rocksdb::EventListener {
  private:
   std::shared_ptr<EmbeddedStore::WriteStop> stop_;
 };
-
-// Free space the volume must have before the committer resumes writes: room
-// for the flush Resume runs first and for the next memtable, twice the
-// write buffer (32 MiB by default), so that the disk is not full again at once.
-std::uint64_t ResumeHeadroomBytes(const EmbeddedStore::Options& o) {
-  return std::max<std::uint64_t>(16ull << 20, 2 * o.write_buffer_bytes);
-}
 
 // Errors of DB::Open, with the likely cause spelled out.
 Status OpenError(const std::string& path, const rocksdb::Status& s) {
@@ -398,11 +566,15 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const std::shared_ptr<rocksdb::Ca
 
 }  // namespace
 
+std::uint64_t EmbeddedStore::ResumeFreeBytes(std::uint64_t write_buffer_bytes, std::uint64_t volume_bytes) {
+  return std::min<std::uint64_t>(std::max<std::uint64_t>(16ull << 20, 2 * write_buffer_bytes), volume_bytes / 4);
+}
+
 EmbeddedStore::EmbeddedStore(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? *options_.clock : SystemClock::Instance()),
       filter_(std::make_unique<ExpiredRecordFilter>(clock_)),
-      write_stop_(std::make_shared<WriteStop>()) {
+      write_stop_(std::make_shared<WriteStop>(options_.path, options_.write_buffer_bytes)) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
   readers_ = std::make_unique<boost::asio::thread_pool>(kReaderThreads);
 }
@@ -419,6 +591,12 @@ StatusOr<std::unique_ptr<EmbeddedStore>> EmbeddedStore::Open(Options options) {
 Status EmbeddedStore::OpenDb() {
   const std::string& path = options_.path;
   std::error_code ec;
+  struct stat dir {};
+  if (::stat(path.c_str(), &dir) != 0) {
+    return PathError(path, "cannot access", std::error_code(errno, std::generic_category()));
+  }
+  dir_dev_ = static_cast<std::uint64_t>(dir.st_dev);
+  dir_ino_ = static_cast<std::uint64_t>(dir.st_ino);
   const bool existed = std::filesystem::exists(std::filesystem::path(path) / "CURRENT", ec);
 
   if (!existed) {
@@ -476,15 +654,15 @@ Status EmbeddedStore::OpenDb() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::DBOptions db_options = MakeDbOptions(options_);
+  if (options_.env) db_options.env = options_.env;
   db_options.listeners.push_back(std::make_shared<ResumeListener>(write_stop_));
   db_options.max_bgerror_resume_count = 0;
-  std::shared_ptr<OpenWatchLogger> watch;
-  if (std::shared_ptr<rocksdb::Logger> log; rocksdb::CreateLoggerFromOptions(path, db_options, &log).ok() && log) {
-    watch = std::make_shared<OpenWatchLogger>(std::move(log));
-    db_options.info_log = watch;
-  }
+  auto watch = std::make_shared<OpenWatchLogger>(std::make_shared<InfoLog>(
+      db_options.env->GetFileSystem().get(), path, db_options.max_log_file_size, db_options.keep_log_file_num,
+      db_options.info_log_level));
+  db_options.info_log = watch;
   rocksdb::Status s = rocksdb::DB::Open(db_options, path, families, &handles, &raw);
-  const std::vector<std::string> dropped = watch ? watch->StopWatching() : std::vector<std::string>{};
+  const std::vector<std::string> dropped = watch->StopWatching();
   if (!s.ok()) return OpenError(path, s);
   db_.reset(raw);
   for (const std::string& line : dropped) {
@@ -694,6 +872,10 @@ void EmbeddedStore::CommitterLoop() {
     lock.unlock();
 
     MaybeResume();
+    if (const auto now = SteadyClock::now(); now >= next_dir_check_) {
+      CheckDirectory();
+      next_dir_check_ = now + kDirectoryCheckInterval;
+    }
     if (!ops.empty()) CommitBatch(ops);
     if (sweeping && sweep_left == 0 && SteadyClock::now() >= next_sweep) {
       sweep_left = options_.sweep_batch;
@@ -740,12 +922,9 @@ void EmbeddedStore::MaybeResume() {
     no_space = write_stop_->no_space;
   }
   if (no_space) {
-    // Resuming on a disk that is still full would fail at once (and RocksDB's
-    // own retries on a full disk hit an assertion in Debian's build).
-    struct statvfs st {};
-    if (::statvfs(options_.path.c_str(), &st) != 0) return;
-    const std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
-    if (free_bytes < ResumeHeadroomBytes(options_)) return;
+    // Resuming on a disk that is still full would fail at once.
+    const std::optional<VolumeSpace> space = SpaceOf(options_.path);
+    if (!space || space->free < ResumeFreeBytes(options_.write_buffer_bytes, space->size)) return;
   }
   const rocksdb::Status s = db_->Resume();
   if (!s.ok()) {
@@ -765,6 +944,34 @@ void EmbeddedStore::MaybeResume() {
     LogInfo("embedded store: writes resumed after a background error",
             {{"waited_for_free_space", no_space ? "true" : "false"}});
   }
+}
+
+void EmbeddedStore::CheckDirectory() {
+  struct stat now {};
+  std::string gone;
+  if (::stat(options_.path.c_str(), &now) != 0) {
+    gone = std::string("stat: ") + std::strerror(errno);
+  } else if (static_cast<std::uint64_t>(now.st_dev) != dir_dev_ ||
+             static_cast<std::uint64_t>(now.st_ino) != dir_ino_) {
+    gone = "another directory or file is there now";
+  }
+  std::error_code ec;
+  if (!gone.empty()) {
+    if (!dir_error_.ok()) return;
+    dir_error_ = UnavailableError(
+        Where(options_.path) + "the directory the store opened was removed, renamed or replaced while open (" + gone +
+        "): new reservations are refused, since the store's files are no longer at store.path and what it "
+        "writes would be missing at the next start; put the directory back, or restart the gateway (a start "
+        "without it creates an empty store: every key is new to it)");
+    LogError("embedded store: its directory was removed, renamed or replaced while open; new reservations are "
+             "refused and /readyz fails until it is back",
+             {{"path", std::filesystem::absolute(options_.path, ec).string()}, {"error", gone}});
+    return;
+  }
+  if (dir_error_.ok()) return;
+  dir_error_ = Status::Ok();
+  LogInfo("embedded store: its directory is back at store.path; reservations are taken again",
+          {{"path", std::filesystem::absolute(options_.path, ec).string()}});
 }
 
 void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
@@ -819,6 +1026,13 @@ void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
 // Decides one operation against the database and the batch's earlier
 // changes, and adds its own change to the batch.
 void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
+  // A store whose directory is gone takes no new reservations (what it wrote
+  // would be lost at the next start), and its ping says why.
+  if (m.kind == Mutation::Kind::kPing) CheckDirectory();
+  if ((m.kind == Mutation::Kind::kReserve || m.kind == Mutation::Kind::kPing) && !dir_error_.ok()) {
+    m.status = dir_error_;
+    return;
+  }
   auto pending = m.key.empty() ? batch.pending.end() : batch.pending.find(m.key);
   std::optional<Record> current;
   bool undecodable = false;  // kPurge: `current` stands for a record that cannot be decoded

@@ -26,6 +26,7 @@ namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
 class CompactionFilter;
+class Env;
 struct ReadOptions;
 }  // namespace rocksdb
 
@@ -90,6 +91,10 @@ class EmbeddedStore final : public core::Store {
     // 150 bytes each), not the requests in flight; beyond it, owner checks
     // read the database.
     std::size_t remembered_reservations = 65'536;
+    // The file system RocksDB and the store's info log (LOG) use; nullptr:
+    // the local one (rocksdb::Env::Default()). For tests that inject faults.
+    // Must outlive the store.
+    rocksdb::Env* env = nullptr;
   };
 
   // Background errors reported by RocksDB, for the committer (defined in the .cc).
@@ -124,6 +129,13 @@ class EmbeddedStore final : public core::Store {
   // keys: RocksDB's estimate for the records family (counts versions and
   // tombstones not yet compacted); bytes: live SST files plus memtables.
   core::StoreStats Stats() const override;
+
+  // Free bytes the store waits for on the volume after a full disk before it
+  // resumes writes: room for the flush that resuming starts with and for the
+  // next memtable, twice write_buffer_bytes (at least 16 MiB; 32 MiB by
+  // default), so that the disk is not full again at once; but at most a
+  // quarter of the volume (`volume_bytes`), so that a small volume resumes too.
+  static std::uint64_t ResumeFreeBytes(std::uint64_t write_buffer_bytes, std::uint64_t volume_bytes);
 
   // True when this Open found no store at the path and made a new, empty one
   // (logged as a warning: a mistyped path means every key is new).
@@ -177,9 +189,12 @@ class EmbeddedStore final : public core::Store {
   void CommitterLoop();
   void CommitBatch(const std::vector<Mutation*>& ops);
   // Committer only: after a background error, DB::Resume with a backoff (and
-  // after a full disk, only once the volume has headroom again; see
+  // after a full disk, only once the volume has ResumeFreeBytes free; see
   // ResumeListener in the .cc).
   void MaybeResume();
+  // Committer only: whether options_.path still is the directory the store
+  // opened (same device and inode); sets dir_error_ and logs a change.
+  void CheckDirectory();
   void Apply(Mutation& m, Batch& batch);
   SweepResult SweepChunk(UnixMillis now, std::size_t max, Status* status);
 
@@ -225,6 +240,14 @@ class EmbeddedStore final : public core::Store {
   std::thread committer_;
   // Filled by RocksDB's error listener when a background error stopped writes.
   std::shared_ptr<WriteStop> write_stop_;
+  // The device and inode of options_.path when the store opened.
+  std::uint64_t dir_dev_ = 0;
+  std::uint64_t dir_ino_ = 0;
+  // Committer only: not ok while options_.path is not the directory the store
+  // opened (removed, renamed or replaced): reservations and pings fail with it.
+  Status dir_error_;
+  // Committer only: the next periodic CheckDirectory.
+  std::chrono::steady_clock::time_point next_dir_check_{};
   // Committer only: the next DB::Resume attempt, and the wait after it
   // (100 ms doubling to 5 s while attempts fail).
   std::chrono::steady_clock::time_point next_resume_try_{};
