@@ -127,6 +127,13 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
                        "were open.",
                        {})
            .WithLabelValues(std::span<const std::string_view>{});
+  tls_handshake_failures_ =
+      &registry_
+           .AddCounter(names::kTlsHandshakeFailures,
+                       "Client TLS handshakes on the listener that failed or did not finish within "
+                       "limits.header_timeout (each logged at debug).",
+                       {})
+           .WithLabelValues(std::span<const std::string_view>{});
   request_duration_ = &registry_.AddHistogram(
       names::kRequestDuration,
       "Time from the request's first byte to the end of its response, in seconds.", ScopeLabels(t));
@@ -315,6 +322,8 @@ void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
 }
 
 void GatewayMetrics::ConnectionRefused() { connections_refused_->Inc(); }
+
+void GatewayMetrics::TlsHandshakeFailed() { tls_handshake_failures_->Inc(); }
 
 void GatewayMetrics::RequestRefused(std::string_view reason) {
   requests_refused_->WithLabelValues({reason}).Inc();

@@ -40,6 +40,7 @@ inline constexpr std::string_view kUpstreamDuration = "idemgate_upstream_duratio
 inline constexpr std::string_view kRequestsInFlight = "idemgate_requests_in_flight";
 inline constexpr std::string_view kRequestsRefused = "idemgate_requests_refused_total";
 inline constexpr std::string_view kConnectionsRefused = "idemgate_connections_refused_total";
+inline constexpr std::string_view kTlsHandshakeFailures = "idemgate_tls_handshake_failures_total";
 inline constexpr std::string_view kBuildInfo = "idemgate_build_info";
 inline constexpr std::string_view kStoreKeys = "idemgate_store_keys";
 inline constexpr std::string_view kStoreBytes = "idemgate_store_bytes";
@@ -108,6 +109,9 @@ class GatewayMetrics {
   // A client connection closed as soon as it was accepted because
   // limits.max_connections were open (http::Handler::ConnectionRefused).
   void ConnectionRefused();
+  // A client's TLS handshake on the listener failed or timed out
+  // (http::Handler::TlsHandshakeFailed).
+  void TlsHandshakeFailed();
 
   // A request carried a usable key (or the webhook translation produced one);
   // `idempotency_case` is the policy's case name (e.g. "REQUIRED_A").
@@ -226,6 +230,7 @@ class GatewayMetrics {
   CounterFamily* fail_open_;
   CounterFamily* requests_refused_;
   Counter* connections_refused_;
+  Counter* tls_handshake_failures_;
   std::atomic<std::uint64_t> shutdown_releases_{0};
   HistogramFamily* request_duration_;
   HistogramFamily* upstream_duration_;

@@ -450,6 +450,10 @@ void FinishRequest(const RequestContext& ctx, const http::Exchange& ex, const Pi
 
 }  // namespace
 
+void Gateway::TlsHandshakeFailed() {
+  if (options_.metrics != nullptr) options_.metrics->TlsHandshakeFailed();
+}
+
 void Gateway::ConnectionRefused() {
   if (options_.metrics != nullptr) options_.metrics->ConnectionRefused();
 }

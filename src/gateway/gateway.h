@@ -87,6 +87,7 @@ class Gateway final : public http::Handler {
   void Refused(const http::RefusedRequest& refused) override;
   // Counted in idemgate_connections_refused_total.
   void ConnectionRefused() override;
+  void TlsHandshakeFailed() override;
 
   std::shared_ptr<const Snapshot> snapshot() const;
 

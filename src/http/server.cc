@@ -459,6 +459,7 @@ Task<void> ClientConnection::Run() {
     deadline.Disarm();
     if (ec || fired) {
       LogDebug("TLS handshake failed", {{"peer", peer_ip}, {"error", fired ? std::string("timeout") : ec.message()}});
+      handler.TlsHandshakeFailed();
       error_code ignored;
       socket.close(ignored);
       co_return;

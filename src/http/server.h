@@ -80,6 +80,10 @@ class Handler {
   // Limits::max_connections were open; called on the worker thread. Must
   // not throw. Default: nothing.
   virtual void ConnectionRefused() {}
+  // A client's TLS handshake on this listener failed or did not finish
+  // within limits.header_timeout (the connection is closed without an
+  // answer); called on the worker thread. Must not throw. Default: nothing.
+  virtual void TlsHandshakeFailed() {}
 };
 
 // One I/O thread: its io_context, watchdog and connections. Opaque outside

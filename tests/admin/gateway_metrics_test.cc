@@ -58,6 +58,14 @@ TEST(GatewayMetrics, RefusedConnectionsAreCountedFromZero) {
   EXPECT_TRUE(Contains(metrics.RenderPrometheus(), "\nidemgate_connections_refused_total 2\n"));
 }
 
+TEST(GatewayMetrics, FailedTlsHandshakesAreCountedFromZero) {
+  GatewayMetrics metrics;
+  EXPECT_TRUE(Contains(metrics.RenderPrometheus(),
+                       "# TYPE idemgate_tls_handshake_failures_total counter\nidemgate_tls_handshake_failures_total 0\n"));
+  metrics.TlsHandshakeFailed();
+  EXPECT_TRUE(Contains(metrics.RenderPrometheus(), "\nidemgate_tls_handshake_failures_total 1\n"));
+}
+
 TEST(GatewayMetrics, TenantLabelsOnGiveTenantProjectRoute) {
   GatewayMetrics metrics(GatewayMetricsOptions{.tenant_labels = true, .version = "9.9.9"});
   metrics.CacheHit(kPay, 201);

@@ -150,6 +150,11 @@ TEST_F(TlsListenerTest, PlainHttpGetsNoAnswerOnTheTlsPort) {
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(Executions(), 1u);
+  // The failed handshake is counted.
+  EXPECT_TRUE(PollUntil(
+      [&] { return MetricValue(Metrics(), "idemgate_tls_handshake_failures_total") == std::optional<double>(1.0); },
+      10s, 20ms))
+      << Metrics();
 }
 
 TEST_F(TlsListenerTest, ClientCertificatesAreRequiredWithClientCaFile) {
