@@ -237,7 +237,9 @@ std::optional<http::Response> IdentityStage::Identify(RequestContext& ctx) {
       StatusOr<std::string_view> authorization = SingleHeader(*ctx.head, "authorization");
       std::optional<std::string_view> key;
       if (in_header.ok()) {
-        key = *in_header;
+        // An empty line holds no key (as an empty Bearer holds none), and
+        // is not forwarded either.
+        if (!in_header->empty()) key = *in_header;
         credential_headers.push_back(identity.api_key.header);
       } else if (in_header.status().code() != StatusCode::kNotFound) {
         return refuse(in_header.status().message());

@@ -256,6 +256,20 @@ TEST_F(IdentityTest, ApiKeysIdentifyTheCallerAndStayAwayFromTheUpstream) {
   ExpectProblem(keyless, 401, "unauthenticated");
   EXPECT_EQ(keyless.Header("WWW-Authenticate"), "Bearer realm=\"idemgate\"");
   EXPECT_EQ(Executions(), 2u);
+
+  // An empty key header holds no key: a Bearer key beside it is the caller,
+  // and the empty line is not forwarded.
+  HttpRequest empty_header = KeyedPost("/echo/pay", "k4");
+  empty_header.headers.push_back({"X-API-Key", ""});
+  empty_header.headers.push_back({"Authorization", "Bearer k_live_acme"});
+  const HttpResponse bearer_only = Send(empty_header);
+  ASSERT_EQ(bearer_only.status, 200) << bearer_only.body;
+  auto echoed = ParseObject(bearer_only.body);
+  EXPECT_TRUE(Values(EchoedHeaders(echoed), "X-API-Key").empty());
+  HttpRequest empty_alone = KeyedPost("/echo/pay", "k5");
+  empty_alone.headers.push_back({"X-API-Key", ""});
+  ExpectProblem(Send(empty_alone), 401, "unauthenticated");
+  EXPECT_EQ(Executions(), 3u);
 }
 
 TEST_F(IdentityTest, UnreadableKeysStopTheStart) {
