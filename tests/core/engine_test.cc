@@ -59,20 +59,19 @@ class EngineTest : public ::testing::Test {
   boost::asio::io_context ctx_;
 };
 
-// A store whose Reserve reports a failure after the reservation was written
-// (a stalled Redis runs a timed-out script once it resumes).
-class LateLandingStore final : public Store {
+// A memory store seen through the Store interface, every call passed on;
+// the fakes below change only what their test needs.
+class ForwardingStore : public Store {
  public:
-  LateLandingStore(store::memory::MemoryStore& inner, bool may_land) : inner_(inner), may_land_(may_land) {}
+  ForwardingStore(store::memory::MemoryStore& inner, bool failed_writes_may_land)
+      : inner_(inner), failed_writes_may_land_(failed_writes_may_land) {}
   Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
-    (void)co_await inner_.Reserve(std::move(key), std::move(reservation), now);
-    co_return UnavailableError("timed out");
+    co_return co_await inner_.Reserve(std::move(key), std::move(reservation), now);
   }
   Task<Status> Complete(std::string key, std::string owner, Record completed) override {
     co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
   }
   Task<Status> Release(std::string key, std::string owner) override {
-    ++releases;
     co_return co_await inner_.Release(std::move(key), std::move(owner));
   }
   Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
@@ -86,13 +85,30 @@ class LateLandingStore final : public Store {
   }
   Task<Status> Ping() override { co_return Status::Ok(); }
   StoreStats Stats() const override { return inner_.Stats(); }
-  bool FailedWritesMayLand() const override { return may_land_; }
+  bool FailedWritesMayLand() const override { return failed_writes_may_land_; }
 
-  int releases = 0;
+ protected:
+  store::memory::MemoryStore& inner_;
 
  private:
-  store::memory::MemoryStore& inner_;
-  bool may_land_;
+  bool failed_writes_may_land_;
+};
+
+// A store whose Reserve reports a failure after the reservation was written
+// (a stalled Redis runs a timed-out script once it resumes).
+class LateLandingStore final : public ForwardingStore {
+ public:
+  LateLandingStore(store::memory::MemoryStore& inner, bool may_land) : ForwardingStore(inner, may_land) {}
+  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
+    (void)co_await inner_.Reserve(std::move(key), std::move(reservation), now);
+    co_return UnavailableError("timed out");
+  }
+  Task<Status> Release(std::string key, std::string owner) override {
+    ++releases;
+    co_return co_await inner_.Release(std::move(key), std::move(owner));
+  }
+
+  int releases = 0;
 };
 
 // A reserve that failed but landed would hold the key, for nothing, until
@@ -124,12 +140,9 @@ TEST(EngineOrphanTest, AFailedReserveThatLandsIsReleased) {
 // A store whose first Complete fails: after writing it (a stalled Redis
 // that ran a timed-out script once it resumed) or after the reservation was
 // lost (a Redis restarted empty). Later calls pass through.
-class FailingCompleteStore final : public Store {
+class FailingCompleteStore final : public ForwardingStore {
  public:
-  FailingCompleteStore(store::memory::MemoryStore& inner, bool lands) : inner_(inner), lands_(lands) {}
-  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
-    co_return co_await inner_.Reserve(std::move(key), std::move(reservation), now);
-  }
+  FailingCompleteStore(store::memory::MemoryStore& inner, bool lands) : ForwardingStore(inner, true), lands_(lands) {}
   Task<Status> Complete(std::string key, std::string owner, Record completed) override {
     if (completes_++ > 0) co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
     if (lands_) {
@@ -139,24 +152,8 @@ class FailingCompleteStore final : public Store {
     }
     co_return UnavailableError("timed out");
   }
-  Task<Status> Release(std::string key, std::string owner) override {
-    co_return co_await inner_.Release(std::move(key), std::move(owner));
-  }
-  Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
-    co_return co_await inner_.Get(std::move(key), now);
-  }
-  Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) override {
-    co_return co_await inner_.Purge(std::move(key), mode, now);
-  }
-  Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
-    co_return co_await inner_.WatchKey(std::move(key));
-  }
-  Task<Status> Ping() override { co_return Status::Ok(); }
-  StoreStats Stats() const override { return inner_.Stats(); }
-  bool FailedWritesMayLand() const override { return true; }
 
  private:
-  store::memory::MemoryStore& inner_;
   bool lands_;
   int completes_ = 0;
 };
@@ -547,27 +544,15 @@ TEST_F(EngineTest, AResponseTheFullStoreCannotHoldWholeIsReplayedNotRunAgain) {
 
 // A memory store whose WatchKey and Get fail (Unavailable) the next
 // `fail_watches` / `fail_gets` times (-1: every time).
-class FlakyReadStore final : public Store {
+class FlakyReadStore final : public ForwardingStore {
  public:
-  explicit FlakyReadStore(store::memory::MemoryStore& inner) : inner_(inner) {}
-  Task<StatusOr<ReserveResult>> Reserve(std::string key, Record reservation, UnixMillis now) override {
-    co_return co_await inner_.Reserve(std::move(key), std::move(reservation), now);
-  }
-  Task<Status> Complete(std::string key, std::string owner, Record completed) override {
-    co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
-  }
-  Task<Status> Release(std::string key, std::string owner) override {
-    co_return co_await inner_.Release(std::move(key), std::move(owner));
-  }
+  explicit FlakyReadStore(store::memory::MemoryStore& inner) : ForwardingStore(inner, false) {}
   Task<StatusOr<std::optional<Record>>> Get(std::string key, UnixMillis now) override {
     if (Fail(&fail_gets)) {
       ++failed_gets;
       co_return UnavailableError("get: paused");
     }
     co_return co_await inner_.Get(std::move(key), now);
-  }
-  Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) override {
-    co_return co_await inner_.Purge(std::move(key), mode, now);
   }
   Task<StatusOr<std::unique_ptr<Watch>>> WatchKey(std::string key) override {
     if (Fail(&fail_watches)) {
@@ -576,8 +561,6 @@ class FlakyReadStore final : public Store {
     }
     co_return co_await inner_.WatchKey(std::move(key));
   }
-  Task<Status> Ping() override { co_return Status::Ok(); }
-  StoreStats Stats() const override { return inner_.Stats(); }
 
   int fail_gets = 0;
   int fail_watches = 0;
@@ -590,7 +573,6 @@ class FlakyReadStore final : public Store {
     if (*left > 0) --*left;
     return true;
   }
-  store::memory::MemoryStore& inner_;
 };
 
 // A store that fails a moment while a request waits for the original (a
