@@ -175,7 +175,7 @@ class Loader {
         const std::string name = key.Scalar();
         const std::string path = Child(self.path, name);
         if (!any_key && std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-          loader.Fail(key_line, path, UnknownKey(name, allowed));
+          loader.Fail(key_line, path, UnknownKeyMessage(name, std::span<const std::string_view>(allowed.begin(), allowed.size())));
         }
         // A hash index, not a scan of the keys so far: a mapping may be
         // keyed by names (upstreams, API keys) and hold many entries.
@@ -201,25 +201,6 @@ class Loader {
     const std::vector<Field>& entries() const { return entries_; }
 
    private:
-    static std::string UnknownKey(std::string_view name,
-                                  std::initializer_list<std::string_view> allowed) {
-      std::string_view best;
-      std::size_t best_distance = 3;
-      for (std::string_view candidate : allowed) {
-        std::size_t d = EditDistance(name, candidate);
-        if (d < best_distance) {
-          best_distance = d;
-          best = candidate;
-        }
-      }
-      if (!best.empty()) return "unknown key (did you mean \"" + std::string(best) + "\"?)";
-      std::string list;
-      for (std::string_view candidate : allowed) {
-        list += (list.empty() ? "" : ", ") + std::string(candidate);
-      }
-      return "unknown key (allowed here: " + list + ")";
-    }
-
     Field self_;
     std::vector<std::string> names_;
     std::vector<Field> entries_;

@@ -43,6 +43,21 @@ class DocumentMarks final : public YAML::EventHandler {
   }
 };
 
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
 int LineOf(const YAML::Node& node) {
@@ -63,24 +78,25 @@ std::string DescribeNode(const YAML::Node& node) {
   }
 }
 
-std::size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 // Parses YAML text holding at most one document into its root node (null for
 // an empty text). Errors are InvalidArgument, "<source>:<line>: YAML syntax
 // error: ...".
+std::string UnknownKeyMessage(std::string_view name, std::span<const std::string_view> allowed) {
+  std::string_view best;
+  std::size_t best_distance = 3;
+  for (std::string_view candidate : allowed) {
+    if (const std::size_t d = EditDistance(name, candidate); d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  if (!best.empty()) return "unknown key (did you mean \"" + std::string(best) + "\"?)";
+  std::string list;
+  for (std::string_view candidate : allowed) list += (list.empty() ? "" : ", ") + std::string(candidate);
+  return "unknown key (allowed here: " + list + ")";
+}
+
 StatusOr<YAML::Node> ParseYamlDocument(const std::string& text, const std::string& source_name) {
   try {
     // Not YAML::LoadAll: yaml-cpp 0.7 loops there for ever, allocating, when

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -10,7 +11,7 @@
 
 // Reading YAML strictly, for the config loader and the YAML files a config
 // names (webhooks.file, the API keys file): one document, lines for messages,
-// "did you mean" suggestions. Messages are written with Located
+// "did you mean" suggestions (Levenshtein distance). Messages are written with Located
 // (config/line_index.h): "<source>:<line>: <key path>: <what>".
 namespace idemgate::config {
 
@@ -20,8 +21,9 @@ int LineOf(const YAML::Node& node);
 // "a mapping", "a list", "\"<scalar>\"" or "nothing", for "expected X, got Y".
 std::string DescribeNode(const YAML::Node& node);
 
-// Levenshtein distance, for suggesting a known key in place of a misspelt one.
-std::size_t EditDistance(std::string_view a, std::string_view b);
+// "unknown key (did you mean \"<closest>\"?)" when one of `allowed` is
+// within two edits of `name`, else "unknown key (allowed here: a, b, ...)".
+std::string UnknownKeyMessage(std::string_view name, std::span<const std::string_view> allowed);
 
 // Parses YAML text holding at most one document into its root node (null for
 // an empty text). Errors are InvalidArgument, "<source>:<line>: YAML syntax

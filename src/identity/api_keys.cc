@@ -60,23 +60,7 @@ Fields CheckedFields(const std::string& source, const YAML::Node& map, int map_l
     }
     const std::string& name = key.Scalar();
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      std::string_view best;
-      std::size_t best_distance = 3;
-      for (std::string_view candidate : allowed) {
-        if (const std::size_t d = config::EditDistance(name, candidate); d < best_distance) {
-          best_distance = d;
-          best = candidate;
-        }
-      }
-      std::string message;
-      if (!best.empty()) {
-        message = "unknown key (did you mean \"" + std::string(best) + "\"?)";
-      } else {
-        for (std::string_view candidate : allowed)
-          message += (message.empty() ? "" : ", ") + std::string(candidate);
-        message = "unknown key (allowed here: " + message + ")";
-      }
-      throw KeysFileError{config::Located(source, line, child(name), message)};
+      throw KeysFileError{config::Located(source, line, child(name), config::UnknownKeyMessage(name, allowed))};
     }
     // yaml-cpp keeps both pairs of a key written twice (a lookup finds the first).
     if (const Fields::Field* seen = out.Find(name)) {
