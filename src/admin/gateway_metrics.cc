@@ -120,20 +120,20 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "header_timeout"}) {
     requests_refused_->WithLabelValues({reason});
   }
-  connections_refused_ =
-      &registry_
-           .AddCounter(names::kConnectionsRefused,
-                       "Client connections closed as soon as they were accepted because limits.max_connections "
-                       "were open.",
-                       {})
-           .WithLabelValues(std::span<const std::string_view>{});
-  tls_handshake_failures_ =
-      &registry_
-           .AddCounter(names::kTlsHandshakeFailures,
-                       "Client TLS handshakes on the listener that failed or did not finish within "
-                       "limits.header_timeout (each logged at debug).",
-                       {})
-           .WithLabelValues(std::span<const std::string_view>{});
+  CounterFamily& refused = registry_.AddCounter(
+      names::kConnectionsRefused,
+      "Client connections closed as soon as they were accepted because the listener's connection limit "
+      "(limits.max_connections on listen, 256 on admin.listen) was reached.",
+      {"listener"});
+  CounterFamily& handshakes = registry_.AddCounter(
+      names::kTlsHandshakeFailures,
+      "Client TLS handshakes that failed or did not finish within limits.header_timeout (each logged at debug).",
+      {"listener"});
+  for (Listener l : {Listener::kData, Listener::kAdmin}) {
+    const std::string_view name = l == Listener::kData ? "data" : "admin";
+    connections_refused_[static_cast<int>(l)] = &refused.WithLabelValues({name});
+    tls_handshake_failures_[static_cast<int>(l)] = &handshakes.WithLabelValues({name});
+  }
   request_duration_ = &registry_.AddHistogram(
       names::kRequestDuration,
       "Time from the request's first byte to the end of its response, in seconds.", ScopeLabels(t));
@@ -321,9 +321,11 @@ void GatewayMetrics::LeaseExpired(const MetricScope& scope) {
   Series(kLeaseExpiredSeries, *lease_expired_, scope).Inc();
 }
 
-void GatewayMetrics::ConnectionRefused() { connections_refused_->Inc(); }
+void GatewayMetrics::ConnectionRefused(Listener listener) { connections_refused_[static_cast<int>(listener)]->Inc(); }
 
-void GatewayMetrics::TlsHandshakeFailed() { tls_handshake_failures_->Inc(); }
+void GatewayMetrics::TlsHandshakeFailed(Listener listener) {
+  tls_handshake_failures_[static_cast<int>(listener)]->Inc();
+}
 
 void GatewayMetrics::RequestRefused(std::string_view reason) {
   requests_refused_->WithLabelValues({reason}).Inc();

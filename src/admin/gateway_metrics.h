@@ -106,12 +106,17 @@ class GatewayMetrics {
   // `reason` is "bad_request", "uri_too_long", "headers_too_large" or
   // "header_timeout". Not in the route stats (no route).
   void RequestRefused(std::string_view reason);
-  // A client connection closed as soon as it was accepted because
-  // limits.max_connections were open (http::Handler::ConnectionRefused).
-  void ConnectionRefused();
-  // A client's TLS handshake on the listener failed or timed out
+  // Which listener a connection-level event happened on: the `listener` label
+  // of idemgate_connections_refused_total and
+  // idemgate_tls_handshake_failures_total ("data" for `listen`, "admin" for
+  // `admin.listen`).
+  enum class Listener { kData, kAdmin };
+  // A client connection closed as soon as it was accepted because the
+  // listener's connection limit was reached (http::Handler::ConnectionRefused).
+  void ConnectionRefused(Listener listener = Listener::kData);
+  // A client's TLS handshake failed or timed out
   // (http::Handler::TlsHandshakeFailed).
-  void TlsHandshakeFailed();
+  void TlsHandshakeFailed(Listener listener = Listener::kData);
 
   // A request carried a usable key (or the webhook translation produced one);
   // `idempotency_case` is the policy's case name (e.g. "REQUIRED_A").
@@ -229,8 +234,8 @@ class GatewayMetrics {
   CounterFamily* lease_expired_;
   CounterFamily* fail_open_;
   CounterFamily* requests_refused_;
-  Counter* connections_refused_;
-  Counter* tls_handshake_failures_;
+  Counter* connections_refused_[2];     // by Listener
+  Counter* tls_handshake_failures_[2];  // by Listener
   std::atomic<std::uint64_t> shutdown_releases_{0};
   HistogramFamily* request_duration_;
   HistogramFamily* upstream_duration_;

@@ -371,7 +371,7 @@ int Run(const Args& args) {
   api_options.stats = &metrics.stats();
   api_options.store = store_ptr;
   admin::AdminApi api(api_options);
-  gateway::AdminHandler admin_handler(api);
+  gateway::AdminHandler admin_handler(api, &metrics);
 
   // TLS on the listen address and on the admin listener: the contexts are
   // read now and again on every reload (a renewed certificate takes effect

@@ -29,4 +29,12 @@ http::Task<void> AdminHandler::Handle(http::Exchange& exchange) {
   co_await exchange.Respond(std::move(response));
 }
 
+void AdminHandler::ConnectionRefused() {
+  if (metrics_ != nullptr) metrics_->ConnectionRefused(admin::GatewayMetrics::Listener::kAdmin);
+}
+
+void AdminHandler::TlsHandshakeFailed() {
+  if (metrics_ != nullptr) metrics_->TlsHandshakeFailed(admin::GatewayMetrics::Listener::kAdmin);
+}
+
 }  // namespace idemgate::gateway

@@ -49,21 +49,32 @@ TEST(GatewayMetrics, LeaseLostHelpNamesEveryCause) {
   }
 }
 
-TEST(GatewayMetrics, RefusedConnectionsAreCountedFromZero) {
+// Both listeners' series exist from the start, so a rate() over them never
+// starts from a missing series.
+TEST(GatewayMetrics, RefusedConnectionsAreCountedFromZeroPerListener) {
   GatewayMetrics metrics;
-  EXPECT_TRUE(Contains(metrics.RenderPrometheus(),
-                       "# TYPE idemgate_connections_refused_total counter\nidemgate_connections_refused_total 0\n"));
+  const std::string before = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(before, "\nidemgate_connections_refused_total{listener=\"data\"} 0\n")) << before;
+  EXPECT_TRUE(Contains(before, "\nidemgate_connections_refused_total{listener=\"admin\"} 0\n")) << before;
   metrics.ConnectionRefused();
   metrics.ConnectionRefused();
-  EXPECT_TRUE(Contains(metrics.RenderPrometheus(), "\nidemgate_connections_refused_total 2\n"));
+  metrics.ConnectionRefused(GatewayMetrics::Listener::kAdmin);
+  const std::string after = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(after, "\nidemgate_connections_refused_total{listener=\"data\"} 2\n")) << after;
+  EXPECT_TRUE(Contains(after, "\nidemgate_connections_refused_total{listener=\"admin\"} 1\n")) << after;
 }
 
-TEST(GatewayMetrics, FailedTlsHandshakesAreCountedFromZero) {
+TEST(GatewayMetrics, FailedTlsHandshakesAreCountedFromZeroPerListener) {
   GatewayMetrics metrics;
-  EXPECT_TRUE(Contains(metrics.RenderPrometheus(),
-                       "# TYPE idemgate_tls_handshake_failures_total counter\nidemgate_tls_handshake_failures_total 0\n"));
+  const std::string before = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(before, "\nidemgate_tls_handshake_failures_total{listener=\"data\"} 0\n")) << before;
+  EXPECT_TRUE(Contains(before, "\nidemgate_tls_handshake_failures_total{listener=\"admin\"} 0\n")) << before;
   metrics.TlsHandshakeFailed();
-  EXPECT_TRUE(Contains(metrics.RenderPrometheus(), "\nidemgate_tls_handshake_failures_total 1\n"));
+  metrics.TlsHandshakeFailed(GatewayMetrics::Listener::kAdmin);
+  metrics.TlsHandshakeFailed(GatewayMetrics::Listener::kAdmin);
+  const std::string after = metrics.RenderPrometheus();
+  EXPECT_TRUE(Contains(after, "\nidemgate_tls_handshake_failures_total{listener=\"data\"} 1\n")) << after;
+  EXPECT_TRUE(Contains(after, "\nidemgate_tls_handshake_failures_total{listener=\"admin\"} 2\n")) << after;
 }
 
 TEST(GatewayMetrics, TenantLabelsOnGiveTenantProjectRoute) {

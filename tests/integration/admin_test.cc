@@ -104,6 +104,15 @@ TEST_F(AdminTest, AdminConnectionsBeyondTheirBoundAreClosedAtOnce) {
   EXPECT_TRUE(admitted);
   // The data path was never limited by the admin listener's bound.
   EXPECT_EQ(Send(HttpRequest{.method = "GET", .target = "/echo/x"}).status, 200);
+  // The refusal is counted under the admin listener (with the connections
+  // the poll above may have had refused while the slot was freeing).
+  open.clear();
+  auto page = SendRequest(gateway_->admin(), HttpRequest{.target = "/metrics"}, 5s);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_GE(MetricValue(page->body, "idemgate_connections_refused_total{listener=\"admin\"}").value_or(0), 1.0)
+      << page->body;
+  EXPECT_EQ(MetricValue(page->body, "idemgate_connections_refused_total{listener=\"data\"}"),
+            std::optional<double>(0.0));
 }
 
 // docs/operations.md: DELETE /admin/keys/{key} refuses a key whose request is still running (409

@@ -139,6 +139,20 @@ TEST_F(TlsListenerTest, TheAdminListenerServesHttpsWithItsOwnTlsBlock) {
   EXPECT_FALSE(TlsClient(gateway_->admin(), Trusting()).Connect().ok());  // not localhost's certificate
   auto plain = SendRequest(gateway_->admin(), HttpRequest{.target = "/healthz"}, 3s);
   EXPECT_FALSE(plain.ok() && plain->status == 200);
+  // Both refused handshakes (a certificate the client does not trust, plain
+  // HTTP) are counted under the admin listener, none under the data listener.
+  std::string page;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto m = TlsClient(gateway_->admin(), as_other).Send("GET", "/metrics");
+        if (!m.ok()) return false;
+        page = m->body;
+        return MetricValue(page, "idemgate_tls_handshake_failures_total{listener=\"admin\"}") ==
+               std::optional<double>(2.0);
+      },
+      10s, 20ms))
+      << page;
+  EXPECT_EQ(MetricValue(page, "idemgate_tls_handshake_failures_total{listener=\"data\"}"), std::optional<double>(0.0));
 }
 
 TEST_F(TlsListenerTest, PlainHttpGetsNoAnswerOnTheTlsPort) {
@@ -152,7 +166,10 @@ TEST_F(TlsListenerTest, PlainHttpGetsNoAnswerOnTheTlsPort) {
   EXPECT_EQ(Executions(), 1u);
   // The failed handshake is counted.
   EXPECT_TRUE(PollUntil(
-      [&] { return MetricValue(Metrics(), "idemgate_tls_handshake_failures_total") == std::optional<double>(1.0); },
+      [&] {
+        return MetricValue(Metrics(), "idemgate_tls_handshake_failures_total{listener=\"data\"}") ==
+               std::optional<double>(1.0);
+      },
       10s, 20ms))
       << Metrics();
 }
