@@ -6,6 +6,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
+#include <cstring>
 #include <utility>
 
 #include "http/headers.h"
@@ -336,6 +337,70 @@ unsigned StatusLineReceived(const ResponseParser& up, const beast::flat_buffer& 
     if ((u < 0x20 && c != '\t') || u == 0x7f) return 0;
   }
   return status;
+}
+
+// Finds the end of an upstream's head as its bytes arrive, and whether it
+// needs RepairUpstreamHead, looking at each byte once (a head dribbled in
+// byte by byte costs no rescans). The parser is shown the head only once it
+// is whole: Beast consumes the status line and each field as it parses them,
+// and a head is mended only before any of it was consumed.
+struct HeadScan {
+  std::size_t offset = 0;                    // bytes of the buffer looked at
+  std::size_t end = std::string_view::npos;  // just past the empty line ending the head
+  bool mend = false;                         // a bare LF, or "HTTP/1.x DDD" alone on the status line
+  void Advance(const beast::flat_buffer& buffer, std::size_t limit) {
+    const auto data = buffer.data();
+    const std::string_view bytes(static_cast<const char*>(data.data()), std::min(data.size(), limit));
+    while (end == std::string_view::npos) {
+      const std::size_t lf = bytes.find('\n', offset);
+      if (lf == std::string_view::npos) {
+        offset = bytes.size();
+        return;
+      }
+      const bool first = offset == 0;
+      offset = lf + 1;
+      const bool cr = lf > 0 && bytes[lf - 1] == '\r';
+      const std::size_t line_end = cr ? lf - 1 : lf;
+      if (!cr || (first && line_end == 12 && bytes.starts_with("HTTP/1."))) mend = true;
+      if (line_end > 0 && bytes[line_end - 1] == '\n') end = lf + 1;
+    }
+  }
+};
+
+// Two things RFC 9112 lets a recipient accept, and nginx accepts from an
+// upstream, that Beast's parser refuses: a line ended by a bare LF (section
+// 2.2: a recipient MAY take a single LF as a line terminator and ignore a
+// preceding CR) and a status line that ends right after its code, without
+// the space before an empty reason phrase ("HTTP/1.1 200"). Rewrites the
+// `head_end` bytes of head at the front of `buffer` with CRLF line ends and
+// that space, leaving the body after it untouched; false when there was
+// nothing to mend. Only for the upstream's side: on a client's request,
+// leniency about framing is what request smuggling relies on (server.cc
+// stays strict). A head that still holds something Beast refuses (a bare CR
+// within a line, a malformed field) is refused as before.
+bool RepairUpstreamHead(beast::flat_buffer& buffer, std::size_t head_end) {
+  const auto data = buffer.data();
+  const std::string_view all(static_cast<const char*>(data.data()), data.size());
+  std::string mended;
+  mended.reserve(all.size() + 32);
+  for (std::size_t pos = 0; pos < head_end;) {
+    const std::size_t lf = all.find('\n', pos);
+    std::string_view line = all.substr(pos, lf - pos);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    mended.append(line);
+    if (pos == 0 && line.size() == 12 && (line.starts_with("HTTP/1.1 ") || line.starts_with("HTTP/1.0 "))) {
+      mended.push_back(' ');
+    }
+    mended.append("\r\n");
+    pos = lf + 1;
+  }
+  if (mended == all.substr(0, head_end)) return false;
+  mended.append(all.substr(head_end));
+  buffer.consume(buffer.size());
+  const auto out = buffer.prepare(mended.size());
+  std::memcpy(out.data(), mended.data(), mended.size());
+  buffer.commit(mended.size());
+  return true;
 }
 
 // Sends the rest of `iov` to a plain-text upstream whose socket is full
@@ -770,8 +835,17 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         if (c_.head.method == "HEAD") up.skip(true);
         up.get().result(0);  // no status line yet (StatusLineReceived)
         Pump pump;
+        HeadScan scan;
         for (bool partial = cut_short;; partial = true) {
-          ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
+          if (pump.header_bytes == 0 && scan.end == std::string_view::npos) {
+            scan.Advance(conn->buffer, kUpstreamHeaderLimit);
+            if (scan.end != std::string_view::npos && scan.mend) RepairUpstreamHead(conn->buffer, scan.end);
+          }
+          if (scan.end != std::string_view::npos || conn->buffer.size() >= kUpstreamHeaderLimit) {
+            ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
+          } else {
+            pump.need_more = true;  // the head is not whole yet
+          }
           if (!pump.need_more) break;
           error_code read_ec;
           std::size_t n = 0;

@@ -1284,7 +1284,7 @@ TEST(InProcessProxyTest, StatusOutsideTheDefinedRangeIs502) {
 // An upstream that answered with a final status ran the request, even when
 // the rest of its head is one the proxy refuses (Content-Length beside
 // Transfer-Encoding, a coding other than chunked, two lengths, a block past
-// the limit, lines ended by a bare LF) or breaks off: the client gets 502, and the observer learns
+// the limit, a bare CR within a line) or breaks off: the client gets 502, and the observer learns
 // the status alone, the body marked omitted, as when a body breaks off
 // (the idempotency engine then stores a 201 instead of releasing the key
 // for a second run). Beast's message starts as 200: only a status line that
@@ -1299,7 +1299,7 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
   const std::pair<std::string, int> cases[] = {
       {"/canned/201-length-chunked", 201}, {"/canned/201-gzip-chunked", 201},
       {"/canned/201-two-lengths", 201},    {"/canned/201-huge-head", 201},
-      {"/canned/201-bare-lf", 201},        {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
+      {"/canned/201-bare-cr", 201},        {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
       {"/reset?at=head", 200},             {"/canned/status-600", 0},
       {"/canned/status-099", 0},           {"/canned/101-upgrade", 0},
   };
@@ -1326,6 +1326,45 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
     EXPECT_TRUE(o.captured->response.body.empty());
     EXPECT_TRUE(o.captured->response.body_omitted);
   }
+}
+
+// RFC 9112 lets a recipient take a bare LF as a line end (section 2.2), and
+// nginx takes that and a status line without the space before an empty
+// reason phrase from its upstreams; Beast refuses both. The proxy mends such
+// a head before parsing it: the response is relayed and captured whole (its
+// body untouched, bare LFs in it included), and the connection is reused.
+TEST(InProcessProxyTest, AHeadWithBareLineFeedsOrNoReasonPhraseIsRelayed) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.capture = true;
+  Harness h(options);
+  const std::pair<std::string, std::string> cases[] = {
+      {"/canned/201-bare-lf", "ok"},           {"/canned/201-some-bare-lf", "ok"},
+      {"/canned/201-no-reason", "ok"},         {"/canned/201-no-reason-bare-lf", "ok"},
+      {"/canned/100-bare-lf-then-201", "ok"},  {"/canned/201-bare-lf-body", "o\nk\r\n\n"},
+  };
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  std::size_t n = 0;
+  for (const auto& [target, body] : cases) {
+    SCOPED_TRACE(target);
+    // One client connection for all: the proxy answered each whole.
+    ASSERT_TRUE(conn.Write("POST " + target + " HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx").ok());
+    const std::string raw = ReadUntil(
+        conn, [&](const std::string& got) { return got.find("\r\n\r\n") != std::string::npos && got.ends_with(body); },
+        10s);
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 201 ")) << raw;
+    EXPECT_NE(raw.find("\r\nX-A: b\r\n"), std::string::npos) << raw;
+    EXPECT_TRUE(raw.ends_with("\r\n\r\n" + body)) << raw;
+    ASSERT_TRUE(h.handler().WaitForResults(++n));
+    const RecordingObserver o = h.handler().observers().back();
+    ASSERT_TRUE(o.captured.has_value());
+    EXPECT_EQ(o.captured->response.status, 201);
+    EXPECT_EQ(o.captured->response.body, body);
+    EXPECT_FALSE(o.captured->response.body_omitted);
+  }
+  // The upstream connection was kept and reused throughout.
+  EXPECT_EQ(upstream.connections(), 1);
 }
 
 // An upstream may answer before it has read the whole request body (an

@@ -316,7 +316,15 @@ struct TestUpstream::Impl {
              "HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
             {"201-two-lengths", "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
             {"201-huge-head", kHugeHead},
-            {"201-bare-lf", "HTTP/1.1 201 Created\nContent-Length: 2\n\nok"},
+            {"201-bare-cr", "HTTP/1.1 201 Created\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok"},
+            // Heads the proxy mends (bare LF line ends, no space after the
+            // status code) before parsing them.
+            {"201-bare-lf", "HTTP/1.1 201 Created\nContent-Length: 2\nX-A: b\n\nok"},
+            {"201-some-bare-lf", "HTTP/1.1 201 Created\r\nContent-Length: 2\nX-A: b\r\n\nok"},
+            {"201-no-reason", "HTTP/1.1 201\r\nContent-Length: 2\r\nX-A: b\r\n\r\nok"},
+            {"201-no-reason-bare-lf", "HTTP/1.1 201\nX-A: b\nContent-Length: 2\n\nok"},
+            {"100-bare-lf-then-201", "HTTP/1.1 100 Continue\n\nHTTP/1.1 201 Created\nX-A: b\nContent-Length: 2\n\nok"},
+            {"201-bare-lf-body", "HTTP/1.1 201 Created\nContent-Length: 6\nX-A: b\n\no\nk\r\n\n"},
             {"100-then-201-two-lengths",
              "HTTP/1.1 100 Continue\r\n\r\n"
              "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
