@@ -149,6 +149,9 @@ struct Upstream {
   Duration timeout = 30s;
   Duration connect_timeout = 2s;
   std::uint32_t max_connections = 256;
+  // false: a connection per request, closed after its response (Connection:
+  // close sent upstream), for upstreams not trusted to frame their responses.
+  bool keepalive = true;
   UpstreamTls tls;
 };
 

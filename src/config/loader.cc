@@ -416,7 +416,7 @@ class Loader {
       const Field& entry = all.entries()[i];
       Upstream u;
       u.name = all.names()[i];
-      Map m(*this, entry, {"url", "timeout", "connect_timeout", "max_connections", "tls"});
+      Map m(*this, entry, {"url", "timeout", "connect_timeout", "max_connections", "keepalive", "tls"});
       auto url = m.Get("url");
       if (!url) Fail(entry.line, Child(entry.path, "url"), "missing (every upstream needs a url)");
       u.url = String(*url);
@@ -428,6 +428,7 @@ class Loader {
         u.max_connections =
             static_cast<std::uint32_t>(Uint(*g, std::numeric_limits<std::uint32_t>::max()));
       }
+      if (auto g = m.Get("keepalive")) u.keepalive = Bool(*g);
       if (auto g = m.Get("tls")) {
         Map t(*this, *g, {"ca_file", "server_name", "cert_file", "key_file"});
         u.tls.configured = true;

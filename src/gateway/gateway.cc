@@ -87,6 +87,7 @@ http::UpstreamTarget UpstreamTargetFromConfig(const config::Upstream& upstream, 
   t.base_path = upstream.base_path;
   t.connect_timeout = upstream.connect_timeout;
   t.timeout = upstream.timeout;
+  t.keepalive = upstream.keepalive;
   const std::size_t w = std::max<std::size_t>(workers, 1);
   t.max_connections = static_cast<std::uint32_t>(std::max<std::size_t>(1, (upstream.max_connections + w - 1) / w));
   return t;

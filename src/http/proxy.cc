@@ -180,6 +180,7 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
     out.append(std::string_view("-00\r\n"));
   }
   for (const Header& h : fr.set_headers) AppendField(out, h.name, h.value);
+  if (!target.keepalive) AppendField(out, "Connection", "close");
   if (framing == Framing::kLength) {
     AppendNumberField(out, "Content-Length", buffered_size ? *buffered_size : *head.content_length);
   } else if (framing == Framing::kChunked) {

@@ -220,7 +220,7 @@ void UpstreamPool::Impl::Release(std::unique_ptr<internal::UpstreamConnection> c
   // With TLS, bytes already decrypted but not yet read count as left over.
   const bool drained =
       connection->buffer.size() == 0 && (!connection->tls || SSL_pending(connection->tls->native_handle()) == 0);
-  if (reusable && !w.draining && drained && connection->socket.is_open()) {
+  if (reusable && target.keepalive && !w.draining && drained && connection->socket.is_open()) {
     connection->idle_since = internal::SteadyClock::now();
     connection->reused = false;
     idle.push_back(std::move(connection));

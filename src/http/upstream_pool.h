@@ -34,6 +34,9 @@ struct UpstreamTarget {
   // worker's next watchdog tick, and never reused past it). Sooner when the
   // upstream closes one or writes on it while idle.
   Duration idle_timeout = 55s;
+  // false: no connection is reused; each request is sent with
+  // "Connection: close" on a connection of its own.
+  bool keepalive = true;
   // https upstreams: the TLS context (tls.h), and the name sent as
   // SNI and required in the server's certificate (`host` when empty). Null
   // for plain http.

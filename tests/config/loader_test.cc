@@ -75,6 +75,7 @@ TEST(LoaderTest, SpecExampleLoadsWithItsValues) {
   EXPECT_EQ(app.base_path, "");
   EXPECT_EQ(app.timeout, 30s);
   EXPECT_EQ(app.max_connections, 256u);
+  EXPECT_TRUE(app.keepalive);
 
   EXPECT_EQ(c.defaults.policy, Policy::kOptional);
   EXPECT_EQ(c.defaults.methods, (std::vector<std::string>{"POST", "PATCH"}));
@@ -376,7 +377,7 @@ identity:
   mode: trusted_headers
   trusted_headers: { tenant: X-Org, subject: X-User }
 upstreams:
-  app: { url: http://127.0.0.1:9001, timeout: 10s, connect_timeout: 500ms, max_connections: 32 }
+  app: { url: http://127.0.0.1:9001, timeout: 10s, connect_timeout: 500ms, max_connections: 32, keepalive: false }
   restate: { url: http://127.0.0.1:8080 }
 routes:
   - id: pay
@@ -457,6 +458,7 @@ log: { level: debug, format: text }
   EXPECT_EQ(app.timeout, 10s);
   EXPECT_EQ(app.connect_timeout, 500ms);
   EXPECT_EQ(app.max_connections, 32u);
+  EXPECT_FALSE(app.keepalive);
 
   ASSERT_EQ(c.routes.size(), 3u);
   const Route& pay = c.routes[0];

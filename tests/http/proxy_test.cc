@@ -1328,6 +1328,33 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
   }
 }
 
+// upstreams.NAME.keepalive: false gives every request a connection of its
+// own, announced to the upstream with Connection: close, so that bytes an
+// upstream writes late (a second response, the answer to a request it read
+// out of a body it ignored) can never be read as another request's response.
+TEST(InProcessProxyTest, WithoutKeepaliveEveryRequestHasAConnectionOfItsOwn) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  options.target.keepalive = false;
+  Harness h(options);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(conn.Write("POST /echo/" + std::to_string(i) + " HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx").ok());
+    const std::string raw = ReadUntil(conn, [](const std::string& got) { return BodyBytesAfterHead(got) >= 1; }, 10s);
+    EXPECT_TRUE(raw.starts_with("HTTP/1.1 200 ")) << raw;
+    // The client's own connection stays open.
+    EXPECT_EQ(raw.find("Connection: close"), std::string::npos) << raw;
+    const SeenRequest seen = upstream.last_echo();
+    std::vector<std::string> connection;
+    for (const auto& [name, value] : seen.headers) {
+      if (http::NameEquals(name, "connection")) connection.push_back(value);
+    }
+    EXPECT_EQ(connection, std::vector<std::string>{"close"});
+  }
+  EXPECT_EQ(upstream.connections(), 3);
+}
+
 // RFC 9112 lets a recipient take a bare LF as a line end (section 2.2), and
 // nginx takes that and a status line without the space before an empty
 // reason phrase from its upstreams; Beast refuses both. The proxy mends such
