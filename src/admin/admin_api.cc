@@ -66,7 +66,7 @@ AdminResponse Problem(int status, std::string_view code, std::string_view title,
 }
 
 AdminResponse NotFound(std::string_view detail) {
-  return Problem(404, "not-found", "Not Found", detail);
+  return Problem(404, "not-found", "Not found", detail);
 }
 
 std::string_view Trim(std::string_view s) {
@@ -174,9 +174,9 @@ AdminResponse StoreFailure(const Status& status) {
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kResourceExhausted:
-      return Problem(503, "store-unavailable", "Store Unavailable", status.message());
+      return Problem(503, "store-unavailable", "Idempotency store unavailable", status.message());
     default:
-      return Problem(500, "internal", "Internal Error", status.ToString());
+      return Problem(500, "internal-error", "Internal error", status.ToString());
   }
 }
 
@@ -283,7 +283,7 @@ core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
   if (path == "/metrics" && get) co_return Respond(200, kPrometheusContentType, options_.metrics->RenderPrometheus());
   if (path == "/admin/stats" && get) co_return Stats();
   if (keys && (get || request.method == "DELETE")) co_return co_await Key(request, path.substr(kKeysPrefix.size()));
-  AdminResponse r = Problem(405, "method-not-allowed", "Method Not Allowed",
+  AdminResponse r = Problem(405, "method-not-allowed", "Method not allowed",
                             SanitizeUtf8(path) + " does not take " + SanitizeUtf8(request.method) + "; it takes " +
                                 std::string(allow));
   r.headers.push_back({"Allow", std::string(allow)});
@@ -292,15 +292,15 @@ core::Task<AdminResponse> AdminApi::Handle(AdminRequest request) const {
 
 core::Task<AdminResponse> AdminApi::Ready() const {
   if (draining_.load(std::memory_order_relaxed)) {
-    co_return Problem(503, "shutting-down", "Shutting Down", "the gateway is draining");
+    co_return Problem(503, "shutting-down", "Gateway shutting down", "the gateway is draining");
   }
   if (options_.store == nullptr) {
-    co_return Problem(503, "store-unavailable", "Store Unavailable", "no store configured");
+    co_return Problem(503, "store-unavailable", "Idempotency store unavailable", "no store configured");
   }
   const Status status = co_await options_.store->Ping();
   if (!status.ok()) {
     if (options_.metrics != nullptr) options_.metrics->AdminStoreError(StoreOp::kPing);
-    co_return Problem(503, "store-unavailable", "Store Unavailable", "store: " + status.ToString());
+    co_return Problem(503, "store-unavailable", "Idempotency store unavailable", "store: " + status.ToString());
   }
   co_return Respond(200, kText, "ok");
 }
@@ -340,25 +340,25 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
           403, "forbidden", "Forbidden",
           "no admin token configured: set the environment variable named by admin.token_env");
     case Auth::kMissing: {
-      AdminResponse r = Problem(401, "unauthenticated", "Unauthenticated",
+      AdminResponse r = Problem(401, "unauthenticated", "Authentication required",
                                 "this call needs Authorization: Bearer <admin token>");
       r.headers.push_back({"WWW-Authenticate", std::string(kRealm)});
       co_return r;
     }
     case Auth::kWrong: {
       AdminResponse r =
-          Problem(401, "unauthenticated", "Unauthenticated", "the admin token is not valid");
+          Problem(401, "unauthenticated", "Authentication required", "the admin token is not valid");
       r.headers.push_back({"WWW-Authenticate", std::string(kRealm) + ", error=\"invalid_token\""});
       co_return r;
     }
   }
 
   StatusOr<std::string> key = PercentDecode(encoded_key);
-  if (!key.ok()) co_return Problem(400, "invalid-key", "Invalid Key", key.status().message());
+  if (!key.ok()) co_return Problem(400, "invalid-key", "Invalid idempotency key", key.status().message());
 
   if (request.method == "DELETE") {
     StatusOr<bool> force = ForceParam(request.target);
-    if (!force.ok()) co_return Problem(400, "bad-request", "Bad Request", force.status().message());
+    if (!force.ok()) co_return Problem(400, "bad-request", "Malformed request", force.status().message());
     // Unless forced, the store refuses (atomically, in the same step as the
     // delete) a reservation whose lease lasts: its request may still be
     // running, and a retry after the purge would run it a second time.
@@ -382,7 +382,7 @@ core::Task<AdminResponse> AdminApi::Key(const AdminRequest& request,
     if (purged->outcome == core::PurgeOutcome::kInFlight) {
       const UnixMillis lease_end = purged->lease_expires_ms;
       AdminResponse r = Problem(
-          409, "key-in-flight", "Key In Flight",
+          409, "key-in-flight", "Key in flight",
           "the request under this key is still running (its lease ends at " + FormatRfc3339(lease_end) +
               "); purging it now would let a retry run the request a second time beside the original. "
               "Purge it after the lease ends, or add ?force=true to purge it anyway, at that risk");

@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "common/log.h"
+#include "http/problem.h"
 #include "fake_store.h"
 
 namespace idemgate::admin {
@@ -272,7 +274,7 @@ TEST_F(AdminApiTest, UnknownKeyIs404) {
   EXPECT_EQ(r.status, 404);
   json::object problem = ProblemOf(r);
   EXPECT_EQ(problem["type"], "urn:idemgate:problem:not-found");
-  EXPECT_EQ(problem["title"], "Not Found");
+  EXPECT_EQ(problem["title"], "Not found");
   EXPECT_EQ(problem["status"], 404);
 }
 
@@ -647,4 +649,34 @@ TEST(RecordToJson, ScopeShowsTheCallersComponents) {
 }
 
 }  // namespace
+// RFC 9457 section 3.1.3: a problem type's title does not change from one
+// occurrence to the next, so the admin listener's problems carry the data
+// listener's titles for the codes both answer with. (Last in the file: its
+// refused calls use up the rate-limited "admin call refused" lines that
+// PurgesAndRefusedCallsAreLogged counts when the whole binary runs.)
+TEST_F(AdminApiTest, ProblemTitlesAreTheDataListenersForTheSameCode) {
+  AdminApi api = MakeApi();
+  const auto expect_title = [](const AdminResponse& r, http::ProblemCode code) {
+    json::object problem = ProblemOf(r);
+    const auto text = [&](const char* member) { return std::string_view(problem[member].as_string()); };
+    EXPECT_EQ(text("code"), http::ProblemCodeName(code));
+    EXPECT_EQ(text("type"), http::ProblemType(code));
+    EXPECT_EQ(text("title"), http::ProblemTitle(code)) << json::serialize(problem);
+  };
+  expect_title(Call(api, Req("GET", "/admin/keys/t-_:_:_:r:missing", Bearer(kToken))), http::ProblemCode::kNotFound);
+  expect_title(Call(api, Req("GET", "/admin/keys/" + kKey)), http::ProblemCode::kUnauthenticated);
+  expect_title(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("wrong"))), http::ProblemCode::kUnauthenticated);
+  expect_title(Call(api, Req("POST", "/healthz")), http::ProblemCode::kMethodNotAllowed);
+  expect_title(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=maybe", Bearer(kToken))),
+               http::ProblemCode::kBadRequest);
+  store_.Fail(UnavailableError("store down"));
+  expect_title(Call(api, Req("GET", "/readyz")), http::ProblemCode::kStoreUnavailable);
+  expect_title(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))), http::ProblemCode::kStoreUnavailable);
+  store_.Fail(InternalError("corrupt record"));
+  expect_title(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer(kToken))), http::ProblemCode::kInternal);
+  store_.Heal();
+  api.SetDraining(true);
+  expect_title(Call(api, Req("GET", "/readyz")), http::ProblemCode::kShuttingDown);
+}
+
 }  // namespace idemgate::admin
