@@ -63,14 +63,24 @@ Duration NextWake(SteadyClock::time_point deadline, const Record& holder, UnixMi
 }
 
 // The background retries below (on stores whose failed writes may land):
-// waits `*delay`, then multiplies it by `factor`, unless the wait would end
-// at or after `until` on `clock`. False when it would, or when the wait was
-// cancelled (the worker stops).
+// waits `*delay`, then multiplies it by `factor`; a wait that would end
+// after `until` on `clock` ends at `until` instead, for a last attempt
+// there (with growing delays, stopping at the last one that fits would end
+// the attempts up to a factor's share of the window early, though the store
+// may be back in time). False once `until` has passed or that last attempt
+// was made, or when the wait was cancelled (the worker stops).
 Task<bool> WaitForNextAttempt(boost::asio::steady_timer& timer, Duration* delay, int factor, UnixMillis until,
                               const Clock& clock) {
-  if (clock.NowMillis() + delay->count() >= until) co_return false;
-  timer.expires_after(*delay);
-  *delay *= factor;
+  const UnixMillis now = clock.NowMillis();
+  if (now >= until || *delay == Duration::max()) co_return false;
+  Duration wait = *delay;
+  if (now + wait.count() >= until) {
+    wait = Duration(until - now);
+    *delay = Duration::max();  // the last attempt
+  } else {
+    *delay *= factor;
+  }
+  timer.expires_after(wait);
   const auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
   co_return !ec;
 }
@@ -85,7 +95,11 @@ Task<void> ReleaseIfItLands(Store& store, const Clock& clock, std::string key, s
                             UnixMillis lease_end) {
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   Duration delay = std::chrono::milliseconds(250);
-  while (co_await WaitForNextAttempt(timer, &delay, 4, lease_end, clock)) (void)co_await store.Release(key, owner);
+  // The last attempt a quarter second before the lease ends: at its end the
+  // reservation is free to take over anyway.
+  while (co_await WaitForNextAttempt(timer, &delay, 4, lease_end - 250, clock)) {
+    (void)co_await store.Release(key, owner);
+  }
 }
 
 BeginResult StoreError(Status status) {

@@ -188,6 +188,52 @@ TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandi
   }
 }
 
+// A store that refuses every Complete until a moment of real time (a Redis
+// out of memory until an operator raises maxmemory).
+class RefusingUntilStore final : public ForwardingStore {
+ public:
+  RefusingUntilStore(store::memory::MemoryStore& inner, std::chrono::steady_clock::time_point until)
+      : ForwardingStore(inner, true), until_(until) {}
+  Task<Status> Complete(std::string key, std::string owner, Record completed) override {
+    ++attempts;
+    if (std::chrono::steady_clock::now() < until_) co_return UnavailableError("OOM command not allowed");
+    co_return co_await inner_.Complete(std::move(key), std::move(owner), std::move(completed));
+  }
+  int attempts = 0;
+
+ private:
+  std::chrono::steady_clock::time_point until_;
+};
+
+// The background attempts double their delay, and the last one comes half a
+// second before the lease ends even when the doubling would overshoot it:
+// with a 1.6 s lease they come about 0.1, 0.3 and 0.7 s after the failure
+// and then at 1.1 s, where stopping at the last doubled delay that fits
+// (0.7 s) would leave the key to a takeover, and a second run, although the
+// store took writes again at 0.9 s.
+TEST(EngineLaterCompletionTest, TheLastAttemptComesHalfASecondBeforeTheLeaseEnds) {
+  SystemClock clock;
+  store::memory::MemoryStore memory{64 << 20, clock};
+  RefusingUntilStore store(memory, std::chrono::steady_clock::now() + 900ms);
+  Engine engine{store, clock};
+  boost::asio::io_context ctx;
+  KeyedRequest r;
+  r.key = kKey;
+  r.fingerprint = kFp;
+  r.lease = 1600ms;
+  r.wait_timeout = 1s;
+  const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+  ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
+  const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h));
+  EXPECT_EQ(first.code(), StatusCode::kUnavailable);
+  ctx.restart();
+  ctx.run();  // the background attempts, to their end
+  auto held = memory.GetNow(kKey, clock.NowMillis());
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(held->has_value());
+  EXPECT_EQ((*held)->state, RecordState::kCompleted) << store.attempts << " attempts";
+}
+
 TEST_F(EngineTest, FirstRequestProceeds) {
   const BeginResult r = Begin(Request());
   ASSERT_EQ(r.outcome, BeginOutcome::kProceed) << r.status.ToString();
