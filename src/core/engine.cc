@@ -165,11 +165,57 @@ std::string_view BeginOutcomeName(BeginOutcome outcome) {
     case BeginOutcome::kStoreError: return "store_error";
     case BeginOutcome::kCancelled: return "cancelled";
     case BeginOutcome::kClientGone: return "client_gone";
+    case BeginOutcome::kShared: return "shared";
   }
   return "unknown";
 }
 
 Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
+
+// A request of this process waiting on a key (Begin, in_flight: wait), from
+// its first wait to the end of its Begin.
+class Engine::WaiterRegistration {
+ public:
+  WaiterRegistration(Engine& engine, const std::string& key) : engine_(engine), key_(key) {
+    std::lock_guard lock(engine_.waited_mu_);
+    ++engine_.waited_[key_].waiters;
+    engine_.waited_keys_.store(engine_.waited_.size(), std::memory_order_release);
+  }
+  ~WaiterRegistration() {
+    std::lock_guard lock(engine_.waited_mu_);
+    const auto it = engine_.waited_.find(key_);
+    if (it != engine_.waited_.end() && --it->second.waiters == 0) engine_.waited_.erase(it);
+    engine_.waited_keys_.store(engine_.waited_.size(), std::memory_order_release);
+  }
+  WaiterRegistration(const WaiterRegistration&) = delete;
+  WaiterRegistration& operator=(const WaiterRegistration&) = delete;
+
+ private:
+  Engine& engine_;
+  std::string key_;
+};
+
+void Engine::Share(const Reservation& reservation, StoredResponse outcome) {
+  if (waited_keys_.load(std::memory_order_acquire) == 0) return;
+  {
+    std::lock_guard lock(waited_mu_);
+    if (waited_.find(reservation.key) == waited_.end()) return;
+  }
+  // Made outside the lock; the key may have lost its waiters meanwhile.
+  auto shared = std::make_shared<const SharedOutcome>(SharedOutcome{std::move(outcome), reservation.operation_id});
+  std::lock_guard lock(waited_mu_);
+  const auto it = waited_.find(reservation.key);
+  if (it == waited_.end()) return;
+  it->second.owner = reservation.owner;
+  it->second.outcome = std::move(shared);
+}
+
+std::shared_ptr<const SharedOutcome> Engine::SharedBy(const std::string& key, const std::string& owner) const {
+  std::lock_guard lock(waited_mu_);
+  const auto it = waited_.find(key);
+  if (it == waited_.end() || it->second.owner != owner) return nullptr;
+  return it->second.outcome;
+}
 
 std::string Engine::NewOwnerToken() {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -220,6 +266,11 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
     r.wait_get_errors = errors.wait_get_errors;
     return r;
   };
+  // From the first wait on: this request is one of the key's waiters, and
+  // the owner of the reservation it last waited on (whose outcome it takes
+  // when that owner shared one and released the key).
+  std::optional<WaiterRegistration> registration;
+  std::string holder;
   auto cancelled = [&request, &waited]() -> std::optional<BeginResult> {
     if (request.cancelled == nullptr || !request.cancelled(request.cancelled_arg)) return std::nullopt;
     BeginResult r;
@@ -238,6 +289,15 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
       r.outcome = BeginOutcome::kClientGone;
       r.waited = true;
       co_return counted(std::move(r));
+    }
+    if (waited && !holder.empty()) {
+      if (std::shared_ptr<const SharedOutcome> shared = SharedBy(request.key, holder)) {
+        BeginResult r;
+        r.outcome = BeginOutcome::kShared;
+        r.shared = std::move(shared);
+        r.waited = true;
+        co_return counted(std::move(r));
+      }
     }
     UnixMillis now = clock_.NowMillis();
     std::string operation_id = NewOperationId(now);
@@ -317,6 +377,8 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
             co_return in_flight();
           }
           if (auto r = cancelled()) co_return counted(std::move(*r));
+          if (!registration) registration.emplace(*this, request.key);
+          if (existing.has_value()) holder = existing->owner;
           Status s = co_await WaitAndReread(store_, clock_, request.key, deadline, &watch, &existing, &now,
                                             &waited, &errors);
           if (s.ok()) {

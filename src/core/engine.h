@@ -1,10 +1,14 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -56,10 +60,20 @@ enum class BeginOutcome {
   kStoreError,  // the store failed: `status`
   kCancelled,   // KeyedRequest::cancelled said to give up; the key was not taken
   kClientGone,  // a waiter's KeyedRequest::abandoned said its client is gone; the key was not taken
+  kShared,      // a waiter whose original released the key with an outcome that is not stored (Engine::Share):
+                // `shared` is that outcome, answered to the waiter too; the key was not taken
+};
+
+// What an original that released its key without storing an outcome (a
+// 5xx, a 429, an upstream timeout) answered, for the requests waiting on it
+// in this process (Engine::Share).
+struct SharedOutcome {
+  StoredResponse response;
+  std::string operation_id;  // the original's
 };
 
 // "proceed", "replay", "key_reused", "in_flight", "store_error", "cancelled",
-// "client_gone".
+// "client_gone", "shared".
 std::string_view BeginOutcomeName(BeginOutcome outcome);
 
 struct BeginResult {
@@ -73,6 +87,7 @@ struct BeginResult {
   std::chrono::seconds retry_after{0};  // kInFlight
   bool conflict_in_flight = false;      // kKeyReused: the record found was in flight
   Status status;                        // kStoreError
+  std::shared_ptr<const SharedOutcome> shared;  // kShared
   // Store errors met while waiting (kWait): each ended one look at the
   // record, and the engine looked again after a pause (50 ms doubling to
   // 1 s) until wait_timeout. Registering the watch / reading the record.
@@ -98,9 +113,10 @@ struct LookupResult {
 // reserve, replay, conflict, wait for an in-flight original, take over an
 // ended lease, complete and release with compare-and-set on the owner.
 //
-// Holds no per-request state: one Engine may be used concurrently from any
-// number of threads and io_contexts; each coroutine resumes on the executor
-// it was awaited on. `store` and `clock` must outlive it.
+// Holds no per-request state beyond the keys its waiters wait on (Share): one
+// Engine may be used concurrently from any number of threads and
+// io_contexts; each coroutine resumes on the executor it was awaited on.
+// `store` and `clock` must outlive it.
 class Engine {
  public:
   Engine(Store& store, const Clock& clock);
@@ -116,7 +132,9 @@ class Engine {
   // kCancelled once KeyedRequest::cancelled holds (checked before each
   // reserve and each wait; a sleeping waiter sees it when it wakes), and
   // kClientGone when a waiter about to take the key finds
-  // KeyedRequest::abandoned true.
+  // KeyedRequest::abandoned true. kShared when the holder it waited on
+  // released the key after Share: the waiter answers with the holder's
+  // outcome instead of running the request again.
   // Never throws.
   Task<BeginResult> Begin(KeyedRequest request);
 
@@ -139,6 +157,19 @@ class Engine {
   // store read to recover the reservation).
   Task<Status> Complete(std::string key, std::string owner, StoredResponse response,
                         Duration retention);
+
+  // Before a Release whose outcome is not stored (SPEC §4.3: a 5xx, 408,
+  // 409, 425, 429, an upstream timeout or connect failure): hands `outcome`
+  // to the requests of this process waiting on `reservation`
+  // (in_flight: wait), which answer with it (kShared) when the release wakes
+  // them, instead of running the request again one after another, or beside
+  // an upstream call that timed out but may still run. Costs an atomic load
+  // when no request of this process waits on anything; kept only while one
+  // waits on this key. Waiters in other processes (a shared Redis) are not
+  // reached: they take the key as before. Thread-safe.
+  void Share(const Reservation& reservation, StoredResponse outcome);
+  // Keys requests of this process wait on now (for tests).
+  std::size_t waited_keys() const { return waited_keys_.load(std::memory_order_acquire); }
 
   // Deletes the reservation so that a retry runs again. FailedPrecondition
   // when it is no longer held by `owner`. Wakes waiters.
@@ -165,8 +196,21 @@ class Engine {
   // or the lease is nearly over.
   Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention, LostLater lost);
 
+  // The keys requests of this process wait on (Begin, in_flight: wait), and
+  // what their holder shared (Share). An entry lives while a waiter does.
+  struct WaitedKey {
+    int waiters = 0;
+    std::string owner;  // the holder whose outcome `outcome` is
+    std::shared_ptr<const SharedOutcome> outcome;
+  };
+  class WaiterRegistration;
+  std::shared_ptr<const SharedOutcome> SharedBy(const std::string& key, const std::string& owner) const;
+
   Store& store_;
   const Clock& clock_;
+  mutable std::mutex waited_mu_;
+  std::atomic<std::size_t> waited_keys_{0};  // waited_.size(), readable without waited_mu_
+  std::unordered_map<std::string, WaitedKey> waited_;
 };
 
 }  // namespace idemgate::core

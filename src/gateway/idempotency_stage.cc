@@ -105,6 +105,16 @@ ReleaseReason ReasonForTransport(const http::ForwardResult& result) {
   return ReleaseReason::kResponseError;
 }
 
+// A problem answer in the form an outcome is shared in (Engine::Share).
+core::StoredResponse ProblemOutcome(http::ProblemCode code, std::string_view detail) {
+  http::Response problem = http::MakeProblem(code, detail);
+  core::StoredResponse out;
+  out.status = problem.status;
+  out.headers = std::move(problem.headers);
+  out.body = std::move(problem.body);
+  return out;
+}
+
 // Holds the reservation of a request that went upstream and settles it
 // exactly once: stores the response when it is final, else releases the key
 // so that a retry runs again (SPEC §4.3).
@@ -121,6 +131,17 @@ class Settlement final : public http::ForwardObserver {
     const core::Classification c =
         core::ClassifyResponse(captured.response.status, rules_.store_server_errors, terminal);
     if (c.disposition == core::Disposition::kRelease) {
+      // Waiters of this process answer with this outcome too, rather than
+      // each running the request again (a body cut at max_response_bytes is
+      // not shared: they run as before).
+      if (!captured.response.body_omitted) {
+        // As the original's client got it: with the operation id.
+        std::erase_if(captured.response.headers, [](const http::Header& h) {
+          return core::HeaderNameEquals(h.name, core::kOperationIdHeader);
+        });
+        captured.response.headers.push_back({std::string(core::kOperationIdHeader), reservation_.operation_id});
+        engine_.Share(reservation_, std::move(captured.response));
+      }
       co_await Release(c.reason);
       co_return;
     }
@@ -163,7 +184,22 @@ class Settlement final : public http::ForwardObserver {
   Task<void> OnFinished(const http::ForwardResult& result) override {
     if (settled_) co_return;
     settled_ = true;
-    co_await Release(ReasonForTransport(result));
+    const ReleaseReason reason = ReasonForTransport(result);
+    // An upstream that timed out may still be running the request: a waiter
+    // taking the key now would run it beside that call. One that could not
+    // be reached is likely unreachable for the waiters too. Both answer with
+    // the original's error instead.
+    if (reason == ReleaseReason::kUpstreamTimeout) {
+      engine_.Share(reservation_,
+                    ProblemOutcome(http::ProblemCode::kUpstreamTimeout,
+                                   "the original request with this key got no answer from the upstream in time and "
+                                   "may still be running there; this request was not sent: retry later"));
+    } else if (reason == ReleaseReason::kUpstreamConnect) {
+      engine_.Share(reservation_, ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
+                                                 "the original request with this key could not reach the upstream; "
+                                                 "this request was not sent: retry later"));
+    }
+    co_await Release(reason);
   }
 
  private:
@@ -491,6 +527,14 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                        "the connection was closed while the request waited for the original with this key; "
                        "it did not run",
                        "client_gone");
+    case core::BeginOutcome::kShared: {
+      // The original this request waited on released the key with an
+      // outcome that is not stored (Engine::Share): this request answers
+      // with it too, not replayed, and did not run.
+      ctx.log.operation_id = begun.shared->operation_id;
+      ctx.log.outcome = "shared";
+      co_return IdempotencyDecision::Respond(ToResponse(begun.shared->response));
+    }
     case core::BeginOutcome::kStoreError:
       break;
   }

@@ -45,7 +45,9 @@ struct Model {
   std::map<std::string, bool> executing;  // key -> an execution is running
   std::map<std::pair<std::string, std::string>, int> final_executions;
   std::vector<std::string> failures;
-  int proceeds = 0, replays = 0, conflicts = 0, in_flight = 0, released = 0;
+  // Operation id -> the outcome its original released and shared (Engine::Share).
+  std::map<std::string, StoredResponse> shared;
+  int proceeds = 0, replays = 0, conflicts = 0, in_flight = 0, released = 0, shares = 0;
 
   void Fail(std::string what) {
     std::lock_guard lock(mu);
@@ -104,7 +106,10 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
             std::lock_guard lock(model.mu);
             model.executing[key] = false;
             ++model.released;
+            model.shared[r.reservation.operation_id] = response;
           }
+          // Waiters of this process answer with the released outcome.
+          engine.Share(r.reservation, response);
           const Status s = co_await engine.Release(r.reservation);
           if (!s.ok()) model.Fail("release failed: " + s.ToString());
         }
@@ -134,6 +139,16 @@ Task<void> Client(Engine& engine, Model& model, unsigned seed) {
       case BeginOutcome::kInFlight: {
         std::lock_guard lock(model.mu);
         ++model.in_flight;
+        break;
+      }
+      case BeginOutcome::kShared: {
+        std::lock_guard lock(model.mu);
+        ++model.shares;
+        auto it = model.shared.find(r.shared->operation_id);
+        if (!r.waited) model.failures.push_back("a shared outcome for a request that did not wait on " + key);
+        if (it == model.shared.end() || !(it->second == r.shared->response)) {
+          model.failures.push_back("a shared outcome no original released for " + key);
+        }
         break;
       }
       case BeginOutcome::kStoreError:
@@ -180,13 +195,14 @@ TEST(EngineConcurrencyTest, AtMostOneExecutionPerKeyAndReplaysMatchTheOriginal) 
     EXPECT_EQ((*rec)->state, RecordState::kCompleted);
     EXPECT_EQ((*rec)->response, response);
   }
-  std::printf("proceeds=%d replays=%d conflicts=%d in_flight=%d released=%d keys=%zu\n",
-              model.proceeds, model.replays, model.conflicts, model.in_flight, model.released,
+  std::printf("proceeds=%d replays=%d conflicts=%d in_flight=%d released=%d shares=%d keys=%zu\n",
+              model.proceeds, model.replays, model.conflicts, model.in_flight, model.released, model.shares,
               model.stored.size());
   EXPECT_GT(model.replays, 0);
   EXPECT_GT(model.conflicts, 0);
   EXPECT_EQ(store.watchers(), 0u);
-  EXPECT_EQ(model.proceeds + model.replays + model.conflicts + model.in_flight,
+  EXPECT_EQ(engine.waited_keys(), 0u);
+  EXPECT_EQ(model.proceeds + model.replays + model.conflicts + model.in_flight + model.shares,
             kThreads * kCoroutinesPerThread * kRequestsPerCoroutine);
 }
 

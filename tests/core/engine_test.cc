@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <set>
 #include <string>
@@ -359,6 +360,59 @@ TEST_F(EngineTest, WaiterProceedsWhenTheOwnerReleases) {
   EXPECT_TRUE(waiter->waited);
   EXPECT_NE(waiter->reservation.owner, owner.reservation.owner);
   EXPECT_EQ(Get(kKey)->owner, waiter->reservation.owner);
+}
+
+// An original whose outcome is not stored (a 500 here) shares it before it
+// releases the key: its waiters answer with it instead of running the
+// request again one after another. The key is left free for retries, and
+// nothing of the outcome is kept once its waiters are gone.
+TEST_F(EngineTest, WaitersAnswerWithTheOutcomeTheirOriginalShared) {
+  const BeginResult owner = Begin(Request());
+  std::vector<std::optional<BeginResult>> waiters(3);
+  for (auto& w : waiters) Spawn(ctx_, engine_.Begin(Request(kFp, InFlightMode::kWait)), &w);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 3; }));
+  EXPECT_EQ(engine_.waited_keys(), 1u);
+
+  engine_.Share(owner.reservation, Response(500, "boom"));
+  std::optional<Status> released;
+  Spawn(ctx_, engine_.Release(owner.reservation), &released);
+  ASSERT_TRUE(PollUntil(ctx_, [&] {
+    return released.has_value() && std::all_of(waiters.begin(), waiters.end(), [](const auto& w) { return w.has_value(); });
+  }));
+  ASSERT_TRUE(released->ok());
+  for (const auto& w : waiters) {
+    ASSERT_EQ(w->outcome, BeginOutcome::kShared);
+    EXPECT_TRUE(w->waited);
+    ASSERT_NE(w->shared, nullptr);
+    EXPECT_EQ(w->shared->response, Response(500, "boom"));
+    EXPECT_EQ(w->shared->operation_id, owner.reservation.operation_id);
+  }
+  EXPECT_FALSE(Get(kKey).has_value());
+  EXPECT_EQ(engine_.waited_keys(), 0u);
+  // A retry runs.
+  EXPECT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
+}
+
+// Share keeps nothing for a key nobody of this process waits on, and a
+// waiter takes only the outcome of the original it waited on: one shared
+// earlier by another original is not answered to it.
+TEST_F(EngineTest, AWaiterTakesOnlyWhatItsOwnOriginalShared) {
+  const BeginResult first = Begin(Request());
+  engine_.Share(first.reservation, Response(503, "first"));
+  EXPECT_EQ(engine_.waited_keys(), 0u);
+  ASSERT_TRUE(RunTask(ctx_, engine_.Release(first.reservation)).ok());
+
+  const BeginResult second = Begin(Request());
+  ASSERT_EQ(second.outcome, BeginOutcome::kProceed);
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine_.Begin(Request(kFp, InFlightMode::kWait)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+  engine_.Share(first.reservation, Response(503, "first, again"));  // not the holder it waits on
+  std::optional<Status> released;
+  Spawn(ctx_, engine_.Release(second.reservation), &released);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value() && released.has_value(); }));
+  EXPECT_EQ(waiter->outcome, BeginOutcome::kProceed);
+  EXPECT_EQ(engine_.waited_keys(), 0u);
 }
 
 // A waiter woken by the release of an original cut at shutdown must not take

@@ -47,8 +47,53 @@ std::string RawKeyedPost(const std::string& target, const std::string& key) {
 class IdempotencyTest : public GatewaySuite {
  protected:
   void Start(const GatewaySetup& setup) { StartGateway(ConfigYaml(fake_endpoint_, setup)); }
-};
 
+  // Concurrent duplicates waiting on an original (in_flight: wait) whose
+  // outcome is not stored (a 500) answer with that outcome too, logged
+  // `shared` with the original's operation id, instead of each running the
+  // request again in turn: one execution for the whole burst. The key is left
+  // free, so a later retry runs.
+  void ExpectWaitersShareTheOriginalsOutcome(const std::string& target, const std::string& key, int status,
+                                             const std::string& code) {
+    constexpr int kClients = 8;
+    std::vector<std::optional<HttpResponse>> results(kClients);
+    std::optional<HttpResponse> original;
+    std::thread first([&] { original = Send(KeyedPost(target, key)); });
+    ASSERT_TRUE(PollUntil([&] { return Executions() >= 1; }, 10s));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kClients; ++i) {
+      threads.emplace_back([&, i] {
+        auto res = SendRequest(gateway_->endpoint(), KeyedPost(target, key), 30s);
+        if (res.ok()) results[i] = *res;
+      });
+    }
+    for (auto& th : threads) th.join();
+    first.join();
+    ASSERT_TRUE(original.has_value());
+    EXPECT_EQ(original->status, status) << original->body;
+    EXPECT_EQ(Executions(), 1u);
+    for (int i = 0; i < kClients; ++i) {
+      ASSERT_TRUE(results[i].has_value()) << "client " << i << " got no response";
+      EXPECT_EQ(results[i]->status, status) << results[i]->body;
+      if (!code.empty()) ExpectProblem(*results[i], status, code);
+      EXPECT_EQ(results[i]->Header("X-Operation-Id"), original->Header("X-Operation-Id"));
+      EXPECT_FALSE(results[i]->HasHeader("Idempotent-Replayed"));
+    }
+    auto shared = [&] {
+      const std::string log = gateway_->Stdout();
+      int n = 0;
+      for (std::size_t at = log.find("\"outcome\":\"shared\""); at != std::string::npos;
+           at = log.find("\"outcome\":\"shared\"", at + 1)) {
+        ++n;
+      }
+      return n;
+    };
+    EXPECT_TRUE(PollUntil([&] { return shared() == kClients; }, 10s)) << shared() << " logged shared";
+    // Not stored: a retry runs.
+    (void)Send(KeyedPost(target, key));
+    EXPECT_EQ(Executions(), 2u);
+  }
+};
 
 TEST_F(IdempotencyTest, ReplayedKeyExecutesOnceAndReplaysTheOriginal) {
   Start({});
@@ -305,6 +350,18 @@ TEST_F(IdempotencyTest, WaitModeGives409WhenTheOriginalOutlastsTheWait) {
   EXPECT_EQ(Executions(), 1u);
   EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_conflict_total{tenant="_",project="_",route="api",reason="wait_timeout"})"),
             1.0);
+}
+
+TEST_F(IdempotencyTest, WaitersAnswerWithTheOriginalsUnstoredFailureInsteadOfRunningAgain) {
+  Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 20s }"});
+  ExpectWaitersShareTheOriginalsOutcome("/status/500?ms=1500", "k-shared-500", 500, "");
+}
+
+// An upstream that timed out may still be running the request: its waiters
+// answer 504 too rather than run it beside that call.
+TEST_F(IdempotencyTest, WaitersDoNotRunBesideAnOriginalWhoseUpstreamTimedOut) {
+  Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 20s }", .upstream_timeout = "1s"});
+  ExpectWaitersShareTheOriginalsOutcome("/slow?ms=2500", "k-shared-timeout", 504, "upstream-timeout");
 }
 
 // Waiters whose clients closed their connections while the original ran do
