@@ -30,6 +30,7 @@
 #include "config/address.h"
 #include "config/loader.h"
 #include "config/reload_changes.h"
+#include "config/warnings.h"
 #include "gateway/admin_handler.h"
 #include "gateway/gateway.h"
 #include "gateway/idempotency_stage.h"
@@ -191,6 +192,15 @@ void WarnIfFewFileDescriptors(const config::Config& config) {
            {"wanted", wanted}});
 }
 
+// A shutdown_grace shorter than the timeout of an upstream that routes store
+// keys through lets SIGTERM release keys of requests the upstream may still
+// run (config::ShutdownGraceWarnings). Said at start and on every reload.
+void WarnIfShortShutdownGrace(const config::Config& config) {
+  for (const std::string& warning : config::ShutdownGraceWarnings(config)) {
+    LogWarn("shutdown_grace is below the timeout of an upstream that stores keys", {{"detail", warning}});
+  }
+}
+
 StatusOr<std::shared_ptr<const http::TlsContext>> MakeListenerTls(const config::ListenerTls& tls) {
   return http::MakeServerTls(http::ServerTlsOptions{
       .cert_file = tls.cert_file, .key_file = tls.key_file, .client_ca_file = tls.client_ca_file});
@@ -253,6 +263,9 @@ int CheckConfig(const std::string& path) {
   for (const std::string& name : unset) {
     Print(stderr, path + ": note: the environment variable " + name +
                       " is not set here; the gateway needs it at start\n");
+  }
+  for (const std::string& warning : config::ShutdownGraceWarnings(*config)) {
+    Print(stderr, path + ": warning: " + warning + "\n");
   }
   Print(stdout, path + ": ok\n");
   return 0;
@@ -330,6 +343,7 @@ int Run(const Args& args) {
   server_options.workers = config.workers;
   server_options.limits = gateway::LimitsFromConfig(config);
   WarnIfFewFileDescriptors(config);
+  WarnIfShortShutdownGrace(config);
   // Stores may keep per-thread resources on the I/O threads (the Redis store
   // keeps a connection per node there). The store outlives the server.
   server_options.on_worker_start = [store_ptr](boost::asio::io_context& io) { store_ptr->AttachWorker(io); };
@@ -479,6 +493,7 @@ int Run(const Args& args) {
       server.SetLimits(gateway::LimitsFromConfig(*reloaded));
       admin_server.SetLimits(AdminLimits(*reloaded));
       WarnIfFewFileDescriptors(*reloaded);
+      WarnIfShortShutdownGrace(*reloaded);
       ApplyLogSettings(*reloaded);
       grace = reloaded->shutdown_grace;
       if (reloaded->listen != config.listen || reloaded->workers != config.workers ||

@@ -9,12 +9,6 @@
 namespace idemgate::config {
 namespace {
 
-bool KeepsRecords(const Idempotency& idem) {
-  const bool keyed = idem.policy == Policy::kRequired || idem.policy == Policy::kOptional ||
-                     idem.policy == Policy::kWebhook;
-  return keyed && idem.dedup == DedupMode::kGateway;
-}
-
 std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 }  // namespace
@@ -24,7 +18,7 @@ std::vector<std::string> StoredKeyChanges(const Config& before, const Config& af
   std::map<std::string_view, const Route*> now;
   for (const Route& r : after.routes) now.emplace(r.id, &r);
   for (const Route& was : before.routes) {
-    if (!KeepsRecords(was.idempotency)) continue;
+    if (!StoresKeys(was.idempotency)) continue;
     const std::string route = "route " + Quoted(was.id);
     const auto it = now.find(was.id);
     if (it == now.end()) {
@@ -33,7 +27,7 @@ std::vector<std::string> StoredKeyChanges(const Config& before, const Config& af
       continue;
     }
     const Idempotency& idem = it->second->idempotency;
-    if (!KeepsRecords(idem)) {
+    if (!StoresKeys(idem)) {
       changes.push_back(route + " no longer deduplicates (policy " + std::string(Name(idem.policy)) +
                         (idem.dedup == DedupMode::kUpstream ? ", dedup upstream" : "") +
                         "): the requests stored under it are no longer replayed");

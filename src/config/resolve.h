@@ -19,6 +19,15 @@ inline Scope EffectiveScope(const Idempotency& idempotency, const Identity& iden
   return identity.mode == IdentityMode::kNone ? Scope::kGlobal : Scope::kSubject;
 }
 
+// Whether the gateway reserves and stores keys on a route with these
+// settings: policy required, optional or webhook, deduplicated by the gateway
+// (not dedup: upstream).
+inline bool StoresKeys(const Idempotency& idempotency) {
+  const bool keyed = idempotency.policy == Policy::kRequired || idempotency.policy == Policy::kOptional ||
+                     idempotency.policy == Policy::kWebhook;
+  return keyed && idempotency.dedup == DedupMode::kGateway;
+}
+
 // The route's lease, else its upstream's timeout + 5s.
 inline Duration EffectiveLease(const Idempotency& idempotency, const Upstream& upstream) {
   if (idempotency.lease) return *idempotency.lease;

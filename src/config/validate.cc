@@ -542,9 +542,7 @@ class Validator {
       // lease less the margin (LeaseMargin), so the lease must also leave
       // time to get a connection (LeastLease). Only routes that reserve
       // keys hold leases.
-      const bool reserves = idem.dedup == DedupMode::kGateway &&
-                            (idem.policy == Policy::kRequired || idem.policy == Policy::kOptional ||
-                             idem.policy == Policy::kWebhook);
+      const bool reserves = StoresKeys(idem);
       if (reserves && idem.lease && config_.upstreams.contains(r.upstream)) {
         const Upstream& u = config_.upstreams.at(r.upstream);
         const Duration least = LeastLease(u.timeout);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/loader.h"
+#include "config/warnings.h"
 
 namespace idemgate::config {
 namespace {
@@ -38,6 +39,16 @@ TEST(ExamplesTest, EveryExampleYamlLoads) {
     if (c.ok()) {
       EXPECT_FALSE(c->routes.empty()) << file;
     }
+  }
+}
+
+// A shipped example teaches its settings: none may leave a SIGTERM able to
+// release the key of a write its upstream may still run.
+TEST(ExamplesTest, NoExampleHasAShutdownGraceBelowAnUpstreamTimeout) {
+  for (const std::string& file : ExampleConfigs()) {
+    StatusOr<Config> c = LoadFile(file);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    for (const std::string& warning : ShutdownGraceWarnings(*c)) ADD_FAILURE() << file << ": " << warning;
   }
 }
 

@@ -38,6 +38,13 @@ class CommandLineTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// How many times `what` occurs in `text`.
+std::size_t Count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 constexpr char kRoutes[] =
     "upstreams:\n"
     "  app: { url: http://127.0.0.1:9 }\n"
@@ -111,6 +118,42 @@ TEST_F(CommandLineTest, CheckConfigNotesAnUnsetRedisPasswordVariable) {
   std::tie(status, output) = Run({"check-config", *path}, {{"H4_UNSET_PASS", "pw"}});
   EXPECT_TRUE(status.exited && status.code == 0) << status.ToString() << "\n" << output;
   EXPECT_EQ(output.find("note:"), std::string::npos) << output;
+}
+
+// A shutdown_grace below the timeout of an upstream that a route stores keys
+// through is taken, and said: by check-config, at start and on a reload.
+TEST_F(CommandLineTest, AShutdownGraceBelowAnUpstreamTimeoutIsWarnedAbout) {
+  auto yaml = [](const std::string& grace) {
+    return "listen: 127.0.0.1:0\nstore: { kind: memory }\nshutdown_grace: " + grace + "\n" + kRoutes;
+  };
+  constexpr char kWarning[] = "shutdown_grace 1s is below the timeout 30s of upstream \"app\"";
+  auto path = WriteConfig(dir_, yaml("1s"), "grace.yaml");
+  ASSERT_TRUE(path.ok());
+  auto [status, output] = Run({"check-config", *path});
+  EXPECT_TRUE(status.exited && status.code == 0) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find(*path + ": warning: " + kWarning), std::string::npos) << output;
+  EXPECT_NE(output.find(*path + ": ok"), std::string::npos) << output;
+  ASSERT_TRUE(WriteFile(*path, yaml("30s")).ok());
+  std::tie(status, output) = Run({"check-config", *path});
+  EXPECT_TRUE(status.exited && status.code == 0) << status.ToString() << "\n" << output;
+  EXPECT_EQ(output.find("warning:"), std::string::npos) << output;
+
+  // The log escapes the quotes of the JSON string.
+  constexpr char kLogged[] = "shutdown_grace 1s is below the timeout 30s of upstream \\\"app\\\"";
+  auto g = GatewayProcess::Start(dir_, yaml("1s"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_NE(g->Stdout().find(kLogged), std::string::npos) << g->Stdout();
+  auto reload = [&](const std::string& grace, std::size_t reloads) {
+    ASSERT_TRUE(WriteFile(dir_.Join("idemgate.yaml"), yaml(grace)).ok());
+    ASSERT_TRUE(g->process().Signal(SIGHUP).ok());
+    const bool reloaded = PollUntil([&] { return Count(g->Stdout(), "config reloaded") == reloads; }, 10s, 20ms);
+    EXPECT_TRUE(reloaded) << g->Stdout();
+  };
+  reload("30s", 1);
+  EXPECT_EQ(Count(g->Stdout(), kLogged), 1u) << g->Stdout();
+  reload("1s", 2);
+  EXPECT_EQ(Count(g->Stdout(), kLogged), 2u) << g->Stdout();
+  g->Stop();
 }
 
 // A start that fails on a webhook secret has not opened the store yet, so
