@@ -67,6 +67,18 @@ TEST(ExamplesTest, ReferenceConfigKeepsDocumentedDefaults) {
   EXPECT_EQ(c->store.path, defaults.store.path);
   EXPECT_EQ(c->store.max_bytes, defaults.store.max_bytes);
   EXPECT_EQ(c->store.redis.timeout, defaults.store.redis.timeout);
+  // A copy of the file must not trust identity headers that any client can send.
+  EXPECT_EQ(c->identity.mode, defaults.identity.mode);
+  EXPECT_EQ(c->identity.trusted_headers.tenant, defaults.identity.trusted_headers.tenant);
+  EXPECT_EQ(c->workers, defaults.workers);
+  EXPECT_EQ(c->merge_slashes, defaults.merge_slashes);
+  EXPECT_EQ(c->store.kind, defaults.store.kind);
+  EXPECT_EQ(c->store.sync, defaults.store.sync);
+  EXPECT_EQ(c->store.on_error, defaults.store.on_error);
+  EXPECT_EQ(c->store.redis.key_prefix, defaults.store.redis.key_prefix);
+  EXPECT_EQ(c->metrics.tenant_labels, defaults.metrics.tenant_labels);
+  EXPECT_EQ(c->log.level, defaults.log.level);
+  EXPECT_EQ(c->log.format, defaults.log.format);
   const Idempotency& d = c->defaults;
   const Idempotency& want = defaults.defaults;
   EXPECT_EQ(d.policy, want.policy);
