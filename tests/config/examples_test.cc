@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/loader.h"
@@ -39,6 +42,39 @@ TEST(ExamplesTest, EveryExampleYamlLoads) {
     if (c.ok()) {
       EXPECT_FALSE(c->routes.empty()) << file;
     }
+  }
+}
+
+std::string ReadSource(const std::string& relative) {
+  std::ifstream in(std::string(IDEMGATE_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// docs/configuration.md shows the errors of four edited copies of
+// examples/quickstart.yaml: they must be the loader's real messages for the
+// file as it ships (its line numbers, its upstream's name).
+TEST(ExamplesTest, ConfigurationDocsShowTheQuickstartsRealErrors) {
+  const std::string docs = ReadSource("docs/configuration.md");
+  const std::string quickstart = ReadSource("examples/quickstart.yaml");
+  ASSERT_FALSE(docs.empty());
+  ASSERT_FALSE(quickstart.empty());
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"scope: global, retention: 24h }", "scope: global, retention: 1x }"},
+      {"timeout: 5s, connect_timeout", "timout: 5s, connect_timeout"},
+      {"- id: everything-else", "- id: payments"},
+      {"\n    in_flight: reject", "\n   in_flight: reject"},
+  };
+  for (const auto& [from, to] : edits) {
+    std::string edited = quickstart;
+    const std::size_t at = edited.find(from);
+    ASSERT_NE(at, std::string::npos) << "examples/quickstart.yaml no longer holds " << from;
+    edited.replace(at, from.size(), to);
+    StatusOr<Config> c = LoadString(edited, "quickstart.yaml");
+    ASSERT_FALSE(c.ok()) << to;
+    EXPECT_NE(docs.find("  " + c.status().message() + "\n"), std::string::npos)
+        << "docs/configuration.md does not show: " << c.status().message();
   }
 }
 
