@@ -69,8 +69,10 @@ constexpr std::string_view kUsage =
     "                         supervisor or test can learn ports chosen with :0\n"
     "\n"
     "Signals:\n"
-    "  SIGTERM, SIGINT        stop accepting, finish in-flight requests within\n"
-    "                         shutdown_grace, exit 0\n"
+    "  SIGTERM, SIGINT        stop accepting, give in-flight requests up to\n"
+    "                         shutdown_grace to finish, release the keys of\n"
+    "                         those still running then, exit 0 (a second\n"
+    "                         signal ends the grace at once)\n"
     "  SIGHUP                 reload the config file without dropping\n"
     "                         connections, and read again the files it names:\n"
     "                         TLS certificates and keys, JWT keys, the API keys\n"
@@ -78,8 +80,10 @@ constexpr std::string_view kUsage =
     "                         metrics.tenant_labels, the admin token and secrets\n"
     "                         from the environment need a restart)\n"
     "\n"
-    "Exit status: 0 on a clean stop or a valid config, 1 on a config or\n"
-    "start-up error, 2 on a usage error.\n";
+    "Exit status: 0 after SIGTERM or SIGINT, whether or not every request\n"
+    "finished within shutdown_grace (the log's \"stopped\" line says which),\n"
+    "and for a valid config, --help and --version; 1 on a config or start-up\n"
+    "error; 2 on a usage error.\n";
 
 struct Args {
   enum class Mode { kRun, kCheck, kVersion, kHelp } mode = Mode::kRun;
