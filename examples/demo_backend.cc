@@ -2,9 +2,10 @@
 //
 //   demo_backend [--port 9001] [--host 127.0.0.1]
 //
-//   POST /api/v1/payments       201 {"payment_id", "amount", "currency", "execution"}; "amount" and
-//                               "currency" are copied from the JSON request body when present;
-//                               "execution" counts the payments this process has executed
+//   POST /api/v1/payments       201 {"payment_id", "amount", "currency", "execution", "status"};
+//                               "amount" and "currency" are copied from the JSON request body when
+//                               present; "execution" counts the payments this process has executed;
+//                               "status" is always "succeeded"
 //   GET  /api/v1/payments/{id}  200 with the stored payment, 404 if unknown
 //   GET  /healthz               200 {"status": "ok"}
 //   anything else               404 JSON

@@ -424,6 +424,31 @@ TEST_F(EmbeddedStoreTest, CreatingANewStoreIsLogged) {
   EXPECT_EQ(both, first);  // the reopen logged nothing of the kind
 }
 
+// The path in that warning is lexically normal: a store.path written with
+// "." or ".." segments (./idemgate-data, from a relative path made absolute)
+// is shown without them.
+TEST_F(EmbeddedStoreTest, TheNewStoreWarningShowsANormalPath) {
+  const std::string log_path = dir_.Join("log.txt");
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  SetLogFd(fd);
+  {
+    ASSERT_TRUE(fs::create_directories(dir_.Join("sub")));
+    EmbeddedStore::Options o = Opts();
+    o.path = dir_.Join("sub/.././fresh-store");
+    auto store = OpenOrDie(std::move(o));
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->created());
+  }
+  const std::string log = testing::ReadFileOrEmpty(log_path);
+  SetLogFd(1);
+  ::close(fd);
+  EXPECT_NE(log.find("created a new, empty one"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"path\":\"" + dir_.Join("fresh-store") + "\""), std::string::npos) << log;
+  EXPECT_EQ(log.find("/./"), std::string::npos) << log;
+  EXPECT_EQ(log.find("/../"), std::string::npos) << log;
+}
+
 // RocksDB recovers a damaged write-ahead log to its last good record and
 // drops the rest, saying so only in its own LOG: the gateway's log says it
 // too, since keys written after the damage may run again.

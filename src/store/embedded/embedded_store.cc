@@ -72,6 +72,13 @@ constexpr std::chrono::seconds kDirectoryCheckInterval{1};
 
 std::string Where(const std::string& path) { return "embedded store '" + path + "': "; }
 
+// A path as the log shows it: absolute, its "." and ".." segments resolved
+// lexically (./idemgate-data started in /srv reads /srv/idemgate-data).
+std::string ShownPath(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::absolute(path, ec).lexically_normal().string();
+}
+
 void PutBigEndian(std::string* out, UnixMillis ms) {
   auto v = static_cast<std::uint64_t>(ms);
   for (int shift = 56; shift >= 0; shift -= 8)
@@ -669,7 +676,7 @@ Status EmbeddedStore::OpenDb() {
     LogWarn("embedded store: opening it dropped part of a damaged write-ahead log; what was written after the "
             "damage is lost (keys completed then stay reserved and run again after their lease, keys reserved "
             "then are new)",
-            {{"path", std::filesystem::absolute(path, ec).string()}, {"rocksdb", line}});
+            {{"path", ShownPath(path)}, {"rocksdb", line}});
   }
   default_ = handles[0];
   records_ = handles[1];
@@ -693,7 +700,7 @@ Status EmbeddedStore::OpenDb() {
     // an empty store, and every key completed in the real one runs again.
     created_ = true;
     LogWarn("embedded store: no store at store.path; created a new, empty one (every key is new to it)",
-            {{"path", std::filesystem::absolute(path, ec).string()}});
+            {{"path", ShownPath(path)}});
   }
   return Status::Ok();
 }
@@ -955,7 +962,6 @@ void EmbeddedStore::CheckDirectory() {
              static_cast<std::uint64_t>(now.st_ino) != dir_ino_) {
     gone = "another directory or file is there now";
   }
-  std::error_code ec;
   if (!gone.empty()) {
     if (!dir_error_.ok()) return;
     dir_error_ = UnavailableError(
@@ -965,13 +971,13 @@ void EmbeddedStore::CheckDirectory() {
         "without it creates an empty store: every key is new to it)");
     LogError("embedded store: its directory was removed, renamed or replaced while open; new reservations are "
              "refused and /readyz fails until it is back",
-             {{"path", std::filesystem::absolute(options_.path, ec).string()}, {"error", gone}});
+             {{"path", ShownPath(options_.path)}, {"error", gone}});
     return;
   }
   if (dir_error_.ok()) return;
   dir_error_ = Status::Ok();
   LogInfo("embedded store: its directory is back at store.path; reservations are taken again",
-          {{"path", std::filesystem::absolute(options_.path, ec).string()}});
+          {{"path", ShownPath(options_.path)}});
 }
 
 void EmbeddedStore::CommitBatch(const std::vector<Mutation*>& ops) {
