@@ -106,8 +106,9 @@ constexpr std::string_view kUsage =
     "\n"
     "Retried: network errors, timeouts, 408, 409 request-in-flight, 425, 429, 500, 502,\n"
     "503, 504 (full jitter backoff, Retry-After honoured). Never retried: other 4xx\n"
-    "(422 key-reused included). A request that still fails is parked in the DLQ, and so\n"
-    "is one whose send SIGTERM or SIGINT stops (a second signal ends idemctl at once).\n"
+    "(422 key-reused, and a 409 without the code request-in-flight, included). A\n"
+    "request that still fails is parked in the DLQ, and so is one whose send SIGTERM\n"
+    "or SIGINT stops (a second signal ends idemctl at once).\n"
     "A new key is printed on stderr before the first attempt.\n"
     "\n"
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use; a\n"
@@ -591,35 +592,6 @@ int ReportSend(const client::Outcome& outcome, const Options& o, bool dlq_in_use
   return code == 1 && dlq_in_use && !outcome.dead_letter_id ? kNotParked : code;
 }
 
-// The key in the value of a -H line of the key header: an sf-string
-// ("abc", as idemctl sends it; only \\ and \" escaped) or the bare key;
-// nullopt, with `why`, for anything else.
-std::optional<std::string> KeyFromHeaderValue(std::string_view value, std::string* why) {
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-  if (value.empty() || value.front() != '"') return std::string(value);
-  std::string key;
-  for (std::size_t i = 1; i < value.size(); ++i) {
-    char c = value[i];
-    if (c == '"') {
-      if (i + 1 != value.size()) {
-        *why = "nothing may follow the quoted key (no parameters)";
-        return std::nullopt;
-      }
-      return key;
-    }
-    if (c == '\\') {
-      if (i + 1 == value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
-        *why = "a backslash in a quoted key escapes only \" or \\";
-        return std::nullopt;
-      }
-      c = value[++i];
-    }
-    key += c;
-  }
-  *why = "the quoted key has no closing quote";
-  return std::nullopt;
-}
-
 bool IsHttps(std::string_view url) { return url.size() >= 8 && EqualsIgnoreCaseAscii(url.substr(0, 8), "https://"); }
 
 // For an https:// request: a --cacert, --client-cert or --client-key file
@@ -671,9 +643,9 @@ int Send(const Options& o) {
       continue;
     }
     if (header_key) return Usage("-H: two " + o.key_header + " headers (give the key once)");
-    std::string why;
-    header_key = KeyFromHeaderValue(h.second, &why);
-    if (!header_key) return Usage("-H " + h.first + ": " + why);
+    auto parsed = client::KeyFromHeaderValue(h.second);
+    if (!parsed.ok()) return Usage("-H " + h.first + ": " + parsed.status().message());
+    header_key = std::move(*parsed);
     const std::string what = "-H " + h.first;
     if (header_key->empty()) return Usage(what + ": the key is empty (leave the header out for a new key)");
     if (Status s = client::ValidateKey(*header_key); !s.ok()) return Usage(what + ": " + s.message());

@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "common/ascii.h"
+
 // Client: the retry loop under one key, parking in and replaying from the DLQ.
 namespace idemgate::client {
 
@@ -46,6 +48,12 @@ std::string StatusText(int status, std::string_view problem_code) {
 // SendOnce (a bad URL, an oversized response) would fail the same way again.
 bool IsTransientTransportError(const Status& status) {
   return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
+}
+
+// Drops the lines of the key header from `request.headers`: the key (set) is sent in their place.
+void DropKeyHeaderLines(Request& request) {
+  std::erase_if(request.headers,
+                [&](const Header& header) { return EqualsIgnoreCaseAscii(header.first, request.key_header); });
 }
 
 // The status of the last attempt's response, 0 without one.
@@ -185,9 +193,19 @@ Outcome Client::Run(const Request& request) {
 Outcome Client::Send(Request request) {
   Outcome out;
   try {
-    if (request.key.empty()) request.key = NewKeyV4();
     Status valid = ValidatePolicy(options_.policy);
-    if (valid.ok()) valid = ValidateRequest(request);
+    if (valid.ok()) {
+      // A line of the key header gives the key as request.key does: one
+      // dropped for a new key would run the action again on every Send.
+      auto key = RequestKey(request);
+      if (key.ok()) {
+        request.key = key->empty() ? NewKeyV4() : std::move(*key);
+        DropKeyHeaderLines(request);
+        valid = ValidateRequest(request);
+      } else {
+        valid = key.status();
+      }
+    }
     if (!valid.ok()) {
       out.key = request.key;
       out.error = valid.message();
@@ -231,6 +249,8 @@ StatusOr<Outcome> Client::Replay(std::int64_t id, Outcome* unrecorded) {
       Status s = options_.dlq->FinishReplay(id, false, entry->error, 0, entry->last_status);
       return FailedPreconditionError(s.ok() ? error : error + "; " + s.ToString());
     }
+    // Never sent: SendOnce (and idemctl) sent the entry's key in place of such a line.
+    DropKeyHeaderLines(entry->request);
     if (Status valid = ValidateRequest(entry->request); !valid.ok()) {
       // It could never be sent (it was parked before Send checked requests):
       // put it back untouched, for `discard`.

@@ -78,7 +78,9 @@ enum class Verdict {
 
 // `status` 0 means no response (transport error or timeout). `problem_code`
 // is the `code` of an application/problem+json body ("" when there is
-// none): a 409 is retried only as request-in-flight (or without a code).
+// none): a 409 is retried only as request-in-flight (the gateway's answer
+// while the key's first request runs), never without a code (an upstream's
+// own conflict, which another attempt would run again).
 Verdict Classify(int status, std::string_view problem_code);
 
 // The wait before attempt `next_attempt` (2 for the first retry): full
@@ -86,8 +88,12 @@ Verdict Classify(int status, std::string_view problem_code);
 // drawn from `random` (any 64-bit value).
 Millis BackoffDelay(const RetryPolicy& policy, int next_attempt, std::uint64_t random);
 
-// A Retry-After value: delay-seconds or an HTTP-date (IMF-fixdate), as a
-// wait from `now` (never negative); nullopt when it is neither.
+// A Retry-After value: delay-seconds or an HTTP-date (an IMF-fixdate, or
+// the obsolete RFC 850 or asctime forms that RFC 9110 §5.6.7 has recipients
+// accept: "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"), as a
+// wait from `now` (never negative); nullopt when it is neither. A two-digit
+// RFC 850 year is the one with those digits at most 50 years after `now`'s
+// and less than 50 before it.
 std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::system_clock::time_point now);
 
 // ---------------------------------------------------------------------------
@@ -98,7 +104,9 @@ struct Request {
   std::string url;              // http://host[:port]/path[?query] or https://host[:port]/path[?query]
   std::vector<Header> headers;  // sent as given (Host and Content-Length are added)
   std::string body;
-  std::string key;                          // raw key; empty: Client::Send makes a NewKeyV4
+  // The raw key. Empty: the key of the one line of the key header in
+  // `headers` (RequestKey), else Client::Send makes a NewKeyV4.
+  std::string key;
   std::string key_header = "Idempotency-Key";  // sent as an sf-string: "key"
   // The largest response body read; a larger one fails the attempt
   // (ResourceExhausted) as soon as the limit is passed. Not kept in the DLQ.
@@ -178,11 +186,28 @@ StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSet
 // InvalidArgument, naming the bad part, when no attempt could ever send
 // `request`: a URL that is not http:// or https:// with a host (a space,
 // control character or non-ASCII byte in it included), a method or header
-// name that is not a token, a header value with CR, LF or NUL, a key without
-// a key header name or that an sf-string cannot carry (only printable
-// ASCII), a Content-Length that does not match the body, Transfer-Encoding.
+// name that is not a token, a header value with a control character other
+// than a tab (CR, LF and NUL included; RFC 9110 §5.5), two Host lines (RFC
+// 9112 §3.2), a key without a key header name or that an sf-string cannot
+// carry (only printable ASCII), lines of the key header that RequestKey
+// refuses, a Content-Length that does not match the body, Transfer-Encoding.
 // SendOnce makes the same checks; this one does no I/O and reads no TLS file.
 Status ValidateRequest(const Request& request);
+
+// The key in the value of a line of the key header, as idemctl -H takes it:
+// an sf-string ("abc", as the key is sent; only \" and \\ escaped, no
+// parameters) or the bare key; surrounding spaces and tabs are not part of
+// it. InvalidArgument, saying why, for an sf-string that is not one of these.
+StatusOr<std::string> KeyFromHeaderValue(std::string_view value);
+
+// The key `request` is sent under. A line of its key header in `headers` (the
+// name in any case) gives the key as `key` does: with `key` empty, the one
+// such line's key (KeyFromHeaderValue) is the key; with `key` set, a line
+// must name the same key. "" when neither gives one (Client::Send then makes
+// a NewKeyV4; SendOnce sends no key). InvalidArgument for two such lines, a
+// line whose value gives no key (or an empty one), or one naming another key.
+// SendOnce and Client::Send send the key as an sf-string in place of the line.
+StatusOr<std::string> RequestKey(const Request& request);
 
 // ---------------------------------------------------------------------------
 // Dead-letter queue
@@ -351,17 +376,20 @@ class Client {
  public:
   explicit Client(ClientOptions options = {});
 
-  // Sends with retries under one key (made when request.key is empty): a
-  // kRetry verdict waits max(backoff, Retry-After capped at max_delay) and
-  // tries again while attempts remain. A final failure (kFail, or kRetry
-  // with no attempt left) is parked in the DLQ when there is one. A request
+  // Sends with retries under one key (RequestKey: request.key, else the key
+  // of its key header line; a NewKeyV4 when neither gives one): a kRetry
+  // verdict waits max(backoff, Retry-After capped at max_delay) and tries
+  // again while attempts remain. A final failure (kFail, or kRetry with no
+  // attempt left) is parked in the DLQ when there is one, under that key
+  // (the key header line dropped: the entry's key is sent in its place). A request
   // that ValidateRequest refuses, or any request when the options' policy
   // fails ValidatePolicy, is neither sent nor parked (Outcome::validation).
   // The key is sent as given: ValidateKey is the caller's to apply.
   Outcome Send(Request request);
 
-  // Replays a parked entry under its original key (ClaimForReplay first):
-  // the same retries; the entry becomes replayed on success, else pending
+  // Replays a parked entry under its original key (ClaimForReplay first; a
+  // line of the key header in the entry's headers is dropped, as when it was
+  // first sent): the same retries; the entry becomes replayed on success, else pending
   // again with the new error. Nothing is parked a second time. An entry that
   // ValidateRequest refuses (or without a key) is put back untouched and
   // the call fails (InvalidArgument, FailedPrecondition) without sending;

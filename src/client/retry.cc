@@ -38,36 +38,91 @@ bool DigitsAt(std::string_view s, std::size_t pos, std::size_t n) {
                      IsDigit);
 }
 
-// An IMF-fixdate (RFC 9110 §5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT", as Unix seconds.
+constexpr std::array<std::string_view, 7> kDays = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+constexpr std::array<std::string_view, 7> kLongDays = {"Monday", "Tuesday",  "Wednesday", "Thursday",
+                                                       "Friday", "Saturday", "Sunday"};
+constexpr std::array<std::string_view, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+
+// A month name's number (1..12), or 0.
+unsigned MonthNumber(std::string_view name) {
+  const auto month = std::find(kMonths.begin(), kMonths.end(), name);
+  return month == kMonths.end() ? 0 : static_cast<unsigned>(month - kMonths.begin() + 1);
+}
+
+// The instant of a date and a time-of-day "hh:mm:ss" at s[at, at + 8), or
+// nullopt when either is not a real one (second 60: a leap second, as RFC
+// 9110 allows). The day of the week is not checked against the date.
+std::optional<std::chrono::sys_seconds> Instant(int year, unsigned month, std::string_view day, std::string_view s,
+                                                std::size_t at) {
+  if (month == 0 || at + 8 > s.size() || s[at + 2] != ':' || s[at + 5] != ':' || !DigitsAt(s, at, 2) ||
+      !DigitsAt(s, at + 3, 2) || !DigitsAt(s, at + 6, 2)) {
+    return std::nullopt;
+  }
+  const int hour = DigitsValue(s.substr(at, 2));
+  const int minute = DigitsValue(s.substr(at + 3, 2));
+  const int second = DigitsValue(s.substr(at + 6, 2));
+  if (hour > 23 || minute > 59 || second > 60) return std::nullopt;  // 60: a leap second
+  const std::chrono::year_month_day date{std::chrono::year{year}, std::chrono::month{month},
+                                         std::chrono::day{static_cast<unsigned>(DigitsValue(day))}};
+  if (!date.ok()) return std::nullopt;
+  return std::chrono::sys_days{date} + std::chrono::hours{hour} + std::chrono::minutes{minute} +
+         std::chrono::seconds{second};
+}
+
+// An IMF-fixdate (RFC 9110 §5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::optional<std::chrono::sys_seconds> ParseImfFixdate(std::string_view s) {
-  static constexpr std::array<std::string_view, 7> kDays = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
-  static constexpr std::array<std::string_view, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                                               "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   // "Sun, 06 Nov 1994 08:49:37 GMT"
   //  0123456789012345678901234567 8
   if (s.size() != 29) return std::nullopt;
   if (std::find(kDays.begin(), kDays.end(), s.substr(0, 3)) == kDays.end()) return std::nullopt;
-  if (s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s[19] != ':' || s[22] != ':' ||
-      s.substr(25) != " GMT") {
+  if (s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s.substr(25) != " GMT") {
     return std::nullopt;
   }
-  if (!DigitsAt(s, 5, 2) || !DigitsAt(s, 12, 4) || !DigitsAt(s, 17, 2) || !DigitsAt(s, 20, 2) ||
-      !DigitsAt(s, 23, 2)) {
+  if (!DigitsAt(s, 5, 2) || !DigitsAt(s, 12, 4)) return std::nullopt;
+  return Instant(DigitsValue(s.substr(12, 4)), MonthNumber(s.substr(8, 3)), s.substr(5, 2), s, 17);
+}
+
+// The obsolete RFC 850 form, which recipients must still accept (RFC 9110
+// §5.6.7): "Sunday, 06-Nov-94 08:49:37 GMT". Its two-digit year is the one
+// with those digits from 49 years before `now`'s year to 50 after: one that
+// appears more than 50 years ahead is the most recent past such year.
+std::optional<std::chrono::sys_seconds> ParseRfc850Date(std::string_view s, std::chrono::system_clock::time_point now) {
+  const std::size_t comma = s.find(',');
+  if (comma == std::string_view::npos ||
+      std::find(kLongDays.begin(), kLongDays.end(), s.substr(0, comma)) == kLongDays.end()) {
     return std::nullopt;
   }
-  const auto month = std::find(kMonths.begin(), kMonths.end(), s.substr(8, 3));
-  if (month == kMonths.end()) return std::nullopt;
-  const int hour = DigitsValue(s.substr(17, 2));
-  const int minute = DigitsValue(s.substr(20, 2));
-  const int second = DigitsValue(s.substr(23, 2));
-  if (hour > 23 || minute > 59 || second > 60) return std::nullopt;  // 60: a leap second
-  const std::chrono::year_month_day date{
-      std::chrono::year{DigitsValue(s.substr(12, 4))},
-      std::chrono::month{static_cast<unsigned>(month - kMonths.begin() + 1)},
-      std::chrono::day{static_cast<unsigned>(DigitsValue(s.substr(5, 2)))}};
-  if (!date.ok()) return std::nullopt;
-  return std::chrono::sys_days{date} + std::chrono::hours{hour} + std::chrono::minutes{minute} +
-         std::chrono::seconds{second};
+  // ", 06-Nov-94 08:49:37 GMT"
+  //  012345678901234567890123
+  const std::string_view rest = s.substr(comma);
+  if (rest.size() != 24 || rest[1] != ' ' || rest[4] != '-' || rest[8] != '-' || rest[11] != ' ' ||
+      rest.substr(20) != " GMT" || !DigitsAt(rest, 2, 2) || !DigitsAt(rest, 9, 2)) {
+    return std::nullopt;
+  }
+  const std::chrono::year_month_day today{std::chrono::floor<std::chrono::days>(now)};
+  const int this_year = static_cast<int>(today.year());
+  int year = this_year - this_year % 100 + DigitsValue(rest.substr(9, 2));
+  if (year > this_year + 50) {
+    year -= 100;
+  } else if (year <= this_year - 50) {
+    year += 100;  // 50 years ahead at most is still ahead
+  }
+  return Instant(year, MonthNumber(rest.substr(5, 3)), rest.substr(2, 2), rest, 12);
+}
+
+// The obsolete asctime() form, which recipients must still accept (RFC 9110
+// §5.6.7): "Sun Nov  6 08:49:37 1994" (a day under 10 after a space).
+std::optional<std::chrono::sys_seconds> ParseAsctimeDate(std::string_view s) {
+  // "Sun Nov  6 08:49:37 1994"
+  //  012345678901234567890123
+  if (s.size() != 24) return std::nullopt;
+  if (std::find(kDays.begin(), kDays.end(), s.substr(0, 3)) == kDays.end()) return std::nullopt;
+  if (s[3] != ' ' || s[7] != ' ' || s[10] != ' ' || s[19] != ' ' || !DigitsAt(s, 20, 4)) return std::nullopt;
+  const bool one_digit = s[8] == ' ';
+  if (!DigitsAt(s, 9, 1) || (!one_digit && !DigitsAt(s, 8, 1))) return std::nullopt;
+  const std::string_view day = one_digit ? s.substr(9, 1) : s.substr(8, 2);
+  return Instant(DigitsValue(s.substr(20, 4)), MonthNumber(s.substr(4, 3)), day, s, 11);
 }
 
 }  // namespace
@@ -102,7 +157,9 @@ Verdict Classify(int status, std::string_view problem_code) {
     case 504:
       return Verdict::kRetry;
     case 409:
-      return problem_code.empty() || problem_code == "request-in-flight" ? Verdict::kRetry : Verdict::kFail;
+      // Only the gateway's "the key's first request still runs": a 409 without that code
+      // is the upstream's own answer (not stored), and another attempt would run it again.
+      return problem_code == "request-in-flight" ? Verdict::kRetry : Verdict::kFail;
     default:
       break;
   }
@@ -128,7 +185,7 @@ Millis BackoffDelay(const RetryPolicy& policy, int next_attempt, std::uint64_t r
   return Millis{static_cast<std::int64_t>((static_cast<unsigned __int128>(random) * span) >> 64)};
 }
 
-// delay-seconds or an IMF-fixdate, as a wait from `now`.
+// delay-seconds or an HTTP-date (IMF-fixdate, or the obsolete RFC 850 or asctime form), as a wait from `now`.
 std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::system_clock::time_point now) {
   value = TrimOws(value);
   if (value.empty()) return std::nullopt;
@@ -139,7 +196,9 @@ std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::syste
     else if (ec != std::errc() || end != value.data() + value.size()) return std::nullopt;
     return std::chrono::duration_cast<Millis>(std::chrono::seconds{static_cast<std::int64_t>(seconds)});
   }
-  const auto date = ParseImfFixdate(value);
+  auto date = ParseImfFixdate(value);
+  if (!date) date = ParseRfc850Date(value, now);
+  if (!date) date = ParseAsctimeDate(value);
   if (!date) return std::nullopt;
   // ceil(date - now) in milliseconds, without taking the date to the clock's
   // nanoseconds (which end in 2262).

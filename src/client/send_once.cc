@@ -59,8 +59,15 @@ constexpr std::uint32_t kMaxPendingFraming = 64 * 1024;
 // What a method or header name must be, for the messages refusing one.
 constexpr std::string_view kTokenRule = "a token (letters, digits and !#$%&'*+-.^_`|~; no spaces)";
 
-// A field value that cannot break the message framing (no CR, LF or NUL).
-bool IsSafeFieldValue(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; }
+// The offset of the first control character in a field value (RFC 9110
+// §5.5: none but HTAB; CR, LF and NUL would break the message framing), or npos.
+std::size_t ControlCharacterAt(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if ((u < 0x20 && u != '\t') || u == 0x7f) return i;
+  }
+  return std::string_view::npos;
+}
 
 bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
   return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return EqualsIgnoreCaseAscii(h.first, name); });
@@ -168,34 +175,45 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
     return InvalidArgumentError("bad method " + QuoteInput(request.method) + ": a method is " +
                                 std::string(kTokenRule));
   }
-  std::string key_value;
-  if (!request.key.empty()) {
-    if (!IsToken(request.key_header)) {
-      return InvalidArgumentError("bad key header name " + QuoteInput(request.key_header) + ": a header name is " +
-                                  std::string(kTokenRule));
-    }
-    auto sf = SfString(request.key);
-    if (!sf.ok()) return sf.status();
-    key_value = std::move(*sf);
-  }
+  int host_lines = 0;
   for (const auto& [name, value] : request.headers) {
     if (!IsToken(name)) {
       return InvalidArgumentError("bad header name " + QuoteInput(name) + ": a header name is " +
                                   std::string(kTokenRule));
     }
-    if (!IsSafeFieldValue(value)) return InvalidArgumentError("header " + name + " has CR, LF or NUL in its value");
+    if (const std::size_t at = ControlCharacterAt(value); at != std::string_view::npos) {
+      return InvalidArgumentError("header " + name + " has a control character in its value (" +
+                                  QuoteInput(value.substr(at, 1)) + " at offset " + std::to_string(at) +
+                                  "; only a tab is allowed)");
+    }
     if (EqualsIgnoreCaseAscii(name, "Transfer-Encoding")) return InvalidArgumentError("Transfer-Encoding is not supported");
     if (EqualsIgnoreCaseAscii(name, "Content-Length") && value != std::to_string(request.body.size())) {
       return InvalidArgumentError("Content-Length " + value + " does not match the body's " +
                                   std::to_string(request.body.size()) + " bytes");
     }
+    // RFC 9112 §3.2: a server answers a request with more than one Host line with 400.
+    if (EqualsIgnoreCaseAscii(name, "Host") && ++host_lines > 1) {
+      return InvalidArgumentError("two Host headers (a server must refuse such a request)");
+    }
+  }
+  auto key = RequestKey(request);
+  if (!key.ok()) return key.status();
+  std::string key_value;
+  if (!key->empty()) {
+    if (!IsToken(request.key_header)) {
+      return InvalidArgumentError("bad key header name " + QuoteInput(request.key_header) + ": a header name is " +
+                                  std::string(kTokenRule));
+    }
+    auto sf = SfString(*key);
+    if (!sf.ok()) return sf.status();
+    key_value = std::move(*sf);
   }
   http::request<http::string_body> req;
   req.version(11);
   req.method_string(request.method);
   req.target(target.target);
   for (const auto& [name, value] : request.headers) {
-    if (!request.key.empty() && EqualsIgnoreCaseAscii(name, request.key_header)) continue;  // the key header is ours
+    if (!key->empty() && EqualsIgnoreCaseAscii(name, request.key_header)) continue;  // the key header is ours
     req.insert(name, value);
   }
   if (!HasHeader(request.headers, "Host")) req.insert(http::field::host, target.host_header);
@@ -204,7 +222,7 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
     req.insert(http::field::content_length, std::to_string(request.body.size()));
   }
   if (!HasHeader(request.headers, "Connection")) req.insert(http::field::connection, "close");
-  if (!request.key.empty()) req.insert(request.key_header, key_value);
+  if (!key->empty()) req.insert(request.key_header, key_value);
   req.body() = request.body;
   return req;
 }
@@ -616,6 +634,50 @@ std::string Response::ProblemCode() const {
   } catch (const std::exception&) {
     return "";
   }
+}
+
+// An sf-string ("abc"; only \\ and \" escaped, nothing after it) or the bare key.
+StatusOr<std::string> KeyFromHeaderValue(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  if (value.empty() || value.front() != '"') return std::string(value);
+  std::string key;
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    char c = value[i];
+    if (c == '"') {
+      if (i + 1 != value.size()) return InvalidArgumentError("nothing may follow the quoted key (no parameters)");
+      return key;
+    }
+    if (c == '\\') {
+      if (i + 1 == value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
+        return InvalidArgumentError("a backslash in a quoted key escapes only \" or \\");
+      }
+      c = value[++i];
+    }
+    key += c;
+  }
+  return InvalidArgumentError("the quoted key has no closing quote");
+}
+
+// `key`, else the key of the one line of the key header; the lines checked either way.
+StatusOr<std::string> RequestKey(const Request& request) {
+  const Header* line = nullptr;
+  for (const Header& header : request.headers) {
+    if (request.key_header.empty() || !EqualsIgnoreCaseAscii(header.first, request.key_header)) continue;
+    if (line != nullptr) return InvalidArgumentError("two " + request.key_header + " headers (give the key once)");
+    line = &header;
+  }
+  if (line == nullptr) return request.key;
+  auto key = KeyFromHeaderValue(line->second);
+  if (!key.ok()) return InvalidArgumentError("header " + line->first + ": " + key.status().message());
+  if (key->empty()) {
+    return InvalidArgumentError("header " + line->first + ": the key is empty (leave the header out for a new key)");
+  }
+  if (!request.key.empty() && *key != request.key) {
+    return InvalidArgumentError("the key " + QuoteInput(request.key) + " and the " + line->first + " header's key " +
+                                QuoteInput(*key) + " differ (give the key once)");
+  }
+  return std::move(*key);
 }
 
 // The checks SendOnce makes before it connects, without connecting: the URL

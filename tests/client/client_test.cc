@@ -17,6 +17,7 @@
 
 #include "client/lookup.h"
 #include "client/scripted_server.h"
+#include "common/ascii.h"
 #include "fakes/testing.h"
 
 namespace idemgate::client {
@@ -92,7 +93,7 @@ TEST(SendOnceTest, KeyIsAnEscapedSfStringUnderTheChosenHeader) {
   Request request = Post(server, R"(a"b\c)");
   request.key_header = "X-Idem";
   request.headers.emplace_back("idempotency-key", "ignored?");
-  request.headers.emplace_back("x-idem", "\"replaced\"");
+  request.headers.emplace_back("x-idem", R"("a\"b\\c")");  // the same key: one line is sent
   ASSERT_TRUE(SendOnce(request, Millis(5000)).ok());
   const auto got = server.requests().at(0);
   EXPECT_EQ(got.Count("X-Idem"), 1);
@@ -612,6 +613,102 @@ TEST(ClientTest, OtherConflictIsNotRetried) {
   EXPECT_EQ(out.attempts, 1);
 }
 
+// A 409 without the gateway's request-in-flight code is the upstream's own
+// answer (the gateway stores none): another attempt would run it again.
+TEST(ClientTest, AConflictWithoutACodeIsNotRetried) {
+  Harness h;
+  h.server.Push(Canned::Answer(409, {{"Retry-After", "1"}}, "conflict"));
+  h.server.Push(Canned::Answer(200));
+  const Outcome out = h.client->Send(Post(h.server));
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(h.server.requests().size(), 1u);
+  EXPECT_TRUE(h.sleeps.empty());
+  EXPECT_EQ(out.error, "409 Conflict");
+  EXPECT_TRUE(out.dead_letter_id.has_value());
+}
+
+// A key given only as a line of the key header is the key, on every Send:
+// two Sends of one action carry one key (the gateway runs it once), the
+// line is not sent twice, and a parked entry records that key.
+TEST(ClientTest, AKeyHeaderLineGivesTheKey) {
+  for (const std::string value : {"\"mykey-1\"", "mykey-1", " \"mykey-1\"  "}) {
+    SCOPED_TRACE(value);
+    Harness h(RetryPolicy{.max_attempts = 2});
+    h.server.Push(Canned::Answer(503));
+    h.server.Push(Canned::Answer(503));
+    h.server.Push(Canned::Answer(201));
+    Request request = Post(h.server, "");
+    request.headers.emplace_back("idempotency-KEY", value);
+    ASSERT_TRUE(ValidateRequest(request).ok());
+    EXPECT_EQ(*RequestKey(request), "mykey-1");
+    const Outcome first = h.client->Send(request);
+    EXPECT_FALSE(first.ok);
+    EXPECT_EQ(first.key, "mykey-1");
+    const Outcome second = h.client->Send(request);
+    EXPECT_TRUE(second.ok) << second.error;
+    EXPECT_EQ(second.key, "mykey-1");
+    const auto requests = h.server.requests();
+    ASSERT_EQ(requests.size(), 3u);
+    ExpectSameKey(requests, "mykey-1");
+    ASSERT_TRUE(first.dead_letter_id.has_value());
+    const auto entry = h.dlq->Get(*first.dead_letter_id);
+    ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+    EXPECT_EQ(entry->request.key, "mykey-1");
+    for (const Header& header : entry->request.headers) EXPECT_FALSE(EqualsIgnoreCaseAscii(header.first, "Idempotency-Key"));
+  }
+}
+
+// SendOnce, too, sends the line's key (as an sf-string) in place of the line.
+TEST(SendOnceTest, AKeyHeaderLineGivesTheKey) {
+  ScriptedServer server;
+  server.Push(Canned::Answer(200));
+  Request request = Post(server, "");
+  request.headers.emplace_back("Idempotency-Key", "bare-key");
+  ASSERT_TRUE(SendOnce(request, Millis(5000)).ok());
+  const auto got = server.requests().at(0);
+  EXPECT_EQ(got.Count("Idempotency-Key"), 1);
+  EXPECT_EQ(got.Get("Idempotency-Key"), "\"bare-key\"");
+}
+
+// Lines of the key header that cannot give one key are refused, as idemctl
+// refuses them: neither sent nor parked.
+TEST(ClientTest, KeyHeaderLinesThatDisagreeAreRefused) {
+  Harness h;
+  struct Case {
+    std::string key;
+    std::vector<Header> lines;
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      {"k-1", {{"Idempotency-Key", "\"other\""}}, "differ"},
+      {"", {{"Idempotency-Key", "\"a\""}, {"idempotency-key", "\"a\""}}, "two Idempotency-Key headers"},
+      {"k-1", {{"Idempotency-Key", "\"k-1\""}, {"Idempotency-Key", "\"k-1\""}}, "two Idempotency-Key headers"},
+      {"", {{"Idempotency-Key", "\"\""}}, "the key is empty"},
+      {"", {{"Idempotency-Key", ""}}, "the key is empty"},
+      {"", {{"Idempotency-Key", "\"a\";p=1"}}, "nothing may follow"},
+      {"", {{"Idempotency-Key", "\"a"}}, "no closing quote"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.named);
+    Request request = Post(h.server, c.key);
+    for (const Header& line : c.lines) request.headers.push_back(line);
+    const Status valid = ValidateRequest(request);
+    EXPECT_EQ(valid.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(valid.message().find(c.named), std::string::npos) << valid.message();
+    const Outcome out = h.client->Send(request);
+    EXPECT_EQ(out.attempts, 0);
+    EXPECT_EQ(out.validation, valid);
+    EXPECT_FALSE(out.dead_letter_id.has_value());
+    EXPECT_EQ(SendOnce(request, Millis(5000)).status(), valid);
+  }
+  EXPECT_TRUE(h.server.requests().empty());
+  // The same key in both is one key.
+  Request request = Post(h.server, "k-1");
+  request.headers.emplace_back("Idempotency-Key", "\"k-1\"");
+  EXPECT_TRUE(ValidateRequest(request).ok());
+}
+
 TEST(ClientTest, ExhaustedRetriesAreParked) {
   Harness h(RetryPolicy{.max_attempts = 4});
   for (int i = 0; i < 4; ++i) h.server.Push(Canned::Answer(i < 3 ? 500 : 504));
@@ -720,6 +817,13 @@ TEST(ClientTest, RequestsThatCanNeverBeSentAreNeitherSentNorParked) {
   add("Bad Name", [](Request& r) { r.headers.emplace_back("Bad Name", "v"); });
   add("X-Evil", [](Request& r) { r.headers.emplace_back("X-Evil", "a\r\nX-Injected: 1"); });
   add("X-Evil", [](Request& r) { r.headers.emplace_back("X-Evil", "a\nb"); });
+  add("X-Ctl", [](Request& r) { r.headers.emplace_back("X-Ctl", "a\x01" "b"); });
+  add("X-Ctl", [](Request& r) { r.headers.emplace_back("X-Ctl", "a\x1b[31m"); });
+  add("X-Ctl", [](Request& r) { r.headers.emplace_back("X-Ctl", "a\x7f"); });
+  add("two Host headers", [](Request& r) {
+    r.headers.emplace_back("Host", "a.example");
+    r.headers.emplace_back("host", "b.example");
+  });
   add("key", [](Request& r) { r.key = "caf\xc3\xa9"; });
   add("key", [](Request& r) { r.key = "bad\nkey"; });
   add("PO ST", [](Request& r) { r.method = "PO ST"; });
@@ -753,6 +857,9 @@ TEST(ClientTest, ValidateRequestAcceptsWhatCanBeSent) {
   // with an sf-string key the default gateway rules would refuse still passes.
   request.key = R"(a"b\c)";
   request.key_header = "X-Idem";
+  EXPECT_TRUE(ValidateRequest(request).ok());
+  // A tab and bytes past ASCII (obs-text) may be in a value; one Host line may be given.
+  request.headers = {{"X-Tab", "a\tb"}, {"X-Latin1", "caf\xe9"}, {"Host", "example.com"}};
   EXPECT_TRUE(ValidateRequest(request).ok());
   EXPECT_TRUE(server.requests().empty());
 }

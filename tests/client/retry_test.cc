@@ -61,9 +61,9 @@ TEST(ClassifyTest, Table) {
       {503, "store-unavailable", Verdict::kRetry},
       {504, "", Verdict::kRetry},
       {504, "upstream-timeout", Verdict::kRetry},
-      // 409 only as request-in-flight (or without a code).
+      // 409 only as request-in-flight: without a code it is the upstream's own conflict.
       {409, "request-in-flight", Verdict::kRetry},
-      {409, "", Verdict::kRetry},
+      {409, "", Verdict::kFail},
       {409, "key-reused", Verdict::kFail},
       {409, "conflict", Verdict::kFail},
       // Other 4xx, key-reused and other 5xx.
@@ -211,8 +211,15 @@ TEST(ParseRetryAfterTest, DelaySeconds) {
 
 TEST(ParseRetryAfterTest, RejectsWhatIsNeitherForm) {
   for (const char* bad : {"-1", "abc", "", "  ", "1.5", "+3", "5s", "0x10", "1 2",
-                          "Sun, 06 Nov 1994 08:49:37 UTC", "Sunday, 06-Nov-94 08:49:37 GMT",
-                          "Sun Nov  6 08:49:37 1994", "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 6 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 24:00:00 GMT",
+                          // The obsolete forms, malformed.
+                          "Sun, 06-Nov-94 08:49:37 GMT", "Sunday, 06-Nov-1994 08:49:37 GMT",
+                          "Sunday, 6-Nov-94 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 UTC",
+                          "Sundae, 06-Nov-94 08:49:37 GMT", "Sunday, 31-Feb-94 08:49:37 GMT",
+                          "Sunday, 06-Nov-94 08:61:37 GMT", "Sun Nov 6 08:49:37 1994", "Sun Nov 06 08:49:37 94",
+                          "Sunday Nov  6 08:49:37 1994", "Sun Nov  6 08:49:37 1994 GMT", "Sun Foo  6 08:49:37 1994",
+                          "Sun Nov  0 08:49:37 1994", "Sun Nov  6 8:49:37 1994",
                           "Sun, 31 Feb 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT",
                           "Xyz, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMT extra"}) {
     EXPECT_FALSE(ParseRetryAfter(bad, kNow).has_value()) << "\"" << bad << "\"";
@@ -229,6 +236,26 @@ TEST(ParseRetryAfterTest, FutureDate) {
   const auto far = ParseRetryAfter("Fri, 31 Dec 9999 23:59:59 GMT", kNow);
   ASSERT_TRUE(far.has_value());
   EXPECT_GT(*far, Millis(std::chrono::hours(24 * 365) * 8000));
+}
+
+// RFC 9110 §5.6.7: recipients accept the obsolete RFC 850 and asctime forms too.
+TEST(ParseRetryAfterTest, ObsoleteDateForms) {
+  EXPECT_EQ(ParseRetryAfter("Sunday, 06-Nov-94 08:49:47 GMT", kNow), Millis(10000));
+  EXPECT_EQ(ParseRetryAfter("Monday, 07-Nov-94 08:49:37 GMT", kNow), Millis(86'400'000));
+  EXPECT_EQ(ParseRetryAfter("Sun Nov  6 08:49:47 1994", kNow), Millis(10000));
+  EXPECT_EQ(ParseRetryAfter("Mon Nov  7 08:49:37 1994", kNow), Millis(86'400'000));
+  EXPECT_EQ(ParseRetryAfter("Wed Nov 16 08:49:37 1994", kNow), Millis(10 * 86'400'000LL));
+  EXPECT_EQ(ParseRetryAfter("  Sun Nov  6 08:49:47 1994 ", kNow), Millis(10000));
+  EXPECT_EQ(ParseRetryAfter("Sunday, 06-Nov-94 08:49:37 GMT", kNow), Millis(0));
+  EXPECT_EQ(ParseRetryAfter("Sun Nov  6 08:49:36 1994", kNow), Millis(0));
+  // A two-digit year more than 50 years ahead is the century before: in 1994,
+  // "44" is 2044 (a long wait) and "45" is 1945 (past).
+  const auto soon = ParseRetryAfter("Thursday, 01-Jan-44 00:00:00 GMT", kNow);
+  ASSERT_TRUE(soon.has_value());
+  EXPECT_GT(*soon, Millis(std::chrono::hours(24 * 365) * 49));
+  EXPECT_EQ(ParseRetryAfter("Monday, 01-Jan-45 00:00:00 GMT", kNow), Millis(0));
+  // Against the real clock: "94" is 1994, past.
+  EXPECT_EQ(ParseRetryAfter("Sunday, 06-Nov-94 08:49:37 GMT", system_clock::now()), Millis(0));
 }
 
 TEST(ParseRetryAfterTest, PastOrPresentDateIsZero) {

@@ -386,6 +386,8 @@ TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
       {{"-H", "Bad Name: v", url}, "Bad Name"},
       {{"-H", "X-Evil: a\r\nX-Injected: 1", url}, "X-Evil"},
       {{"-H", "X-Evil: a\nb", url}, "X-Evil"},
+      {{"-H", "X-Ctl: a\x1b[2Jb", url}, "X-Ctl"},
+      {{"-H", "Host: a.example", "-H", "host: b.example", url}, "two Host headers"},
       {{"-k", "k\xff", url}, "-k"},
       {{"-X", "PO ST", url}, "PO ST"},
       {{"-X", "", url}, "-X"},
