@@ -43,8 +43,9 @@ constexpr std::string_view kUsage =
     "\n"
     "Usage:\n"
     "  idemctl send [options] URL          send with retries under one Idempotency-Key\n"
-    "  idemctl dlq list [--status S]       parked requests (pending|replaying|replayed|discarded)\n"
-    "  idemctl dlq show ID                 one parked request, whole\n"
+    "  idemctl dlq list [--status S] [--json]\n"
+    "                                      parked requests (pending|replaying|replayed|discarded)\n"
+    "  idemctl dlq show ID [--json]        one parked request, whole (always JSON)\n"
     "  idemctl dlq replay ID               send it again under its original key\n"
     "  idemctl dlq discard ID              give up on a pending request\n"
     "  idemctl dlq release ID [--force]    make a replay cut short (replaying) pending again;\n"
@@ -87,7 +88,8 @@ constexpr std::string_view kUsage =
     "common options:\n"
     "      --dlq FILE         the dead-letter queue (default $IDEMCTL_DLQ, else\n"
     "                         $XDG_DATA_HOME/idemctl/dlq.sqlite (an absolute path), else\n"
-    "                         ~/.local/share/idemctl/dlq.sqlite, without HOME ./idemctl-dlq.sqlite)\n"
+    "                         ~/.local/share/idemctl/dlq.sqlite (HOME an absolute path: a\n"
+    "                         relative one gives no default), without HOME ./idemctl-dlq.sqlite)\n"
     "      --no-dlq           send: do not park failures\n"
     "      --admin URL        the gateway's admin API (default $IDEMCTL_ADMIN, else\n"
     "                         http://127.0.0.1:9090)\n"
@@ -166,13 +168,21 @@ void MakeDirectories(const std::filesystem::path& path) {
 // relative one is ignored, else ~/.local/share; without HOME either,
 // ./idemctl-dlq.sqlite) in idemctl's own directory, made (or, when it is
 // ours, kept) 0700: the queue holds request headers (Authorization) and bodies.
-std::string DlqPath(const std::string& given) {
+// A relative HOME is ignored too, and then there is no default (an error):
+// a queue under it would move with the current directory.
+StatusOr<std::string> DlqPath(const std::string& given) {
   if (!given.empty()) return given;
-  if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return v;
+  if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return std::string(v);
   std::string data = EnvOr("XDG_DATA_HOME", "");
   if (data.empty() || data.front() != '/') {
     const std::string home = EnvOr("HOME", "");
-    if (home.empty()) return "idemctl-dlq.sqlite";
+    if (home.empty()) return std::string("idemctl-dlq.sqlite");
+    if (home.front() != '/') {
+      return FailedPreconditionError(
+          "no default dead-letter queue: HOME is the relative path \"" + home +
+          "\", which is ignored (as a relative XDG_DATA_HOME is), and XDG_DATA_HOME is not an absolute path; "
+          "give the queue with --dlq FILE or IDEMCTL_DLQ");
+    }
     data = home + "/.local/share";
   }
   const std::filesystem::path dir = std::filesystem::path(data) / "idemctl";
@@ -696,8 +706,8 @@ int Send(const Options& o) {
   StopSignals stop_signals(interruption);
   std::unique_ptr<client::DeadLetterQueue> dlq;
   if (!o.no_dlq) {
-    const std::string path = DlqPath(o.dlq);
-    auto opened = OpenDlq(path);
+    const auto path = DlqPath(o.dlq);
+    auto opened = path.ok() ? OpenDlq(*path) : StatusOr<std::unique_ptr<client::DeadLetterQueue>>(path.status());
     if (!opened.ok()) {
       // Checked before sending: a failure could not be parked.
       Print(stderr, "idemctl: " + opened.status().message() +
@@ -760,11 +770,13 @@ int Dlq(const std::string& verb, const Options& o) {
                    o.positional[0] + "\")");
     }
   }
-  const std::string path = DlqPath(o.dlq);
+  const auto path = DlqPath(o.dlq);
+  if (!path.ok()) return Fail(path.status().message());
   // list and show only read (they work on a queue the user may not write);
   // no command but send creates a queue.
   const bool reads = verb == "list" || verb == "show";
-  auto opened = OpenDlq(path, reads ? client::DeadLetterQueue::Access::kRead : client::DeadLetterQueue::Access::kExisting);
+  auto opened =
+      OpenDlq(*path, reads ? client::DeadLetterQueue::Access::kRead : client::DeadLetterQueue::Access::kExisting);
   if (!opened.ok()) {
     if (verb == "list" && opened.status().code() == StatusCode::kNotFound) {
       // Nothing parked yet: an empty list, and a word on stderr in case the path is mistyped.

@@ -267,12 +267,17 @@ class DeadLetterQueue {
     kExisting,  // read and write; a missing file is NotFound (replay, discard, release)
     kRead,      // read only; a missing file is NotFound (list, show). Needs no write
                 // access to the file, only to its directory while no writer has it open
-                // (SQLite's WAL index); a version 1 file is read as it is, not migrated
+                // (SQLite's WAL index); a version 1 file is read as it is, not migrated.
+                // Where this process may write the file and its directory, the connection
+                // may write (and writes nothing: query_only), so that the last one to close
+                // removes the -wal and -shm files, which a read-only one would leave behind
   };
   // Opens the SQLite file at `path`, with a schema version check; WAL journal,
   // busy timeout of 5 s (the switch of a new file to WAL, which SQLite does not
   // wait for by itself, included). A file that kCreate makes is readable and
   // writable by its owner only (0600, and so are its -wal and -shm files).
+  // kCreate and kExisting on a file this process may not write fail with
+  // FailedPrecondition ("... is read-only ...").
   static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path, Access access = Access::kCreate);
   ~DeadLetterQueue();
   DeadLetterQueue(const DeadLetterQueue&) = delete;

@@ -20,6 +20,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <system_error>
 
 #include "client/quote.h"
 
@@ -542,9 +543,50 @@ std::optional<FileStamp> Stamp(const std::string& path) {
                    static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-bool WalExists(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::exists(path + "-wal", ec) || ec;  // unknown counts as present
+// True when the queue's -wal file holds frames: committed entries may be
+// there and not yet in the main file. An empty one (left by a connection
+// that could not remove it) holds none. Unknown counts as holding some.
+bool WalHoldsFrames(const std::string& path) {
+  struct stat st {};
+  if (::stat((path + "-wal").c_str(), &st) != 0) return errno != ENOENT;
+  return st.st_size > 0;
+}
+
+// The directory a file is in, for access(2).
+std::string DirectoryOf(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// True when this process may read and write the queue file, and its -wal and
+// -shm files where they exist, and may make and remove files beside them: a
+// connection that may write can then, as the last one to close, checkpoint
+// the queue and remove its -wal and -shm files (a read-only one cannot, and
+// leaves them behind, which keeps readers without write access out).
+bool MayWriteBeside(const std::string& path) {
+  if (::access(path.c_str(), R_OK | W_OK) != 0) return false;
+  if (::access(DirectoryOf(path).c_str(), W_OK | X_OK) != 0) return false;
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    if (::access(file.c_str(), F_OK) == 0 && ::access(file.c_str(), R_OK | W_OK) != 0) return false;
+  }
+  return true;
+}
+
+// Why a reader without write access cannot open the queue: a -shm file it
+// may not open (a writer made it for itself, 0600), or none, and a directory
+// it may not make one in.
+std::string WhyNoIndex(const std::string& path) {
+  const std::string shm = path + "-shm";
+  if (::access(shm.c_str(), F_OK) == 0) {
+    if (::access(shm.c_str(), R_OK) == 0) return "";
+    const int err = errno;
+    return " (SQLite's index of its write-ahead log, " + shm + ", exists but this user cannot open it: " +
+           std::generic_category().message(err) +
+           "; it is there while a process of the queue's owner has the queue open, or was left by one: try again "
+           "once none has, or have the owner grant read access to " + path + "-wal and " + shm + " too)";
+  }
+  return " (reading " + path + " needs write access to its directory, for SQLite's -shm file)";
 }
 
 // "file:" + `path` percent-encoded, "?immutable=1": SQLite reads the file
@@ -617,7 +659,7 @@ struct DeadLetterQueue::Impl {
   // After a read without locks: an error when a writer may have changed the
   // file meanwhile (it then has a -wal file, or a new stamp).
   Status CheckUnchanged() const {
-    if (!unlocked || (!WalExists(path) && Stamp(path) == unlocked)) return Status::Ok();
+    if (!unlocked || (!WalHoldsFrames(path) && Stamp(path) == unlocked)) return Status::Ok();
     return UnavailableError("dead-letter queue: " + path +
                             " was written to while it was read without write access; try again");
   }
@@ -704,8 +746,14 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
       const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
       if (fd >= 0) ::close(fd);
     }
+    // A reader that may write opens the file to write, and writes nothing
+    // (query_only): as the last connection to close it then checkpoints the
+    // queue and removes its -wal and -shm files, which a read-only connection
+    // would leave behind (and a reader without write access could then not
+    // read the queue).
+    const bool read_only = access == Access::kRead && !MayWriteBeside(path);
     sqlite3* raw = nullptr;
-    const int flags = SQLITE_OPEN_FULLMUTEX | (access == Access::kRead     ? SQLITE_OPEN_READONLY
+    const int flags = SQLITE_OPEN_FULLMUTEX | (read_only                   ? SQLITE_OPEN_READONLY
                                                : access == Access::kCreate ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
                                                                            : SQLITE_OPEN_READWRITE);
     const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
@@ -713,12 +761,20 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
     if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
     sqlite3_extended_result_codes(db.get(), 1);
     sqlite3_busy_timeout(db.get(), static_cast<int>(kBusyTimeout.count()));
+    if (access != Access::kRead && sqlite3_db_readonly(db.get(), "main") == 1) {
+      // SQLite opens a file it may not write read-only; every change would fail.
+      return FailedPreconditionError("dead-letter queue: " + path +
+                                     " is read-only (this user may not write it), so it cannot be changed");
+    }
     auto impl = std::make_unique<Impl>();
+    if (access == Access::kRead && !read_only) {
+      if (Status s = Exec(db.get(), "PRAGMA query_only = 1"); !s.ok()) return s;
+    }
     if (access == Access::kRead) {
       int code = SQLITE_OK;
       Status s = CheckReadable(db.get(), path, impl->no_table, impl->with_claims, code);
       const bool no_index = (code & 0xff) == SQLITE_READONLY || (code & 0xff) == SQLITE_CANTOPEN;
-      if (!s.ok() && no_index && !WalExists(path)) {
+      if (!s.ok() && no_index && !WalHoldsFrames(path)) {
         // A WAL file that no connection has open has no index (-shm), and a
         // reader may create one only where it may write. With no -wal file
         // every committed entry is in the main file, so it is read as it
@@ -737,15 +793,19 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
         s = CheckReadable(db.get(), path, impl->no_table, impl->with_claims, code);
         if (s.ok()) s = impl->CheckUnchanged();
       }
-      if (!s.ok()) {
-        return no_index ? FailedPreconditionError(s.message() + " (reading " + path +
-                                                  " needs write access to its directory, for SQLite's -shm file)")
-                        : s;
-      }
+      if (!s.ok()) return no_index ? FailedPreconditionError(s.message() + WhyNoIndex(path)) : s;
     } else {
-      if (Status s = CheckNotForeign(db.get(), path); !s.ok()) return s;
-      if (Status s = EnableWal(db.get()); !s.ok()) return s;
-      if (Status s = Migrate(db.get()); !s.ok()) return s;
+      Status s = CheckNotForeign(db.get(), path);
+      if (s.ok()) s = EnableWal(db.get());
+      if (s.ok()) s = Migrate(db.get());
+      if (!s.ok() && s.code() == StatusCode::kUnavailable &&
+          ::access(DirectoryOf(path).c_str(), W_OK | X_OK) != 0) {
+        // SQLite says only "unable to open database file".
+        return FailedPreconditionError(s.message() + " (the directory " + DirectoryOf(path) +
+                                       " is not writable for this user, and SQLite keeps the queue's -wal and "
+                                       "-shm files there)");
+      }
+      if (!s.ok()) return s;
     }
     impl->db = std::move(db);
     return std::unique_ptr<DeadLetterQueue>(new DeadLetterQueue(std::move(impl)));

@@ -743,6 +743,109 @@ TEST(DlqReadTest, AReaderWithoutWriteAccessReadsAnIdleQueue) {
   EXPECT_EQ(code, 0) << "1: not opened, 2: first read wrong, 4/5: a read across a writer was trusted";
 }
 
+// The owner's read (idemctl dlq list) opens the queue to write, writes
+// nothing, and as the last connection removes the -wal and -shm files: a
+// read-only connection would leave them (0600, the owner's), and a reader
+// granted read access to the queue file alone could then not read it.
+TEST(DlqReadTest, AnOwnersReadLeavesNoWalOrShmSoAnotherReaderCanRead) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  {
+    auto writer = OpenOrDie(path);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_TRUE(writer->Park(SampleRequest("k-a"), "e", 1, 503).ok());
+  }
+  {
+    auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    ASSERT_EQ(Entries(**reader)->size(), 1u);
+    ASSERT_TRUE((*reader)->Get(1).ok());
+    EXPECT_FALSE((*reader)->Park(SampleRequest("k-b"), "e", 1, 503).ok());  // it still writes nothing
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
+  EXPECT_EQ(RawSingle(path, "SELECT count(*) FROM dead_letters"), "1");
+  // Then the owner grants read access to the queue file, as docs/client.md says.
+  std::filesystem::permissions(path, std::filesystem::perms::group_read | std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  const int code = AsReaderWithoutWriteAccess(
+      dir.path(),
+      [&]() -> int {
+        auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
+        if (!reader.ok()) {
+          std::fprintf(stderr, "%s\n", reader.status().ToString().c_str());
+          return 1;
+        }
+        const auto listed = Entries(**reader);
+        return listed.ok() && listed->size() == 1 && (*listed)[0].request.key == "k-a" ? 0 : 2;
+      },
+      [] {});
+  EXPECT_EQ(code, 0) << "1: not opened, 2: read wrong";
+}
+
+// A reader that cannot open the WAL index (-shm) of a queue a writer has
+// open is told so, naming the file, rather than sent to the directory.
+TEST(DlqReadTest, AShmFileTheReaderCannotOpenIsNamed) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  auto writer = OpenOrDie(path);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_TRUE(writer->Park(SampleRequest("k-a"), "e", 1, 503).ok());
+  ASSERT_TRUE(std::filesystem::exists(path + "-shm"));
+  std::filesystem::permissions(path, std::filesystem::perms::group_read | std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  // The writer has it open already; no one else may open it (root's child runs as nobody).
+  std::filesystem::permissions(path + "-shm", std::filesystem::perms::none);
+  const int code = AsReaderWithoutWriteAccess(
+      dir.path(),
+      [&]() -> int {
+        const auto reader = DeadLetterQueue::Open(path, DeadLetterQueue::Access::kRead);
+        if (reader.ok()) return 1;
+        const std::string message = reader.status().message();
+        std::fprintf(stderr, "%s\n", message.c_str());
+        if (message.find(path + "-shm, exists but this user cannot open it: Permission denied") == std::string::npos) {
+          return 2;
+        }
+        return message.find("write access to its directory") == std::string::npos ? 0 : 3;
+      },
+      [] {});
+  std::filesystem::permissions(path + "-shm", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(code, 0) << "1: opened, 2: -shm not named, 3: the directory blamed";
+  writer.reset();
+}
+
+// A queue this user may read but not write: opened to change it (replay,
+// discard, release), it is said to be read-only, not "unable to open
+// database file".
+TEST(DlqOpenTest, AQueueThisUserMayNotWriteIsSaidToBeReadOnly) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  {
+    auto writer = OpenOrDie(path);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_TRUE(writer->Park(SampleRequest("k-a"), "e", 1, 503).ok());
+  }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  const int code = AsReaderWithoutWriteAccess(
+      dir.path(),
+      [&]() -> int {
+        for (const auto access : {DeadLetterQueue::Access::kExisting, DeadLetterQueue::Access::kCreate}) {
+          const auto opened = DeadLetterQueue::Open(path, access);
+          if (opened.ok()) return 1;
+          std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+          if (opened.status().code() != StatusCode::kFailedPrecondition) return 2;
+          if (opened.status().message().find(path + " is read-only (this user may not write it)") ==
+              std::string::npos) {
+            return 3;
+          }
+        }
+        return 0;
+      },
+      [] {});
+  EXPECT_EQ(code, 0) << "1: opened, 2/3: not said to be read-only";
+}
+
 TEST_F(DlqTest, TwoThreadsClaimingOneEntryExactlyOneWins) {
   for (int round = 0; round < 20; ++round) {
     const std::int64_t id = ParkOrDie(SampleRequest("race-" + std::to_string(round)));

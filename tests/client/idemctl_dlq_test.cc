@@ -2,10 +2,14 @@
 // read: each is named and skipped, and the others still work.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/client.h"
@@ -67,13 +71,16 @@ class IdemctlDlqTest : public ::testing::Test {
     return out;
   }
 
-  CliRun Idemctl(std::vector<std::string> args) {
+  CliRun Idemctl(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> env = {}) {
     static int runs = 0;
     const std::string base = dir_.Join("idemctl-" + std::to_string(++runs));
     ProcessOptions options;
     options.stdout_path = base + ".out";
     options.stderr_path = base + ".err";
-    options.env.emplace_back("IDEMCTL_DLQ", path_);
+    options.env = std::move(env);
+    if (std::none_of(options.env.begin(), options.env.end(), [](const auto& v) { return v.first == "IDEMCTL_DLQ"; })) {
+      options.env.emplace_back("IDEMCTL_DLQ", path_);
+    }
     CliRun run;
     auto process = Process::Start(IDEMCTL_BIN, args, options);
     EXPECT_TRUE(process.ok()) << process.status().ToString();
@@ -138,6 +145,50 @@ TEST_F(IdemctlDlqTest, EveryOtherCommandOnTheBadRowSaysWhyAndLeavesItUsable) {
   // The readable entries are untouched by it.
   const CliRun other = Idemctl({"dlq", "show", "3"});
   EXPECT_EQ(other.code, 0) << other.err;
+}
+
+// list and show by the queue's owner leave no -wal or -shm file behind
+// (which would keep a reader granted read access to the queue file out).
+TEST_F(IdemctlDlqTest, ReadsLeaveNoWalOrShmBehind) {
+  EXPECT_EQ(Idemctl({"dlq", "list"}).code, 1);  // the bad row
+  EXPECT_EQ(Idemctl({"dlq", "show", "1"}).code, 0);
+  EXPECT_EQ(Idemctl({"dlq", "list", "--json", "--status", "pending"}).code, 1);
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-shm"));
+}
+
+// A relative HOME is ignored, as a relative XDG_DATA_HOME is: then there is
+// no default queue, and idemctl says so (send sends nothing).
+TEST_F(IdemctlDlqTest, ARelativeHomeGivesNoDefaultQueue) {
+  // Relative to the current directory (idemctl's and this test's): nothing may be made there.
+  const std::string home = "idemctl-test-relative-home-" + std::to_string(::getpid());
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", "relative-data"}, {"HOME", home}};
+  const std::string expected = "no default dead-letter queue: HOME is the relative path \"" + home + "\"";
+  const CliRun list = Idemctl({"dlq", "list"}, env);
+  EXPECT_EQ(list.code, 1) << list.err;
+  EXPECT_NE(list.err.find(expected), std::string::npos) << list.err;
+  const CliRun send = Idemctl({"send", "-k", "order-9", "-d", "{}", "http://127.0.0.1:9/v1/payments"}, env);
+  EXPECT_EQ(send.code, 3) << send.err;
+  EXPECT_NE(send.err.find(expected), std::string::npos) << send.err;
+  EXPECT_NE(send.err.find("nothing was sent"), std::string::npos) << send.err;
+  const bool made = std::filesystem::exists(home);
+  std::filesystem::remove_all(home);
+  EXPECT_FALSE(made);
+  // With an absolute XDG_DATA_HOME, HOME is not needed.
+  const std::string data = dir_.Join("data");
+  const CliRun xdg = Idemctl({"dlq", "list"}, {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", data}, {"HOME", "relative"}});
+  EXPECT_EQ(xdg.code, 0) << xdg.err;
+  EXPECT_NE(xdg.err.find(data + "/idemctl/dlq.sqlite"), std::string::npos) << xdg.err;
+}
+
+// The usage lines name every option a command takes.
+TEST_F(IdemctlDlqTest, HelpNamesJsonForListAndShow) {
+  const CliRun help = Idemctl({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("idemctl dlq list [--status S] [--json]\n"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("idemctl dlq show ID [--json] "), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("a 409 without the code request-in-flight"), std::string::npos) << help.out;
 }
 
 }  // namespace
