@@ -3,6 +3,7 @@
 #include <atomic>
 #include <iostream>
 #include <random>
+#include <set>
 
 #include "store/redis/redis_store.h"
 #include "tests/redis/io_thread.h"
@@ -245,10 +246,11 @@ class RedisClusterMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override { IDEMGATE_REQUIRE_REDIS(); }
 
-  std::unique_ptr<RedisStore> MakeStore(std::vector<std::string> addresses) {
+  std::unique_ptr<RedisStore> MakeStore(std::vector<std::string> addresses, Duration masters_max_age = 5s) {
     RedisStore::Options o;
     o.addresses = std::move(addresses);
     o.cluster = true;
+    o.masters_max_age = masters_max_age;
     o.timeout = 2s;
     o.clock = &clock_;
     o.reconnect_min = 10ms;
@@ -359,6 +361,66 @@ TEST_F(RedisClusterMembershipTest, PingFailsWhileTheClusterIsDown) {
   EXPECT_NE(down.message().find("cluster_state"), std::string::npos) << down.ToString();
   ASSERT_EQ(cluster.node(0).Run({"CLUSTER", "ADDSLOTS", "0"}).str, "OK");  // the others learn it by gossip
   EXPECT_TRUE(WaitUntil([&] { return io_.Run(store->Ping()).ok(); }, 20s));
+}
+
+// A manual failover (CLUSTER FAILOVER on a replica, every node up) moves no
+// slot and redirects none of the commands Ping runs on every master: the
+// demoted master answers CLUSTER INFO as a replica. Ping must still reload the
+// slot map and ask the promoted master (here hung, so Ping fails).
+TEST_F(RedisClusterMembershipTest, PingAsksTheMasterAManualFailoverPromoted) {
+  RedisCluster cluster(3, /*spares=*/1);
+  ASSERT_TRUE(cluster.Start());
+  auto store = MakeStore({cluster.node(0).address()}, /*masters_max_age=*/0s);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(io_.Run(store->client().RefreshSlots()).ok());
+  ASSERT_TRUE(io_.Run(store->Ping()).ok());
+  ASSERT_TRUE(cluster.AddReplica(0, /*master=*/1));
+  const int promoted = cluster.size() - 1;
+  ASSERT_TRUE(cluster.Failover(promoted));
+  ASSERT_NE(cluster.node(1).Run({"INFO", "replication"}).str.find("role:slave"), std::string::npos);
+
+  cluster.node(promoted).Pause();
+  const Status hung = io_.Run(store->Ping());
+  cluster.node(promoted).Resume();
+  EXPECT_FALSE(hung.ok()) << "Ping asked the demoted master, not the promoted one";
+  Status last;
+  EXPECT_TRUE(WaitUntil([&] { return (last = io_.Run(store->Ping())).ok(); }, 20s)) << last.ToString();
+}
+
+// Scale-out (a master added, slots moved to it) redirects none of the
+// commands Ping and Stats run on every master either: both must reload the
+// slot map and include the new master.
+TEST_F(RedisClusterMembershipTest, PingAndStatsIncludeAMasterAddedByAScaleOut) {
+  RedisCluster cluster(3, /*spares=*/1);
+  ASSERT_TRUE(cluster.Start());
+  auto store = MakeStore({cluster.node(0).address()}, /*masters_max_age=*/0s);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(io_.Run(store->client().RefreshSlots()).ok());
+  std::set<int> slots;
+  for (int i = 0; i < 100; ++i) {
+    const std::string key = "grown-" + std::to_string(i);
+    const Status s = Store(*store, key);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+    if (i < 20) slots.insert(KeySlot(store->RecordKey(key)));
+  }
+  ASSERT_TRUE(io_.Run(store->Ping()).ok());
+  ASSERT_TRUE(cluster.AddNode(0));
+  const int added = cluster.size() - 1;
+  for (const int slot : slots) ASSERT_TRUE(cluster.MigrateSlot(slot, cluster.OwnerOf(slot), added)) << slot;
+  const std::int64_t on_added = cluster.node(added).Run({"DBSIZE"}).integer;
+  ASSERT_GE(on_added, 20);
+
+  std::int64_t total = 0;
+  for (int i = 0; i < cluster.size(); ++i) total += cluster.node(i).Run({"DBSIZE"}).integer;
+  ASSERT_EQ(total, 100);
+  EXPECT_TRUE(WaitUntil([&] { return store->Stats().keys == static_cast<std::uint64_t>(total); }, 20s))
+      << "store.keys " << store->Stats().keys << ", the masters hold " << total << " (" << on_added
+      << " on the added one)";
+
+  cluster.node(added).Pause();
+  const Status hung = io_.Run(store->Ping());
+  cluster.node(added).Resume();
+  EXPECT_FALSE(hung.ok()) << "Ping did not ask the added master";
 }
 
 }  // namespace

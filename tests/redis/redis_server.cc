@@ -230,6 +230,7 @@ Reply RedisServer::Run(const std::vector<std::string>& args) {
 RedisCluster::RedisCluster(int masters, int spares) {
   RedisServer::Options o;
   o.cluster = true;
+  o.extra = {"--repl-diskless-sync-delay", "0"};  // a replica (AddReplica) syncs at once
   for (int i = 0; i < masters; ++i) nodes_.push_back(std::make_unique<RedisServer>(o));
   for (int i = 0; i < spares; ++i) spares_.push_back(std::make_unique<RedisServer>(o));
 }
@@ -404,6 +405,88 @@ int RedisCluster::OwnerOf(int slot) {
     std::this_thread::sleep_for(50ms);
   }
   return ::testing::AssertionFailure() << "the remaining nodes did not agree on the map after removing " << from;
+}
+
+::testing::AssertionResult RedisCluster::AddNode(int spare) {
+  if (spare < 0 || static_cast<std::size_t>(spare) >= spares_.size() ||
+      spares_[static_cast<std::size_t>(spare)] == nullptr) {
+    return ::testing::AssertionFailure() << "no spare " << spare;
+  }
+  RedisServer& added = *spares_[static_cast<std::size_t>(spare)];
+  Reply r = node(0).Run({"CLUSTER", "MEET", "127.0.0.1", std::to_string(added.port()),
+                                 std::to_string(added.bus_port())});
+  if (!IsOk(r)) return ::testing::AssertionFailure() << "MEET: " << r.DebugString();
+  const std::string id = added.Run({"CLUSTER", "MYID"}).str;
+  nodes_.push_back(std::move(spares_[static_cast<std::size_t>(spare)]));
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool ready = true;
+    for (auto& n : nodes_) {
+      // Every node lists every other, handshakes done, and is up.
+      const std::string nodes = n->Run({"CLUSTER", "NODES"}).str;
+      if (n->Run({"CLUSTER", "INFO"}).str.find("cluster_state:ok") == std::string::npos ||
+          nodes.find(id) == std::string::npos || nodes.find("handshake") != std::string::npos ||
+          static_cast<std::size_t>(std::count(nodes.begin(), nodes.end(), '\n')) != nodes_.size()) {
+        ready = false;
+      }
+    }
+    if (ready) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(50ms);
+  }
+  return ::testing::AssertionFailure() << "the cluster did not learn the added node";
+}
+
+::testing::AssertionResult RedisCluster::AddReplica(int spare, int master) {
+  auto added = AddNode(spare);
+  if (!added) return added;
+  const std::string master_id = NodeId(master);
+  RedisServer& replica = node(size() - 1);
+  Reply r = replica.Run({"CLUSTER", "REPLICATE", master_id});
+  if (!IsOk(r)) return ::testing::AssertionFailure() << "REPLICATE: " << r.DebugString();
+  const std::string online = "port=" + std::to_string(replica.port()) + ",state=online";
+  const std::string replica_of = "slave " + master_id;
+  const std::string replica_id = NodeId(size() - 1);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    // Synced, and known as a replica by every node (or the masters would
+    // refuse it their votes in a failover).
+    bool ready = node(master).Run({"INFO", "replication"}).str.find(online) != std::string::npos;
+    for (auto& n : nodes_) {
+      const std::string nodes = n->Run({"CLUSTER", "NODES"}).str;
+      const auto line = nodes.find(replica_id);
+      if (line == std::string::npos || nodes.substr(line, nodes.find('\n', line) - line).find(replica_of) ==
+                                           std::string::npos) {
+        ready = false;
+      }
+    }
+    if (ready) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(50ms);
+  }
+  return ::testing::AssertionFailure() << "the replica did not come online";
+}
+
+::testing::AssertionResult RedisCluster::Failover(int replica) {
+  Reply r = node(replica).Run({"CLUSTER", "FAILOVER"});
+  if (!IsOk(r)) return ::testing::AssertionFailure() << "FAILOVER: " << r.DebugString();
+  const auto port = node(replica).port();
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool ready = true;
+    for (auto& n : nodes_) {
+      bool named = false;
+      for (const Reply& range : n->Run({"CLUSTER", "SLOTS"}).elements) {
+        if (range.elements.size() >= 3 && range.elements[2].elements.size() >= 2 &&
+            range.elements[2].elements[1].integer == port) {
+          named = true;
+        }
+      }
+      if (!named) ready = false;
+    }
+    if (ready) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(50ms);
+  }
+  return ::testing::AssertionFailure() << "the cluster did not take node " << replica << " as a master:\n"
+                                       << node(replica).Run({"CLUSTER", "NODES"}).str;
 }
 
 ::testing::AssertionResult RedisCluster::MigrateSlot(int slot, int from, int to) {

@@ -56,6 +56,7 @@ class RedisServer {
 
   bool running() const { return pid_ > 0; }
   int port() const { return port_; }
+  int bus_port() const { return bus_port_; }  // cluster bus
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   // Runs one command on a private hiredis connection (an oracle independent
@@ -76,7 +77,8 @@ class RedisServer {
 
 // A Redis Cluster of `masters` nodes with no replicas, made with
 // `redis-cli --cluster create`, and `spares` more cluster-enabled nodes that
-// Start starts but that join no cluster (CLUSTER SLOTS: empty).
+// Start starts but that join no cluster (CLUSTER SLOTS: empty) unless
+// AddNode or AddReplica adds them (a spare added becomes a node()).
 class RedisCluster {
  public:
   explicit RedisCluster(int masters = 3, int spares = 0);
@@ -105,6 +107,16 @@ class RedisCluster {
   // `from` keeps running, a cluster node with an empty slot map. Waits
   // until the remaining nodes agree on the map and report cluster_state:ok.
   ::testing::AssertionResult RemoveNode(int from, int to);
+  // Scale-out, as `redis-cli --cluster add-node` does it: spare `spare`
+  // meets the cluster and becomes node(size() - 1), a master with no slot
+  // (MigrateSlot then gives it some). Waits until every node knows it.
+  ::testing::AssertionResult AddNode(int spare);
+  // AddNode, then the new node replicates node `master`; waits until the
+  // master reports it as an online replica.
+  ::testing::AssertionResult AddReplica(int spare, int master);
+  // CLUSTER FAILOVER on replica node `replica` (a manual failover, every
+  // node up); waits until every node names it the master of its slots.
+  ::testing::AssertionResult Failover(int replica);
 
  private:
   std::vector<std::unique_ptr<RedisServer>> nodes_;

@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <set>
 
+#include "common/log.h"
+
 namespace idemgate::store::redis {
 
 namespace asio = boost::asio;
@@ -252,14 +254,23 @@ Task<std::vector<StatusOr<Reply>>> Client::OnMasters(std::vector<std::string> ar
   }
   std::vector<std::shared_ptr<Connection>> targets;
   if (options_.cluster) {
+    // Nothing redirects these commands: a master demoted by a failover
+    // answers them as a replica, and a master added by a scale-out would
+    // never be asked. So a map this old is reloaded first; refresh_started_
+    // is set when a refresh begins, so concurrent callers share one.
+    Status refreshed;
+    if (Masters().empty() || SteadyClock::now() - refresh_started_ >= options_.masters_max_age) {
+      refreshed = co_await RefreshOnce();
+    }
     targets = Masters();
     if (targets.empty()) {
-      Status s = co_await RefreshOnce();
-      targets = Masters();
-      if (targets.empty()) {
-        results.emplace_back(s.ok() ? UnavailableError("redis cluster: no slot is served") : s);
-        co_return results;
-      }
+      results.emplace_back(refreshed.ok() ? UnavailableError("redis cluster: no slot is served") : refreshed);
+      co_return results;
+    }
+    if (!refreshed.ok() && !closed_) {
+      static LogLimiter limiter;
+      LogWarn(limiter, "redis cluster: slot map refresh failed; asking the masters of the map in use",
+              {{"error", refreshed.ToString()}});
     }
   } else {
     targets.push_back(standalone_);
@@ -279,6 +290,7 @@ Task<Status> Client::RefreshSlots() {
 Task<Status> Client::RefreshOnce() {
   if (!options_.cluster) co_return Status::Ok();
   if (closed_) co_return UnavailableError("redis: client closed");
+  refresh_started_ = SteadyClock::now();
   // The masters of the current map, the seeds, then every other node known;
   // those that answered CLUSTERDOWN or an empty slot map last.
   std::vector<std::shared_ptr<Connection>> candidates = Masters();

@@ -29,6 +29,12 @@ struct ClientOptions {
   Duration timeout = std::chrono::milliseconds(200);
   // Slot map refreshes are at least this far apart.
   Duration refresh_interval = std::chrono::milliseconds(100);
+  // Cluster: ExecuteOnMasters first reloads a slot map whose last refresh
+  // began longer ago than this. Keyed commands keep the map fresh by their
+  // MOVED replies; the commands run on every master (CLUSTER INFO, DBSIZE,
+  // INFO) never get one, so a failover or scale-out that redirected none of
+  // this client's commands would leave them asking the masters of before.
+  Duration masters_max_age = std::chrono::seconds(5);
   Duration subscriber_ping = std::chrono::seconds(10);
 };
 
@@ -99,7 +105,10 @@ class Client {
   // waiting too).
   Task<StatusOr<Reply>> ExecuteAside(Command command);
   // Runs `args` on every master (every node of the slot map; the one node
-  // when standalone), in order; one result per master.
+  // when standalone), in order; one result per master. Cluster: a map older
+  // than options.masters_max_age (or an empty one) is reloaded first (each
+  // node asked within options.timeout); if that fails, the map in use is
+  // kept and the failure logged.
   Task<std::vector<StatusOr<Reply>>> ExecuteOnMasters(std::vector<std::string> args);
   // Reloads the slot map now (cluster only; Ok when standalone).
   Task<Status> RefreshSlots();
@@ -163,6 +172,7 @@ class Client {
   std::string not_a_cluster_;
   bool refreshing_ = false;
   bool refresh_again_ = false;
+  SteadyTime refresh_started_{};  // when the last RefreshOnce began
   boost::asio::steady_timer refresh_timer_;
   std::size_t subscriber_rr_ = 0;
   std::shared_ptr<Subscriber> subscriber_;

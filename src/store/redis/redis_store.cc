@@ -363,7 +363,7 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
   if (options.connect_timeout <= Duration::zero() || options.reconnect_min <= Duration::zero() ||
       options.reconnect_max < options.reconnect_min || options.watch_poll_min <= Duration::zero() ||
       options.watch_poll_max < options.watch_poll_min || options.reservation_grace < Duration::zero() ||
-      options.expiry_grace < Duration::zero()) {
+      options.expiry_grace < Duration::zero() || options.masters_max_age < Duration::zero()) {
     return InvalidArgumentError("redis store: bad timing options");
   }
   if (options.clock == nullptr) return InvalidArgumentError("redis store: no clock");
@@ -375,6 +375,7 @@ StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(Options options) {
   }
   co.cluster = options.cluster;
   co.timeout = options.timeout;
+  co.masters_max_age = options.masters_max_age;
   co.connection.username = options.username;
   co.connection.password = options.password;
   co.connection.connect_timeout = options.connect_timeout;

@@ -63,6 +63,9 @@ class RedisStore final : public core::Store {
     Duration expiry_grace = std::chrono::seconds(1);
     Duration watch_poll_min = std::chrono::milliseconds(50);
     Duration watch_poll_max = std::chrono::seconds(1);
+    // Cluster: Ping and the stats refresh reload a slot map older than this
+    // before they ask every master (ClientOptions::masters_max_age).
+    Duration masters_max_age = std::chrono::seconds(5);
     std::string key_prefix = "idemgate:";
     const Clock* clock = &SystemClock::Instance();
   };
@@ -97,11 +100,13 @@ class RedisStore final : public core::Store {
   Task<StatusOr<core::PurgeResult>> Purge(std::string key, core::PurgeMode mode, UnixMillis now) override;
   Task<StatusOr<std::unique_ptr<core::Watch>>> WatchKey(std::string key) override;
   // Ok when every master answers PING; in a cluster, when every master of
-  // the slot map answers CLUSTER INFO with cluster_state:ok.
+  // the slot map answers CLUSTER INFO with cluster_state:ok (the map is
+  // reloaded first when older than masters_max_age).
   Task<Status> Ping() override;
   // keys: DBSIZE summed over masters; bytes: used_memory summed over
   // masters. Both cover the whole database, not only this store's keys, and
-  // are refreshed in the background at most every 5 s (0 until the first).
+  // are refreshed in the background at most every 5 s (0 until the first),
+  // from the masters of a slot map no older than masters_max_age.
   // bodies_dropped: completions stored without their body by this store.
   core::StoreStats Stats() const override;
 
