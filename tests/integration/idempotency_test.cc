@@ -38,6 +38,14 @@ std::string ConfigYaml(const HostPort& fake, const GatewaySetup& s) {
          "    idempotency: " + s.idempotency + "\n";
 }
 
+// Request log lines in `log` with outcome `outcome`.
+int LoggedOutcomes(const std::string& log, std::string_view outcome) {
+  const std::string field = "\"outcome\":\"" + std::string(outcome) + "\"";
+  int n = 0;
+  for (std::size_t at = log.find(field); at != std::string::npos; at = log.find(field, at + 1)) ++n;
+  return n;
+}
+
 // KeyedPost(target, key) as bytes, for a client that must control its reads.
 std::string RawKeyedPost(const std::string& target, const std::string& key) {
   return "POST " + target + " HTTP/1.1\r\nHost: t\r\nIdempotency-Key: \"" + key +
@@ -79,15 +87,7 @@ class IdempotencyTest : public GatewaySuite {
       EXPECT_EQ(results[i]->Header("X-Operation-Id"), original->Header("X-Operation-Id"));
       EXPECT_FALSE(results[i]->HasHeader("Idempotent-Replayed"));
     }
-    auto shared = [&] {
-      const std::string log = gateway_->Stdout();
-      int n = 0;
-      for (std::size_t at = log.find("\"outcome\":\"shared\""); at != std::string::npos;
-           at = log.find("\"outcome\":\"shared\"", at + 1)) {
-        ++n;
-      }
-      return n;
-    };
+    auto shared = [&] { return LoggedOutcomes(gateway_->Stdout(), "shared"); };
     EXPECT_TRUE(PollUntil([&] { return shared() == kClients; }, 10s)) << shared() << " logged shared";
     // Not stored: a retry runs.
     (void)Send(KeyedPost(target, key));
@@ -387,15 +387,7 @@ TEST_F(IdempotencyTest, WaitersWhoseClientsLeftDoNotTakeTheReleasedKey) {
   first.join();
   ASSERT_TRUE(original.has_value());
   EXPECT_EQ(original->status, 500);
-  auto gone = [&] {
-    const std::string log = gateway_->Stdout();
-    int n = 0;
-    for (std::size_t at = log.find("\"outcome\":\"client_gone\""); at != std::string::npos;
-         at = log.find("\"outcome\":\"client_gone\"", at + 1)) {
-      ++n;
-    }
-    return n;
-  };
+  auto gone = [&] { return LoggedOutcomes(gateway_->Stdout(), "client_gone"); };
   EXPECT_TRUE(PollUntil([&] { return gone() == kWaiters; }, 10s)) << gone() << " waiters logged client_gone";
   EXPECT_EQ(Executions(), 1u);
   const std::string metrics = Metrics();
