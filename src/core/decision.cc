@@ -150,22 +150,41 @@ StoredResponse BuildReplay(const Record& record, std::string_view replay_header_
   StoredResponse out;
   out.status = original.status;
   out.headers.reserve(original.headers.size() + 4);
+  bool dated = false;
+  bool operation_id_set = false;
   for (const Header& h : original.headers) {
-    // The only Content-Length a record holds is a HEAD response's (the
-    // length a GET would get), which its replay keeps.
+    // A record's Content-Length stays where the original had it: the writer
+    // frames the body there (and answers HEAD with the length a GET would get).
     if ((IsHopByHopHeader(h.name) && !HeaderNameEquals(h.name, "content-length")) ||
-        HeaderNameEquals(h.name, "date") || HeaderNameEquals(h.name, replay_header_name)) {
+        HeaderNameEquals(h.name, replay_header_name)) {
       continue;
     }
-    if (set_operation_id && HeaderNameEquals(h.name, kOperationIdHeader)) continue;
+    if (HeaderNameEquals(h.name, "date")) {
+      // Refreshed in place; one Date however many the original had.
+      if (!dated) out.headers.push_back({h.name, FormatHttpDate(now)});
+      dated = true;
+      continue;
+    }
+    if (set_operation_id && HeaderNameEquals(h.name, kOperationIdHeader)) {
+      if (!operation_id_set) out.headers.push_back({h.name, record.operation_id});
+      operation_id_set = true;
+      continue;
+    }
     if (original.body_omitted && HeaderNameEquals(h.name, kReplayOmittedHeader)) continue;
     bool named = false;
     for (std::string_view n : connection_named) named = named || HeaderNameEquals(h.name, n);
     if (named) continue;
+    // The replay of an omitted body is empty, to HEAD too.
+    if (original.body_omitted && HeaderNameEquals(h.name, "content-length")) {
+      out.headers.push_back({h.name, "0"});
+      continue;
+    }
     out.headers.push_back(h);
   }
-  out.headers.push_back({"Date", FormatHttpDate(now)});
-  if (set_operation_id) out.headers.push_back({std::string(kOperationIdHeader), record.operation_id});
+  if (!dated) out.headers.push_back({"Date", FormatHttpDate(now)});
+  if (set_operation_id && !operation_id_set) {
+    out.headers.push_back({std::string(kOperationIdHeader), record.operation_id});
+  }
   out.headers.push_back({std::string(replay_header_name), "true"});
   if (original.body_omitted) {
     out.headers.push_back({std::string(kReplayOmittedHeader), "omitted"});

@@ -118,8 +118,10 @@ bool IsHopByHopHeader(std::string_view name);
 
 // The response to send for a completed record at `now`: the stored status,
 // headers in order (repeated ones such as Set-Cookie kept) and body, minus
-// hop-by-hop and framing fields and fields named in the stored Connection
-// header; Date set to `now`; `<replay_header_name>: true` (a stored field of
+// hop-by-hop fields and fields named in the stored Connection header; a
+// stored Content-Length is kept in place (for the writer to frame the body
+// there); Date set to `now` where the original had it (added after the stored
+// fields when it had none); `<replay_header_name>: true` (a stored field of
 // that name is replaced); X-Operation-Id set to the record's operation id
 // (kept as stored when the record has none). A record whose body was omitted
 // replays with an empty body and `Idempotency-Replay: omitted`.

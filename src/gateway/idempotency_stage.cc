@@ -301,15 +301,15 @@ http::Response ToResponse(core::StoredResponse stored) {
   r.status = stored.status;
   r.headers = std::move(stored.headers);
   r.body = std::move(stored.body);
-  // A recorded HEAD response keeps the length a GET would get (the only
-  // Content-Length a record holds), for the server to send to HEAD.
-  for (auto it = r.headers.begin(); it != r.headers.end(); ++it) {
-    if (!core::HeaderNameEquals(it->name, "content-length")) continue;
+  // A record's Content-Length is the original's: a HEAD response's is the
+  // length a GET would get, for the server to send to HEAD again. The line
+  // stays where it is: the server writes its own Content-Length there.
+  for (const http::Header& h : r.headers) {
+    if (!core::HeaderNameEquals(h.name, "content-length")) continue;
     std::uint64_t length = 0;
-    const std::string& v = it->value;
+    const std::string& v = h.value;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), length);
     if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) r.head_length = length;
-    r.headers.erase(it);
     break;
   }
   return r;

@@ -24,8 +24,9 @@ class UpstreamPool;
 
 // What a ForwardObserver receives once the upstream response was read to the
 // end: the response as the client sees it (status, every header line in
-// order incl. repeated Set-Cookie, body up to the capture cap, else
-// body_omitted with an empty body; without the X-Request-Id of
+// order incl. repeated Set-Cookie and the Content-Length the gateway wrote,
+// body up to the capture cap, else body_omitted with an empty body; without
+// Transfer-Encoding, Connection and the X-Request-Id of
 // Exchange::SetRequestId, which belongs to the request, not the response)
 // and the lines removed by ForwardRequest::strip_response_headers.
 struct CapturedResponse {

@@ -19,6 +19,8 @@ using Header = core::Header;
 // A response the gateway makes itself (a problem, a replay, an admin answer).
 // Framing fields (Content-Length, Transfer-Encoding) and hop-by-hop fields in
 // `headers` are ignored: the writer frames the body and manages Connection.
+// The first Content-Length line only marks where the writer puts its own
+// (after the other fields when there is none).
 struct Response {
   int status = 200;
   std::vector<Header> headers;  // framing fields (Content-Length, ...) among them are ignored

@@ -194,7 +194,9 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
 // fields and those the upstream's Connection names dropped,
 // strip_response_headers removed (into `captured->stripped`),
 // add_response_headers added, framing and Connection of our own. With
-// `captured`, the fields the client sees are copied into it.
+// `capture`, the fields the client sees are copied into `captured` in the
+// same order, Content-Length included (not Transfer-Encoding, Connection or
+// X-Request-Id).
 //
 // The upstream's Content-Length lines are never copied: the parser accepted
 // forms a client may refuse or read differently ("5, 5", two "5" lines,
@@ -235,6 +237,9 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
   }
   if (content_length && !chunked && res.result_int() != 204) {
     AppendNumberField(out, "Content-Length", *content_length);
+    // Captured where the client sees it, for a replay to frame its body at
+    // the same place (and, answering HEAD, to send the length a GET would get).
+    if (capture) captured.response.headers.push_back({"Content-Length", std::to_string(*content_length)});
   }
   for (const Header& h : fr.add_response_headers) {
     AppendField(out, h.name, h.value);
@@ -973,12 +978,6 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
     if (const auto length = up.content_length()) content_length = *length;
     WriteClientResponseHead(res, fr, c_.request_id, version, chunked_back, content_length, !client_close,
                             s.response_head, s.captured, observer != nullptr);
-    if (observer != nullptr && c_.head.method == "HEAD" && content_length && !chunked_back &&
-        res.result_int() != 204) {
-      // A HEAD response's length is the one a GET would get (RFC 9110
-      // section 9.3.2), not the empty body's: the record keeps it for replays.
-      s.captured.response.headers.push_back({"Content-Length", std::to_string(*content_length)});
-    }
 
     bool head_sent = false;
     bool client_gone = false;

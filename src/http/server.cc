@@ -345,9 +345,27 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   head_out.clear();
   AppendStatusLine(head_out, version, static_cast<unsigned>(response.status), {});
   bool has_date = false;
+  bool has_length = false;
   const bool with_request_id = !request_id.empty();
+  // The body's length, or in answer to HEAD the one a GET would get
+  // (head_length); none on a bodiless status.
+  const auto append_length = [&] {
+    has_length = true;
+    if (bodiless) return;
+    const std::uint64_t length = head_only && response.head_length ? *response.head_length : response.body.size();
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), length);
+    (void)ec;
+    AppendField(head_out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+  };
   for (const Header& h : response.headers) {
-    if (IsHopByHop(h.name) || NameEquals(h.name, "content-length")) continue;
+    // A Content-Length line (its value ignored) marks where ours goes: a
+    // replay frames its body where the original had its length.
+    if (NameEquals(h.name, "content-length")) {
+      if (!has_length) append_length();
+      continue;
+    }
+    if (IsHopByHop(h.name)) continue;
     if (NameEquals(h.name, "date")) has_date = true;
     // A replayed response may hold the original request's id.
     if (with_request_id && NameEquals(h.name, "x-request-id")) continue;
@@ -355,13 +373,7 @@ Task<bool> ClientConnection::WriteResponse(Response response, int version, bool 
   }
   if (!has_date) AppendField(head_out, "Date", CurrentHttpDate());
   if (with_request_id) AppendField(head_out, "X-Request-Id", request_id);
-  if (!bodiless) {
-    char digits[24];
-    const std::uint64_t length = head_only && response.head_length ? *response.head_length : response.body.size();
-    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), length);
-    (void)ec;
-    AppendField(head_out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
-  }
+  if (!has_length) append_length();
   if (close && version != 10) AppendField(head_out, "Connection", "close");
   if (!close && version == 10) AppendField(head_out, "Connection", "keep-alive");
   head_out.append(kCrlf);

@@ -278,8 +278,9 @@ TEST(BuildReplayTest, HopByHopRemoved) {
   for (std::string_view name : {"connection", "keep-alive", "transfer-encoding", "x-hop"}) {
     EXPECT_TRUE(Values(r, name).empty()) << name;
   }
-  // A record's Content-Length (a HEAD response's, the length a GET would
-  // get) is kept for the server to send to HEAD; it never frames the body.
+  // A record's Content-Length (the original's; a HEAD response's is the
+  // length a GET would get) is kept in place for the server, which writes its
+  // own there.
   EXPECT_EQ(Values(r, "content-length"), std::vector<std::string>{"11"});
   EXPECT_TRUE(IsHopByHopHeader("Proxy-Authenticate"));
   EXPECT_TRUE(IsHopByHopHeader("TE"));
@@ -292,6 +293,42 @@ TEST(BuildReplayTest, DateRefreshed) {
   const StoredResponse r = BuildReplay(Original(), "Idempotent-Replayed", kNow);
   EXPECT_EQ(Values(r, "date"), std::vector<std::string>{FormatHttpDate(kNow)});
   EXPECT_EQ(FormatHttpDate(kNow), "Tue, 14 Nov 2023 22:13:20 GMT");
+}
+
+std::vector<std::string> Names(const StoredResponse& r) {
+  std::vector<std::string> out;
+  for (const Header& h : r.headers) out.push_back(h.name);
+  return out;
+}
+
+// A replay keeps the original's order: Date and X-Operation-Id are
+// refreshed where the original had them, Content-Length stays in place for
+// the writer to frame the body there, and only the replay header is added.
+TEST(BuildReplayTest, HeaderOrderIsTheOriginals) {
+  Record rec = Completed(kFp, 0);
+  rec.operation_id = "op_2";
+  rec.response.status = 200;
+  rec.response.headers = {
+      {"Server", "up"},  {"date", "Mon, 01 Jan 2024 00:00:00 GMT"}, {"Set-Cookie", "a=1"}, {"x-MiXed", "v"},
+      {"X-Empty", ""},   {"Set-Cookie", "b=2"}, {"Content-Length", "2"}, {"X-Operation-Id", "op_2"},
+  };
+  rec.response.body = "{}";
+  const StoredResponse r = BuildReplay(rec, kDefaultReplayHeader, kNow);
+  EXPECT_EQ(Names(r), (std::vector<std::string>{"Server", "date", "Set-Cookie", "x-MiXed", "X-Empty", "Set-Cookie",
+                                                "Content-Length", "X-Operation-Id", "Idempotent-Replayed"}));
+  EXPECT_EQ(r.headers[1].value, FormatHttpDate(kNow));
+  EXPECT_EQ(r.headers[7].value, "op_2");
+
+  // A record without Content-Length (the original was chunked, or an older
+  // version stored it) keeps its Date in place; the writer frames the body
+  // after the other fields.
+  rec.response.headers = {{"Server", "up"}, {"Date", "x"}, {"Set-Cookie", "a=1"}, {"X-Operation-Id", "op_2"}};
+  EXPECT_EQ(Names(BuildReplay(rec, kDefaultReplayHeader, kNow)),
+            (std::vector<std::string>{"Server", "Date", "Set-Cookie", "X-Operation-Id", "Idempotent-Replayed"}));
+  // One without Date or X-Operation-Id gets them after its fields.
+  rec.response.headers = {{"Server", "up"}, {"Set-Cookie", "a=1"}};
+  EXPECT_EQ(Names(BuildReplay(rec, kDefaultReplayHeader, kNow)),
+            (std::vector<std::string>{"Server", "Set-Cookie", "Date", "X-Operation-Id", "Idempotent-Replayed"}));
 }
 
 TEST(BuildReplayTest, ReplayHeaderAddedWithConfiguredName) {
@@ -329,6 +366,9 @@ TEST(BuildReplayTest, OmittedBodyReplaysEmptyWithMarker) {
   EXPECT_TRUE(r.body.empty());
   EXPECT_EQ(Values(r, "Idempotency-Replay"), std::vector<std::string>{"omitted"});
   EXPECT_EQ(Values(r, "Idempotent-Replayed"), std::vector<std::string>{"true"});
+  // The original's length, kept in place, is the empty body's (a HEAD
+  // answered from the record gets the same).
+  EXPECT_EQ(Values(r, "Content-Length"), std::vector<std::string>{"0"});
   EXPECT_TRUE(Values(BuildReplay(Original(), "Idempotent-Replayed", kNow), "Idempotency-Replay")
                   .empty());
 }

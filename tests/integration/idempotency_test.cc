@@ -537,6 +537,45 @@ TEST_F(IdempotencyTest, AHeadReplayKeepsTheLengthAGetWouldGet) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// A replay has the original's header lines in the original's order
+// (docs/engine.md, Replay): Date refreshed where the original had it,
+// Content-Length where the original had it; only the replay header is
+// added, and X-Request-Id is the replaying request's.
+TEST_F(IdempotencyTest, AReplayKeepsTheOriginalsHeaderOrder) {
+  Start({.idempotency = "{ policy: required, methods: [POST, HEAD] }"});
+  const auto lines = [](const HttpResponse& r, bool with_values) {
+    std::vector<std::string> out;
+    for (const auto& [name, value] : r.headers) {
+      if (name == "Idempotent-Replayed") continue;
+      const bool fresh = name == "Date" || name == "X-Request-Id";
+      out.push_back(with_values && !fresh ? name + ": " + value : name);
+    }
+    return out;
+  };
+  HttpRequest post = KeyedPost("/echo/order", "order-h", R"({"n":1})");
+  post.headers.push_back({"X-Echo-Header", "Date: Mon, 01 Jan 2024 00:00:00 GMT"});
+  post.headers.push_back({"X-Echo-Set-Cookie", "a=1"});
+  post.headers.push_back({"X-Echo-Header", "x-MiXed-Case: v"});
+  post.headers.push_back({"X-Echo-Header", "X-Empty: "});
+  post.headers.push_back({"X-Echo-Set-Cookie", "b=2"});
+  HttpRequest head = post;
+  head.method = "HEAD";
+  head.headers[0] = {"Idempotency-Key", "order-h-head"};
+  head.body.clear();
+  for (const HttpRequest& req : {post, head}) {
+    const HttpResponse first = Send(req);
+    ASSERT_EQ(first.status, 200) << first.body;
+    ASSERT_TRUE(first.HasHeader("Content-Length"));
+    const HttpResponse again = Send(req);
+    ASSERT_EQ(again.Header("Idempotent-Replayed"), "true") << req.method;
+    EXPECT_EQ(lines(again, true), lines(first, true)) << req.method;
+    EXPECT_EQ(again.body, first.body);
+  }
+  // Date has the time of the replay.
+  EXPECT_NE(Send(post).Header("Date"), "Mon, 01 Jan 2024 00:00:00 GMT");
+  EXPECT_EQ(Executions(), 2u);
+}
+
 // A status Beast has no name for goes out with an empty reason phrase on a
 // replay, never the library's "<unknown-status>" placeholder.
 TEST_F(IdempotencyTest, AReplayedStatusWithoutANameHasNoPlaceholderReason) {
