@@ -552,6 +552,9 @@ TEST_F(EmbeddedStoreTest, OpenFailsWhenThePathIsNotADirectory) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << store.status().ToString();
   EXPECT_NE(store.status().message().find(o.path), std::string::npos);
+  EXPECT_NE(store.status().message().find("cannot be created: '" + path_ + "' is not a directory"),
+            std::string::npos)
+      << store.status().ToString();
 
   o.path = "";
   store = EmbeddedStore::Open(o);
@@ -582,6 +585,40 @@ TEST_F(EmbeddedStoreTest, OpenFailsWithoutPermission) {
       },
       ::testing::ExitedWithCode(0), "Permission denied");
   fs::permissions(path_, fs::perms::owner_all);
+}
+
+// A store directory that does not exist, in a directory the user cannot
+// write: the error names that directory, not the store's, which was never
+// made (as OpenFailsWithoutPermission, root drops to nobody first).
+TEST_F(EmbeddedStoreTest, OpenNamesTheDirectoryTheStoreCannotBeCreatedIn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string parent = dir_.Join("read-only");
+  fs::create_directories(parent);
+  fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(parent, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                              fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  setenv(kDeathTestPathEnv, parent.c_str(), /*overwrite=*/0);
+  const std::string in = getenv(kDeathTestPathEnv);
+  EXPECT_EXIT(
+      {
+        if (in != parent) {
+          std::error_code ec;
+          fs::remove_all(dir_.path(), ec);
+        }
+        if (geteuid() == 0) {
+          const passwd* nobody = getpwnam("nobody");
+          if (!nobody || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) std::_Exit(3);
+        }
+        auto o = Opts();
+        o.path = in + "/store";
+        auto store = EmbeddedStore::Open(o);
+        std::cerr << store.status().ToString();
+        std::_Exit(!store.ok() && store.status().code() == StatusCode::kFailedPrecondition ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "read-only/store': the store directory cannot be created in '[^']*/read-only': Permission denied");
+  fs::permissions(parent, fs::perms::owner_all);
 }
 
 TEST_F(EmbeddedStoreTest, OpenFailsOnCorruptFiles) {

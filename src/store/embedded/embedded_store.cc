@@ -460,19 +460,46 @@ Status PathError(const std::string& path, std::string_view what, const std::erro
   return UnavailableError(std::move(msg));
 }
 
+// The nearest ancestor of `path` that exists (the one a store directory
+// would be created in); "." for a relative path none of whose parents do.
+std::string ExistingParent(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path up = fs::path(path);
+  if (!up.has_filename()) up = up.parent_path();  // a trailing '/'
+  for (up = up.parent_path(); !up.empty(); up = up.parent_path()) {
+    std::error_code ec;
+    if (fs::exists(fs::status(up, ec)) || up == up.parent_path()) return up.string();
+  }
+  return ".";
+}
+
+// Why `path`, which does not exist, could not be created: the directory it
+// would be made in is named, since that is where the permission is missing.
+Status CreateError(const std::string& path, const std::error_code& ec) {
+  const std::string parent = ExistingParent(path);
+  if (ec == std::errc::not_a_directory) {
+    return InvalidArgumentError(Where(path) + "the store directory cannot be created: '" + parent +
+                                "' is not a directory");
+  }
+  return PathError(path, "the store directory cannot be created in '" + parent + "'", ec);
+}
+
 // Checks (and creates) the directory so that the common mistakes get a plain
 // message before RocksDB sees the path.
 Status PreparePath(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) return PathError(path, "cannot access", ec);
+  // A parent that is not a directory is for CreateError to name.
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {
+    return PathError(path, "cannot access", ec);
+  }
   if (fs::exists(st) && !fs::is_directory(st)) {
     return InvalidArgumentError(Where(path) + "exists and is not a directory");
   }
   if (!fs::exists(st)) {
     fs::create_directories(path, ec);
-    if (ec) return PathError(path, "cannot create the directory", ec);
+    if (ec) return CreateError(path, ec);
   }
   if (::access(path.c_str(), R_OK | W_OK | X_OK) != 0) {
     return PathError(path, "the directory is not readable and writable",
