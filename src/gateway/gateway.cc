@@ -34,6 +34,7 @@ std::string PoolKey(const http::UpstreamTarget& t) {
   key += std::to_string(t.timeout.count());
   key += '|';
   key += std::to_string(t.max_connections);
+  key += t.keepalive ? "|ka" : "|close";
   if (t.tls) {
     // Each snapshot reads the TLS files again (rotated certificates take
     // effect on reload), so a TLS pool lives as long as its context.

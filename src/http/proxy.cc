@@ -847,7 +847,10 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
             scan.Advance(conn->buffer, kUpstreamHeaderLimit);
             if (scan.end != std::string_view::npos && scan.mend) RepairUpstreamHead(conn->buffer, scan.end);
           }
-          if (scan.end != std::string_view::npos || conn->buffer.size() >= kUpstreamHeaderLimit) {
+          // Once the parser has taken part of the head (a block past the
+          // limit is parsed as far as it goes), it is shown every byte.
+          if (pump.header_bytes != 0 || scan.end != std::string_view::npos ||
+              conn->buffer.size() >= kUpstreamHeaderLimit) {
             ParseHeader(up, conn->buffer, kUpstreamHeaderLimit, pump);
           } else {
             pump.need_more = true;  // the head is not whole yet

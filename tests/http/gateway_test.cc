@@ -606,6 +606,23 @@ TEST_F(GatewayTest, ReloadSwapsTheRouteTableAndKeepsPools) {
   EXPECT_EQ(res->status, 200);
 }
 
+// A reload that changes only an upstream's keepalive takes effect: its pool
+// is replaced, not kept with the old setting.
+TEST_F(GatewayTest, AReloadThatChangesKeepaliveReplacesThePool) {
+  Start(MakeConfig(upstream_.port(), {MakeRoute("r", "/echo/")}));
+  HttpClient client(endpoint_);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.Send(HttpRequest{.target = "/echo/a"})->status, 200);
+  EXPECT_EQ(upstream_.connections(), 1);
+  auto closing = MakeConfig(upstream_.port(), {MakeRoute("r", "/echo/")});
+  closing.upstreams["app"].keepalive = false;
+  ASSERT_TRUE(gateway_->Reload(closing).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.Send(HttpRequest{.target = "/echo/b"})->status, 200);
+  EXPECT_EQ(upstream_.connections(), 3);  // a connection of its own for each
+  ASSERT_TRUE(gateway_->Reload(MakeConfig(upstream_.port(), {MakeRoute("r", "/echo/")})).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.Send(HttpRequest{.target = "/echo/c"})->status, 200);
+  EXPECT_EQ(upstream_.connections(), 4);  // pooled again
+}
+
 TEST(GatewayConfigTest, UpstreamConnectionsAreSplitAcrossWorkers) {
   config::Upstream u;
   u.name = "u";

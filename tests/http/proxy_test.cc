@@ -1298,7 +1298,7 @@ TEST(InProcessProxyTest, AFinalStatusWhoseHeadIsRefusedReachesTheObserverWithout
   Harness h(options);
   const std::pair<std::string, int> cases[] = {
       {"/canned/201-length-chunked", 201}, {"/canned/201-gzip-chunked", 201},
-      {"/canned/201-two-lengths", 201},    {"/canned/201-huge-head", 201},
+      {"/canned/201-two-lengths", 201},    {"/canned/201-huge-head", 201}, {"/canned/201-head-just-over", 201},
       {"/canned/201-bare-cr", 201},        {"/canned/100-then-201-two-lengths", 201}, {"/canned/500-length-chunked", 500},
       {"/reset?at=head", 200},             {"/canned/status-600", 0},
       {"/canned/status-099", 0},           {"/canned/101-upgrade", 0},

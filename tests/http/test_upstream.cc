@@ -298,6 +298,10 @@ struct TestUpstream::Impl {
         // Responses as some upstreams write them, byte for byte.
         static const std::string kHugeHead = "HTTP/1.1 201 Created\r\nX-Filler: " + std::string(70 * 1024, 'f') +
                                              "\r\nContent-Length: 2\r\n\r\nok";
+        // A head a few bytes past the 64 KiB limit, its last bytes read after
+        // the parser took the status line (the proxy reads 4 KiB at a time).
+        static const std::string kJustOverHead = "HTTP/1.1 201 Created\r\nX-Filler: " + std::string(65485, 'f') +
+                                                 "\r\nContent-Length: 2\r\n\r\nok";
         static const std::pair<std::string_view, std::string_view> kCanned[] = {
             {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
@@ -316,6 +320,7 @@ struct TestUpstream::Impl {
              "HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
             {"201-two-lengths", "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
             {"201-huge-head", kHugeHead},
+            {"201-head-just-over", kJustOverHead},
             {"201-bare-cr", "HTTP/1.1 201 Created\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok"},
             // Heads the proxy mends (bare LF line ends, no space after the
             // status code) before parsing them.
