@@ -134,14 +134,9 @@ class Settlement final : public http::ForwardObserver {
       // Waiters of this process answer with this outcome too, rather than
       // each running the request again (a body cut at max_response_bytes is
       // not shared: they run as before).
-      if (!captured.response.body_omitted) {
-        // As the original's client got it: with the operation id.
-        std::erase_if(captured.response.headers, [](const http::Header& h) {
-          return core::HeaderNameEquals(h.name, core::kOperationIdHeader);
-        });
-        captured.response.headers.push_back({std::string(core::kOperationIdHeader), reservation_.operation_id});
-        engine_.Share(reservation_, std::move(captured.response));
-      }
+      // As the original's client got it (its X-Operation-Id among the
+      // captured fields).
+      if (!captured.response.body_omitted) engine_.Share(reservation_, std::move(captured.response));
       co_await Release(c.reason);
       co_return;
     }
