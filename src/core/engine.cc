@@ -271,6 +271,17 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
   // when that owner shared one and released the key).
   std::optional<WaiterRegistration> registration;
   std::string holder;
+  // The outcome the holder last waited on shared before it released the key.
+  auto shared_outcome = [&]() -> std::optional<BeginResult> {
+    if (!waited || holder.empty()) return std::nullopt;
+    std::shared_ptr<const SharedOutcome> shared = SharedBy(request.key, holder);
+    if (shared == nullptr) return std::nullopt;
+    BeginResult r;
+    r.outcome = BeginOutcome::kShared;
+    r.shared = std::move(shared);
+    r.waited = true;
+    return r;
+  };
   auto cancelled = [&request, &waited]() -> std::optional<BeginResult> {
     if (request.cancelled == nullptr || !request.cancelled(request.cancelled_arg)) return std::nullopt;
     BeginResult r;
@@ -284,20 +295,14 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
     // one woken by a release at shutdown must not take it, nor one whose
     // client has gone meanwhile (the run would answer nobody).
     if (auto r = cancelled()) co_return counted(std::move(*r));
+    // An outcome shared by the holder waited on is answered even to a client
+    // that only half-closed its side (nothing runs for it).
+    if (auto r = shared_outcome()) co_return counted(std::move(*r));
     if (waited && request.abandoned != nullptr && request.abandoned(request.cancelled_arg)) {
       BeginResult r;
       r.outcome = BeginOutcome::kClientGone;
       r.waited = true;
       co_return counted(std::move(r));
-    }
-    if (waited && !holder.empty()) {
-      if (std::shared_ptr<const SharedOutcome> shared = SharedBy(request.key, holder)) {
-        BeginResult r;
-        r.outcome = BeginOutcome::kShared;
-        r.shared = std::move(shared);
-        r.waited = true;
-        co_return counted(std::move(r));
-      }
     }
     UnixMillis now = clock_.NowMillis();
     std::string operation_id = NewOperationId(now);
@@ -384,6 +389,10 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
           if (s.ok()) {
             wait_error = Status::Ok();
             retry_delay = kWaitRetryMin;
+            // Looked at before what the re-read found: by then another
+            // gateway may have taken the released key, and waiting on that
+            // one would lose what this one's holder shared.
+            if (auto r = shared_outcome()) co_return counted(std::move(*r));
             break;
           }
           // The record was in flight when last read: a store error must not

@@ -135,8 +135,18 @@ class Settlement final : public http::ForwardObserver {
       // each running the request again (a body cut at max_response_bytes is
       // not shared: they run as before).
       // As the original's client got it (its X-Operation-Id among the
-      // captured fields).
-      if (!captured.response.body_omitted) engine_.Share(reservation_, std::move(captured.response));
+      // captured fields); when that was not kept whole, the gateway's word
+      // for it.
+      if (!captured.response.body_omitted) {
+        engine_.Share(reservation_, std::move(captured.response));
+      } else {
+        engine_.Share(reservation_,
+                      ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
+                                     "the original request with this key got a " +
+                                         std::to_string(captured.response.status) +
+                                         " from the upstream whose response was not kept whole (cut off, refused, or "
+                                         "past max_response_bytes); this request was not sent: retry later"));
+      }
       co_await Release(c.reason);
       co_return;
     }
@@ -182,17 +192,29 @@ class Settlement final : public http::ForwardObserver {
     const ReleaseReason reason = ReasonForTransport(result);
     // An upstream that timed out may still be running the request: a waiter
     // taking the key now would run it beside that call. One that could not
-    // be reached is likely unreachable for the waiters too. Both answer with
-    // the original's error instead.
-    if (reason == ReleaseReason::kUpstreamTimeout) {
-      engine_.Share(reservation_,
-                    ProblemOutcome(http::ProblemCode::kUpstreamTimeout,
-                                   "the original request with this key got no answer from the upstream in time and "
-                                   "may still be running there; this request was not sent: retry later"));
-    } else if (reason == ReleaseReason::kUpstreamConnect) {
-      engine_.Share(reservation_, ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
-                                                 "the original request with this key could not reach the upstream; "
-                                                 "this request was not sent: retry later"));
+    // be reached, or broke the exchange, is likely to fail the waiters too.
+    // They answer with the original's error instead. (A request never sent,
+    // or whose client left, shares nothing: its waiters take the key.)
+    switch (result.outcome) {
+      case http::ForwardOutcome::kTimedOut:
+        engine_.Share(reservation_,
+                      ProblemOutcome(http::ProblemCode::kUpstreamTimeout,
+                                     "the original request with this key got no answer from the upstream in time and "
+                                     "may still be running there; this request was not sent: retry later"));
+        break;
+      case http::ForwardOutcome::kConnectFailed:
+        engine_.Share(reservation_, ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
+                                                   "the original request with this key could not reach the upstream; "
+                                                   "this request was not sent: retry later"));
+        break;
+      case http::ForwardOutcome::kUpstreamFailed:
+        engine_.Share(reservation_, ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
+                                                   "the upstream broke the exchange of the original request with this "
+                                                   "key or answered it with malformed HTTP; this request was not sent: "
+                                                   "retry later"));
+        break;
+      default:
+        break;
     }
     co_await Release(reason);
   }

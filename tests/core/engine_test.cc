@@ -393,6 +393,31 @@ TEST_F(EngineTest, WaitersAnswerWithTheOutcomeTheirOriginalShared) {
   EXPECT_EQ(Begin(Request()).outcome, BeginOutcome::kProceed);
 }
 
+// A released key may be taken by another gateway before this one's waiter
+// reads it again (Redis): the waiter still answers with what its own holder
+// shared, instead of waiting on the new holder and running after it.
+TEST_F(EngineTest, AWaiterKeepsItsHoldersOutcomeWhenAnotherTookTheKeyMeanwhile) {
+  const BeginResult owner = Begin(Request());
+  std::optional<BeginResult> waiter;
+  Spawn(ctx_, engine_.Begin(Request(kFp, InFlightMode::kWait)), &waiter);
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return store_.watchers() == 1; }));
+  engine_.Share(owner.reservation, Response(503, "busy"));
+  // Released and taken again before the waiter runs (the io_context is idle).
+  ASSERT_TRUE(store_.ReleaseNow(kKey, owner.reservation.owner).ok());
+  Record other;
+  other.state = RecordState::kInFlight;
+  other.fingerprint = kFp;
+  other.owner = "someone-elses-owner-token";
+  other.operation_id = "op_other";
+  other.created_ms = clock_.NowMillis();
+  other.lease_expires_ms = clock_.NowMillis() + 30'000;
+  ASSERT_TRUE(store_.ReserveNow(kKey, other, clock_.NowMillis()).ok());
+  ASSERT_TRUE(PollUntil(ctx_, [&] { return waiter.has_value(); }));
+  ASSERT_EQ(waiter->outcome, BeginOutcome::kShared);
+  EXPECT_EQ(waiter->shared->response, Response(503, "busy"));
+  EXPECT_EQ(Get(kKey)->owner, "someone-elses-owner-token");
+}
+
 // Share keeps nothing for a key nobody of this process waits on, and a
 // waiter takes only the outcome of the original it waited on: one shared
 // earlier by another original is not answered to it.

@@ -460,6 +460,14 @@ class Server {
       if (auto it = req.find("Idempotency-Key"); it != req.end()) key = std::string(it->value());
       const std::uint64_t execution = counters_.CountExecution(key);
 
+      if (path == "/die-before-response" || path.starts_with("/bad-head/")) {
+        // ?ms=N: after a pause (a request in flight that long, then broken).
+        if (const auto ms = ParseUint(QueryParam(query, "ms").value_or(""))) {
+          asio::steady_timer timer(co_await asio::this_coro::executor);
+          timer.expires_after(std::chrono::milliseconds(*ms));
+          co_await timer.async_wait(kTuple);
+        }
+      }
       if (path == "/die-before-response") {
         co_return End::kAbort;
       }
