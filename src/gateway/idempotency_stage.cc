@@ -115,6 +115,13 @@ core::StoredResponse ProblemOutcome(http::ProblemCode code, std::string_view det
   return out;
 }
 
+// What waiters share after their original's upstream timed out.
+core::StoredResponse UpstreamTimeoutOutcome() {
+  return ProblemOutcome(http::ProblemCode::kUpstreamTimeout,
+                        "the original request with this key got no whole answer from the upstream in time and may "
+                        "still be running there; this request was not sent: retry later");
+}
+
 // Holds the reservation of a request that went upstream and settles it
 // exactly once: stores the response when it is final, else releases the key
 // so that a retry runs again (SPEC §4.3).
@@ -139,6 +146,8 @@ class Settlement final : public http::ForwardObserver {
       // for it.
       if (!captured.response.body_omitted) {
         engine_.Share(reservation_, std::move(captured.response));
+      } else if (captured.timed_out) {
+        engine_.Share(reservation_, UpstreamTimeoutOutcome());
       } else {
         engine_.Share(reservation_,
                       ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,
@@ -197,10 +206,7 @@ class Settlement final : public http::ForwardObserver {
     // or whose client left, shares nothing: its waiters take the key.)
     switch (result.outcome) {
       case http::ForwardOutcome::kTimedOut:
-        engine_.Share(reservation_,
-                      ProblemOutcome(http::ProblemCode::kUpstreamTimeout,
-                                     "the original request with this key got no answer from the upstream in time and "
-                                     "may still be running there; this request was not sent: retry later"));
+        engine_.Share(reservation_, UpstreamTimeoutOutcome());
         break;
       case http::ForwardOutcome::kConnectFailed:
         engine_.Share(reservation_, ProblemOutcome(http::ProblemCode::kUpstreamUnavailable,

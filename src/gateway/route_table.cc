@@ -107,7 +107,8 @@ RouteIdempotency MakeRouteIdempotency(const config::Config& config, const config
   out.terminal_header = in.terminal_header;
   out.replay_header = in.replay_header;
   // Views into the config, which the snapshot keeps in place (not into `out`, which moves).
-  out.strip_response_headers = {in.terminal_header, in.replay_header, core::kOperationIdHeader};
+  out.strip_response_headers = {in.terminal_header, in.replay_header, core::kOperationIdHeader,
+                                core::kReplayOmittedHeader};
   out.dedup = in.dedup;
   out.forward_key = in.forward_key;
   return out;

@@ -32,6 +32,9 @@ class UpstreamPool;
 struct CapturedResponse {
   core::StoredResponse response;
   std::vector<Header> stripped;
+  // With response.body_omitted: the response was cut short by the upstream
+  // timeout (the upstream may still be running the request).
+  bool timed_out = false;
 };
 
 enum class ForwardOutcome {

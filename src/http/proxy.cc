@@ -933,6 +933,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
             s.captured.response.headers.clear();
             s.captured.response.body.clear();
             s.captured.response.body_omitted = true;
+            s.captured.timed_out = fired;
             co_await fr.observer->OnResponse(s.captured);
           }
         }
@@ -1123,6 +1124,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         result.captured = true;
         s.captured.response.body.clear();
         s.captured.response.body_omitted = true;
+        s.captured.timed_out = upstream_timed_out;
         co_await observer->OnResponse(s.captured);
       }
       if (!result.response_started) {

@@ -471,6 +471,16 @@ class Server {
       if (path == "/die-before-response") {
         co_return End::kAbort;
       }
+      if (path.starts_with("/stall-head/")) {
+        // A status line and one field, then nothing for ?ms=N (default 10 s):
+        // a head that never completes in time.
+        const std::string bytes = "HTTP/1.1 " + path.substr(12) + " Whatever\r\nX-A: 1\r\n";
+        co_await asio::async_write(stream, asio::buffer(bytes), kTuple);
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        timer.expires_after(std::chrono::milliseconds(ParseUint(QueryParam(query, "ms").value_or("")).value_or(10000)));
+        co_await timer.async_wait(kTuple);
+        co_return End::kAbort;
+      }
       if (path == "/die-mid-response") {
         static constexpr std::string_view kPartial =
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n"

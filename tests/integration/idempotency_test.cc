@@ -139,6 +139,27 @@ TEST_F(IdempotencyTest, ReplayedKeyExecutesOnceAndReplaysTheOriginal) {
   EXPECT_EQ(MetricValue(metrics, R"(idempotency_stored_total{tenant="_",project="_",route="api"})"), 1.0);
 }
 
+// An upstream cannot make its answer, or its replays, look like the
+// gateway's own: the replay marks (Idempotent-Replayed, Idempotency-Replay)
+// and X-Operation-Id it sends are removed from the original and the record.
+TEST_F(IdempotencyTest, AnUpstreamsOwnReplayMarksAreRemoved) {
+  Start({});
+  HttpRequest req = KeyedPost("/echo/marks", "marks-1", R"({"a":1})");
+  req.headers.push_back({"X-Echo-Header", "Idempotent-Replayed: true"});
+  req.headers.push_back({"X-Echo-Header", "Idempotency-Replay: omitted"});
+  req.headers.push_back({"X-Echo-Header", "X-Operation-Id: op_upstream"});
+  const HttpResponse first = Send(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(first.HasHeader("Idempotent-Replayed"));
+  EXPECT_FALSE(first.HasHeader("Idempotency-Replay"));
+  EXPECT_NE(first.Header("X-Operation-Id"), "op_upstream");
+  const HttpResponse replay = Send(req);
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_FALSE(replay.HasHeader("Idempotency-Replay"));
+  EXPECT_EQ(replay.body, first.body);
+  EXPECT_EQ(replay.Header("X-Operation-Id"), first.Header("X-Operation-Id"));
+}
+
 // Every answer carries exactly one X-Request-Id, the id of its log line: the
 // upstream's own X-Request-Id is replaced (the upstream was sent the same id
 // the client gets), and a replay carries the replaying request's id, not the
@@ -373,6 +394,8 @@ TEST_F(IdempotencyTest, WaitersAnswerWithTheOriginalsBrokenExchange) {
 TEST_F(IdempotencyTest, WaitersDoNotRunBesideAnOriginalWhoseUpstreamTimedOut) {
   Start({.idempotency = "{ policy: required, in_flight: wait, wait_timeout: 20s }", .upstream_timeout = "1s"});
   ExpectWaitersShareTheOriginalsOutcome("/slow?ms=2500", "k-shared-timeout", 504, "upstream-timeout");
+  // Its status line came, then the rest of its head did not in time.
+  ExpectWaitersShareTheOriginalsOutcome("/stall-head/500?ms=2500", "k-shared-stall", 504, "upstream-timeout");
 }
 
 // Waiters whose clients closed their connections while the original ran do
