@@ -416,7 +416,7 @@ Task<BeginResult> Engine::Begin(KeyedRequest request) {
 }
 
 Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse response, Duration retention,
-                              LostLater (*on_lost)(void* arg), void* on_lost_arg) {
+                              Later (*on_later)(void* arg), void* on_later_arg) {
   // Kept only where it may be needed: it costs an allocation per header.
   std::optional<StoredResponse> kept;
   if (store_.FailedWritesMayLand()) kept = response;
@@ -425,10 +425,10 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
     // A named object, moved into the coroutine's parameter: GCC 12 freed the
     // closure of a temporary made in the argument list before the
     // coroutine's first call of it.
-    LostLater lost;
-    if (on_lost != nullptr) lost = on_lost(on_lost_arg);
+    Later later;
+    if (on_later != nullptr) later = on_later(on_later_arg);
     auto executor = co_await boost::asio::this_coro::executor;
-    boost::asio::co_spawn(executor, CompleteLater(reservation, std::move(*kept), retention, std::move(lost)),
+    boost::asio::co_spawn(executor, CompleteLater(reservation, std::move(*kept), retention, std::move(later)),
                           boost::asio::detached);
   }
   co_return stored;
@@ -439,7 +439,7 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
 // lands they are replays, instead of a takeover running the request again
 // after the lease. Half a second of the lease is left for the last attempt.
 Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse response, Duration retention,
-                                 LostLater lost) {
+                                 Later later) {
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   Duration delay = std::chrono::milliseconds(100);
   while (co_await WaitForNextAttempt(timer, &delay, 2, reservation.lease_expires_ms - 500, clock_)) {
@@ -447,6 +447,7 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
     if (stored.ok()) {
       LogInfo("response stored on a later attempt",
               {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+      if (later) later(LaterOutcome::kStored);
       co_return;
     }
     if (stored.code() == StatusCode::kFailedPrecondition) {
@@ -457,6 +458,7 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
           (*now)->owner == reservation.owner && (*now)->operation_id == reservation.operation_id) {
         LogInfo("response stored: an earlier attempt landed late",
                 {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+        if (later) later(LaterOutcome::kStored);
         co_return;
       }
       static LogLimiter limiter;
@@ -464,12 +466,14 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
               "response not stored: the reservation is gone (taken over after its lease ended, or purged, or the "
               "store lost it: a Redis restart without persistence)",
               {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
-      if (lost) lost();
+      if (later) later(LaterOutcome::kLost);
       co_return;
     }
   }
   static LogLimiter limiter;
-  LogError(limiter, "response not stored: the store kept failing; the key stays reserved until its lease ends",
+  LogError(limiter,
+           "response not stored: the store kept failing through the lease; unless an attempt that timed out lands "
+           "after all, the key is taken over and the request runs again once its lease ends",
            {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
 }
 

@@ -144,15 +144,18 @@ class Engine {
   // Wakes waiters. On another failure of a store whose faults may pass
   // (Store::FailedWritesMayLand), the completion is tried again in the
   // background while the lease lasts (the failure is still returned); a
-  // copy of `response` is kept for it on such stores only. When those
-  // attempts find the reservation gone (taken over, purged, or lost by the
-  // store) they log it, and call what `on_lost` made (called, with
-  // `on_lost_arg`, only when the background attempts start, so a caller
-  // pays nothing for it on the common path; the function it returns is
-  // kept by the attempts and must own what it uses).
-  using LostLater = std::function<void()>;
+  // copy of `response` is kept for it on such stores only. How those
+  // attempts end is logged, and told to what `on_later` made (called, with
+  // `on_later_arg`, only when the background attempts start, so a caller
+  // pays nothing for it on the common path; the function it returns is kept
+  // by the attempts and must own what it uses): kStored when one stored the
+  // response (or an earlier one that timed out is found to have landed),
+  // kLost when they found the reservation gone (taken over, purged, or lost
+  // by the store). Nothing is told when the store kept failing.
+  enum class LaterOutcome { kStored, kLost };
+  using Later = std::function<void(LaterOutcome)>;
   Task<Status> Complete(const Reservation& reservation, StoredResponse response, Duration retention,
-                        LostLater (*on_lost)(void* arg) = nullptr, void* on_lost_arg = nullptr);
+                        Later (*on_later)(void* arg) = nullptr, void* on_later_arg = nullptr);
   // The same, for a caller that kept only the key and owner token (one more
   // store read to recover the reservation).
   Task<Status> Complete(std::string key, std::string owner, StoredResponse response,
@@ -194,7 +197,7 @@ class Engine {
   Task<Status> CompleteOnce(const Reservation& reservation, StoredResponse response, Duration retention);
   // Complete tried again at growing delays until it lands, the key is lost,
   // or the lease is nearly over.
-  Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention, LostLater lost);
+  Task<void> CompleteLater(Reservation reservation, StoredResponse response, Duration retention, Later later);
 
   // The keys requests of this process wait on (Begin, in_flight: wait), and
   // what their holder shared (Share). An entry lives while a waiter does.

@@ -161,7 +161,7 @@ class Settlement final : public http::ForwardObserver {
     }
     // The proxy has already framed what the client gets; the captured copy is ours.
     const Status stored =
-        co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention, &LostLater, this);
+        co_await engine_.Complete(reservation_, std::move(captured.response), rules_.retention, &Later, this);
     if (stored.ok()) {
       if (metrics_ != nullptr) metrics_->Stored(scope_);
       co_return;
@@ -226,15 +226,21 @@ class Settlement final : public http::ForwardObserver {
   }
 
  private:
-  // For Engine::Complete: when its background attempts find the reservation
-  // gone, the loss is counted as the first attempt's would be (the scope's
-  // views point into the request, so the function owns copies).
-  static core::Engine::LostLater LostLater(void* arg) {
+  // For Engine::Complete: how its background attempts ended is counted as
+  // the first attempt's would be, stored or lease_lost (the scope's views
+  // point into the request, so the function owns copies).
+  static core::Engine::Later Later(void* arg) {
     const auto* self = static_cast<const Settlement*>(arg);
     if (self->metrics_ == nullptr) return {};
     return [metrics = self->metrics_, route = std::string(self->scope_.route),
-            tenant = std::string(self->scope_.tenant), project = std::string(self->scope_.project)] {
-      metrics->Conflict(MetricScope{route, tenant, project}, ConflictReason::kLeaseLost);
+            tenant = std::string(self->scope_.tenant),
+            project = std::string(self->scope_.project)](core::Engine::LaterOutcome outcome) {
+      const MetricScope scope{route, tenant, project};
+      if (outcome == core::Engine::LaterOutcome::kStored) {
+        metrics->Stored(scope);
+      } else {
+        metrics->Conflict(scope, ConflictReason::kLeaseLost);
+      }
     };
   }
 

@@ -160,8 +160,9 @@ class FailingCompleteStore final : public ForwardingStore {
 };
 
 // A completion tried again in the background that finds the reservation
-// gone tells the caller (who counts it as lease_lost); one that finds its
-// own earlier attempt landed does not.
+// gone tells the caller so (who counts it as lease_lost); one that finds its
+// own earlier attempt landed tells it the response was stored (counted in
+// idempotency_stored_total).
 TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandingIsNot) {
   for (const bool lands : {true, false}) {
     SCOPED_TRACE(lands ? "landed late" : "lost");
@@ -177,15 +178,17 @@ TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandi
     r.wait_timeout = 1s;
     const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
     ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
-    int lost = 0;
-    auto make = [](void* arg) -> Engine::LostLater {
-      return [count = static_cast<int*>(arg)] { ++*count; };
+    std::vector<Engine::LaterOutcome> told;
+    auto make = [](void* arg) -> Engine::Later {
+      return [told = static_cast<std::vector<Engine::LaterOutcome>*>(arg)](Engine::LaterOutcome o) {
+        told->push_back(o);
+      };
     };
-    const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h, make, &lost));
+    const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h, make, &told));
     EXPECT_EQ(first.code(), StatusCode::kUnavailable);
     ctx.restart();
     ctx.run();  // the background attempts, to their end
-    EXPECT_EQ(lost, lands ? 0 : 1);
+    EXPECT_EQ(told, std::vector<Engine::LaterOutcome>{lands ? Engine::LaterOutcome::kStored : Engine::LaterOutcome::kLost});
   }
 }
 

@@ -597,6 +597,8 @@ TEST_F(RedisGatewayTest, ACompletionRedisRefusedIsStoredOnceRedisTakesWritesAgai
   EXPECT_EQ(replay->body, first.body);
   EXPECT_EQ(Executions(), 1u);
   EXPECT_NE(g->Stdout().find("response stored on a later attempt"), std::string::npos);
+  // Counted as stored, as a completion that landed at once is.
+  EXPECT_EQ(Metric(*g, Series("idempotency_stored_total")), 1.0);
 }
 
 // An owner that stalls past its lease (a paused process, a long GC pause on
