@@ -69,6 +69,7 @@ constexpr std::string_view kUsage =
     "send options:\n"
     "  -X, --request METHOD   method (default POST with a body, else GET)\n"
     "  -H, --header 'N: V'    a request header (repeatable); a line of the key header gives the key\n"
+    "                         (spelled with -, not _: Idempotency_Key is a usage error)\n"
     "  -d, --data TEXT        the body; -d @FILE reads it from FILE, -d @- from stdin\n"
     "  -k, --key KEY          the Idempotency-Key (default: a new UUIDv4); checked as the\n"
     "                         gateway checks it: 1..255 of [A-Za-z0-9._~-], not \"t-...\"\n"

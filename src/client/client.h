@@ -190,7 +190,9 @@ StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSet
 // than a tab (CR, LF and NUL included; RFC 9110 §5.5), two Host lines (RFC
 // 9112 §3.2), a key without a key header name or that an sf-string cannot
 // carry (only printable ASCII), lines of the key header that RequestKey
-// refuses, a Content-Length that does not match the body, Transfer-Encoding.
+// refuses, a line whose name differs from the key header only by '_' for '-'
+// (Idempotency_Key: it gives no key, and the gateway drops it), a
+// Content-Length that does not match the body, Transfer-Encoding.
 // SendOnce makes the same checks; this one does no I/O and reads no TLS file.
 Status ValidateRequest(const Request& request);
 

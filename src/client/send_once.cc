@@ -195,6 +195,15 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
     if (EqualsIgnoreCaseAscii(name, "Host") && ++host_lines > 1) {
       return InvalidArgumentError("two Host headers (a server must refuse such a request)");
     }
+    // Not a line of the key header, so it gives no key: a new one would be
+    // sent on every run, and the gateway drops such a line (CGI-style
+    // upstreams would read it as the key header), so every run would execute.
+    if (!request.key_header.empty() && !EqualsIgnoreCaseAscii(name, request.key_header) &&
+        EqualsIgnoreCaseDashOrUnderscore(name, request.key_header)) {
+      return InvalidArgumentError("header " + name + " differs from the key header " + request.key_header +
+                                  " only by '_' for '-': it is not taken as the key (the gateway drops such a "
+                                  "line); spell it " + request.key_header);
+    }
   }
   auto key = RequestKey(request);
   if (!key.ok()) return key.status();

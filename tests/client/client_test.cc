@@ -709,6 +709,48 @@ TEST(ClientTest, KeyHeaderLinesThatDisagreeAreRefused) {
   EXPECT_TRUE(ValidateRequest(request).ok());
 }
 
+// A line of the key header spelled with '_' for '-' (Idempotency_Key) is no
+// line of the key header: it gives no key, so a new one would be sent on
+// every Send (and the gateway drops the line), and each Send would run.
+// Refused, naming the line and the spelling to use, for the default and a
+// custom key header, with or without a key.
+TEST(ClientTest, AKeyHeaderSpelledWithUnderscoresIsRefused) {
+  Harness h;
+  struct Case {
+    std::string key_header;
+    Header line;
+    std::string key;
+  };
+  const std::vector<Case> cases = {
+      {"Idempotency-Key", {"Idempotency_Key", "UK1"}, ""},
+      {"Idempotency-Key", {"idempotency_key", "\"UK1\""}, "UK1"},
+      {"Idempotency-Key", {"IDEMPOTENCY_KEY", "UK1"}, "other"},
+      {"X-Idem-Key", {"X_Idem_Key", "UK1"}, ""},
+      {"X-Idem-Key", {"x-idem_key", "UK1"}, "UK1"},
+      {"X_Idem", {"X-Idem", "UK1"}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.line.first);
+    Request request = Post(h.server, c.key);
+    request.key_header = c.key_header;
+    request.headers.push_back(c.line);
+    const Status valid = ValidateRequest(request);
+    EXPECT_EQ(valid.code(), StatusCode::kInvalidArgument) << valid.ToString();
+    EXPECT_NE(valid.message().find("header " + c.line.first), std::string::npos) << valid.message();
+    EXPECT_NE(valid.message().find("spell it " + c.key_header), std::string::npos) << valid.message();
+    const Outcome out = h.client->Send(request);
+    EXPECT_EQ(out.attempts, 0);
+    EXPECT_EQ(out.validation.code(), StatusCode::kInvalidArgument);
+    EXPECT_FALSE(out.dead_letter_id.has_value());
+    EXPECT_EQ(SendOnce(request, Millis(5000)).status(), valid);
+  }
+  EXPECT_TRUE(h.server.requests().empty());
+  // Other names with '_' are left alone.
+  Request request = Post(h.server);
+  request.headers.emplace_back("X_Trace_Id", "t");
+  EXPECT_TRUE(ValidateRequest(request).ok());
+}
+
 TEST(ClientTest, ExhaustedRetriesAreParked) {
   Harness h(RetryPolicy{.max_attempts = 4});
   for (int i = 0; i < 4; ++i) h.server.Push(Canned::Answer(i < 3 ? 500 : 504));

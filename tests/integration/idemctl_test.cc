@@ -391,6 +391,10 @@ TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
       {{"-k", "k\xff", url}, "-k"},
       {{"-X", "PO ST", url}, "PO ST"},
       {{"-X", "", url}, "-X"},
+      // Not the key header (it gives no key: a new one on every run, each of which would run).
+      {{"-H", "Idempotency_Key: usk1", url}, "header Idempotency_Key differs from the key header Idempotency-Key"},
+      {{"-k", "usk1", "-H", "idempotency_key: usk1", url}, "spell it Idempotency-Key"},
+      {{"--key-header", "X-Idem", "-H", "X_Idem: usk1", url}, "spell it X-Idem"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"send", "-d", "{}", "--attempts", "2", "--base-delay", "1ms"};
