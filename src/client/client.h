@@ -107,7 +107,9 @@ struct Request {
   // The raw key. Empty: the key of the one line of the key header in
   // `headers` (RequestKey), else Client::Send makes a NewKeyV4.
   std::string key;
-  std::string key_header = "Idempotency-Key";  // sent as an sf-string: "key"
+  // Sent as an sf-string: "key". Not a framing or hop-by-hop field (Host,
+  // Content-Length, ...: ValidateRequest refuses those).
+  std::string key_header = "Idempotency-Key";
   // The largest response body read; a larger one fails the attempt
   // (ResourceExhausted) as soon as the limit is passed. Not kept in the DLQ.
   std::uint64_t max_response_bytes = 64ULL * 1024 * 1024;
@@ -188,7 +190,11 @@ StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSet
 // control character or non-ASCII byte in it included), a method or header
 // name that is not a token, a header value with a control character other
 // than a tab (CR, LF and NUL included; RFC 9110 §5.5), two Host lines (RFC
-// 9112 §3.2), a key without a key header name or that an sf-string cannot
+// 9112 §3.2) or two Content-Length lines (the key's line counted), a
+// key_header that frames the request or belongs to its connection (Host,
+// Content-Length, Transfer-Encoding, Connection, Keep-Alive, TE, Trailer,
+// Upgrade, Expect, Proxy-Connection; ignoring case and '_' for '-'), a key
+// without a key header name or that an sf-string cannot
 // carry (only printable ASCII), lines of the key header that RequestKey
 // refuses, a line whose name differs from the key header only by '_' for '-'
 // (Idempotency_Key: it gives no key, and the gateway drops it), a

@@ -69,6 +69,15 @@ std::size_t ControlCharacterAt(std::string_view s) {
   return std::string_view::npos;
 }
 
+// Fields that frame the message or belong to one connection (RFC 9110
+// §7.6.1, RFC 9112 §6): named as the key header, the key would be sent in a
+// second Host or Content-Length line, or as Transfer-Encoding, and the server
+// would refuse the request (400) on every attempt. Compared ignoring case and
+// '_' for '-', as the gateway compares header names it reserves.
+constexpr std::string_view kReservedKeyHeaders[] = {"Host", "Content-Length", "Transfer-Encoding", "Connection",
+                                                    "Keep-Alive", "TE", "Trailer", "Upgrade", "Expect",
+                                                    "Proxy-Connection"};
+
 bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
   return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return EqualsIgnoreCaseAscii(h.first, name); });
 }
@@ -175,6 +184,13 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
     return InvalidArgumentError("bad method " + QuoteInput(request.method) + ": a method is " +
                                 std::string(kTokenRule));
   }
+  for (std::string_view reserved : kReservedKeyHeaders) {
+    if (EqualsIgnoreCaseDashOrUnderscore(request.key_header, reserved)) {
+      return InvalidArgumentError("key header " + request.key_header + ": " + std::string(reserved) +
+                                  " frames the request or belongs to its connection, so the key cannot be sent in "
+                                  "it (the server would refuse the request); name another (e.g. Idempotency-Key)");
+    }
+  }
   int host_lines = 0;
   for (const auto& [name, value] : request.headers) {
     if (!IsToken(name)) {
@@ -232,6 +248,13 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
   }
   if (!HasHeader(request.headers, "Connection")) req.insert(http::field::connection, "close");
   if (!key->empty()) req.insert(request.key_header, key_value);
+  // The message as it would go out, the key's line included: one Host and at most one Content-Length.
+  if (req.count(http::field::host) > 1) {
+    return InvalidArgumentError("two Host headers (a server must refuse such a request)");
+  }
+  if (req.count(http::field::content_length) > 1) {
+    return InvalidArgumentError("two Content-Length headers (a server must refuse such a request)");
+  }
   req.body() = request.body;
   return req;
 }

@@ -751,6 +751,50 @@ TEST(ClientTest, AKeyHeaderSpelledWithUnderscoresIsRefused) {
   EXPECT_TRUE(ValidateRequest(request).ok());
 }
 
+// A key header that frames the request or belongs to its connection would
+// send the key in a second Host or Content-Length line, as Transfer-Encoding,
+// and so on: a server refuses that (400) on every attempt, and the request
+// would be parked to fail again. Refused before anything is sent.
+TEST(ClientTest, AKeyHeaderThatFramesTheRequestIsRefused) {
+  Harness h;
+  for (const std::string name : {"Host", "host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+                                 "TE", "Trailer", "Upgrade", "Expect", "Proxy-Connection", "content_length"}) {
+    SCOPED_TRACE(name);
+    Request request = Post(h.server);
+    request.key_header = name;
+    const Status valid = ValidateRequest(request);
+    EXPECT_EQ(valid.code(), StatusCode::kInvalidArgument) << valid.ToString();
+    EXPECT_NE(valid.message().find("key header " + name), std::string::npos) << valid.message();
+    const Outcome out = h.client->Send(request);
+    EXPECT_EQ(out.attempts, 0);
+    EXPECT_EQ(out.validation, valid);
+    EXPECT_FALSE(out.dead_letter_id.has_value());
+    EXPECT_EQ(SendOnce(request, Millis(5000)).status(), valid);
+    // A Host line would otherwise be taken for the key's line.
+    request.key = "";
+    request.headers.emplace_back(name, "example.com");
+    EXPECT_EQ(ValidateRequest(request).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(h.server.requests().empty());
+  // Other fields may carry the key.
+  h.server.Push(Canned::Answer(201));
+  Request request = Post(h.server);
+  request.headers = {};
+  request.key_header = "Content-Type";
+  EXPECT_TRUE(ValidateRequest(request).ok());
+  const Outcome out = h.client->Send(request);
+  EXPECT_TRUE(out.ok) << out.error;
+  const auto requests = h.server.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].Count("Host"), 1);
+  EXPECT_EQ(requests[0].Get("Content-Type"), "\"k-1\"");
+  // Two Content-Length lines are refused as two Host lines are.
+  request = Post(h.server);
+  request.headers = {{"Content-Length", "14"}, {"content-length", "14"}};
+  EXPECT_NE(ValidateRequest(request).message().find("two Content-Length headers"), std::string::npos)
+      << ValidateRequest(request).ToString();
+}
+
 TEST(ClientTest, ExhaustedRetriesAreParked) {
   Harness h(RetryPolicy{.max_attempts = 4});
   for (int i = 0; i < 4; ++i) h.server.Push(Canned::Answer(i < 3 ? 500 : 504));

@@ -395,6 +395,10 @@ TEST_F(IdemctlTest, RequestsThatCanNeverSucceedAreUsageErrorsNotParked) {
       {{"-H", "Idempotency_Key: usk1", url}, "header Idempotency_Key differs from the key header Idempotency-Key"},
       {{"-k", "usk1", "-H", "idempotency_key: usk1", url}, "spell it Idempotency-Key"},
       {{"--key-header", "X-Idem", "-H", "X_Idem: usk1", url}, "spell it X-Idem"},
+      // A key header that frames the request: sent, a server would refuse it (400) on every attempt.
+      {{"--key-header", "Host", url}, "key header Host"},
+      {{"--key-header", "content-length", url}, "key header content-length"},
+      {{"--key-header", "Transfer-Encoding", "-k", "te-1", url}, "key header Transfer-Encoding"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"send", "-d", "{}", "--attempts", "2", "--base-delay", "1ms"};
