@@ -169,10 +169,13 @@ void MakeDirectories(const std::filesystem::path& path) {
 // ($XDG_DATA_HOME when it is an absolute path: the specification says a
 // relative one is ignored, else ~/.local/share; without HOME either,
 // ./idemctl-dlq.sqlite) in idemctl's own directory, made (or, when it is
-// ours, kept) 0700: the queue holds request headers (Authorization) and bodies.
+// ours, kept) 0700 when `make_directories` (send: the queue holds request
+// headers (Authorization) and bodies). The other commands need no queue that
+// does not exist yet, so they make no directory: run by root with a user's
+// HOME, that would leave directories the user cannot enter.
 // A relative HOME is ignored too, and then there is no default (an error):
 // a queue under it would move with the current directory.
-StatusOr<std::string> DlqPath(const std::string& given) {
+StatusOr<std::string> DlqPath(const std::string& given, bool make_directories) {
   if (!given.empty()) return given;
   if (const char* v = std::getenv("IDEMCTL_DLQ"); v != nullptr && *v != '\0') return std::string(v);
   std::string data = EnvOr("XDG_DATA_HOME", "");
@@ -188,6 +191,7 @@ StatusOr<std::string> DlqPath(const std::string& given) {
     data = home + "/.local/share";
   }
   const std::filesystem::path dir = std::filesystem::path(data) / "idemctl";
+  if (!make_directories) return (dir / "dlq.sqlite").string();
   MakeDirectories(data);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno == EEXIST) {
     // Made by an older idemctl with the umask's mode (0755, say): closed to others now.
@@ -708,7 +712,7 @@ int Send(const Options& o) {
   StopSignals stop_signals(interruption);
   std::unique_ptr<client::DeadLetterQueue> dlq;
   if (!o.no_dlq) {
-    const auto path = DlqPath(o.dlq);
+    const auto path = DlqPath(o.dlq, /*make_directories=*/true);
     auto opened = path.ok() ? OpenDlq(*path) : StatusOr<std::unique_ptr<client::DeadLetterQueue>>(path.status());
     if (!opened.ok()) {
       // Checked before sending: a failure could not be parked.
@@ -772,7 +776,7 @@ int Dlq(const std::string& verb, const Options& o) {
                    o.positional[0] + "\")");
     }
   }
-  const auto path = DlqPath(o.dlq);
+  const auto path = DlqPath(o.dlq, /*make_directories=*/false);
   if (!path.ok()) return Fail(path.status().message());
   // list and show only read (they work on a queue the user may not write);
   // no command but send creates a queue.

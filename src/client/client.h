@@ -272,8 +272,8 @@ class DeadLetterQueue {
   // How Open treats the file.
   enum class Access {
     kCreate,    // read and write; a missing file is created (parking)
-    kExisting,  // read and write; a missing file is NotFound (replay, discard, release)
-    kRead,      // read only; a missing file is NotFound (list, show). Needs no write
+    kExisting,  // read and write; a missing file (or directory) is NotFound (replay, discard, release)
+    kRead,      // read only; a missing file (or directory) is NotFound (list, show). Needs no write
                 // access to the file, only to its directory while no writer has it open
                 // (SQLite's WAL index); a version 1 file is read as it is, not migrated.
                 // Where this process may write the file and its directory, the connection
@@ -285,7 +285,9 @@ class DeadLetterQueue {
   // wait for by itself, included). A file that kCreate makes is readable and
   // writable by its owner only (0600, and so are its -wal and -shm files).
   // kCreate and kExisting on a file this process may not write fail with
-  // FailedPrecondition ("... is read-only ...").
+  // FailedPrecondition ("... is read-only ..."). A directory this process
+  // may not enter is said to be one ("... cannot be entered by this user"),
+  // not to be missing; none is ever created.
   static StatusOr<std::unique_ptr<DeadLetterQueue>> Open(const std::string& path, Access access = Access::kCreate);
   ~DeadLetterQueue();
   DeadLetterQueue(const DeadLetterQueue&) = delete;

@@ -558,6 +558,29 @@ std::string DirectoryOf(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// Why directory `dir` cannot hold a queue, "" when it may: it does not exist
+// (`missing` set), is not a directory, or this user may not enter it (EACCES
+// on it or on a directory above it: root's directories in a user's home, say).
+std::string DirectoryProblem(const std::string& dir, bool& missing) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    missing = err == ENOENT || err == ENOTDIR;
+    if (missing) return "the directory " + dir + " does not exist";
+    if (err == EACCES) {
+      return "the directory " + dir + " cannot be entered by this user (" + std::generic_category().message(err) +
+             ": a directory above it may not be searched)";
+    }
+    return "the directory " + dir + " cannot be used: " + std::generic_category().message(err);
+  }
+  if (!S_ISDIR(st.st_mode)) return "the directory " + dir + " is not a directory";
+  if (::access(dir.c_str(), X_OK) != 0) {
+    const int err = errno;
+    return "the directory " + dir + " cannot be entered by this user (" + std::generic_category().message(err) + ")";
+  }
+  return "";
+}
+
 // True when this process may read and write the queue file, and its -wal and
 // -shm files where they exist, and may make and remove files beside them: a
 // connection that may write can then, as the last one to close, checkpoint
@@ -725,17 +748,30 @@ DeadLetterQueue::~DeadLetterQueue() = default;
 // schema; opened to read, only checks it.
 StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::string& path, Access access) {
   return Guarded<StatusOr<std::unique_ptr<DeadLetterQueue>>>([&]() -> StatusOr<std::unique_ptr<DeadLetterQueue>> {
-    // SQLite says only "unable to open database file" for a missing directory.
+    // SQLite says only "unable to open database file" for a directory that
+    // is missing or cannot be entered. Only parking creates a queue: without
+    // its directory there is none to read or change.
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-      return UnavailableError("dead-letter queue: cannot open " + path + ": the directory " + parent.string() +
-                              (std::filesystem::exists(parent, ec) ? " is not a directory" : " does not exist"));
+    if (!parent.empty()) {
+      bool missing = false;
+      if (const std::string why = DirectoryProblem(parent.string(), missing); !why.empty()) {
+        if (missing && access != Access::kCreate) {
+          return NotFoundError("dead-letter queue: there is none at " + path + " (" + why + ")");
+        }
+        return UnavailableError("dead-letter queue: cannot open " + path + ": " + why);
+      }
     }
     // Only parking creates a queue: a mistyped --dlq given to list or replay
     // must not leave an empty file behind.
-    if (access != Access::kCreate && !std::filesystem::exists(path, ec)) {
-      return NotFoundError("dead-letter queue: there is none at " + path + " (nothing has been parked there)");
+    if (access != Access::kCreate) {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        if (err == ENOENT) {
+          return NotFoundError("dead-letter queue: there is none at " + path + " (nothing has been parked there)");
+        }
+        return UnavailableError("dead-letter queue: cannot open " + path + ": " + std::generic_category().message(err));
+      }
     }
     if (access == Access::kCreate) {
       // A new queue is its owner's alone (0600), as are the -wal and -shm
@@ -744,7 +780,14 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
       // empty file is a new database to SQLite; another process making it
       // first (EEXIST) is fine.
       const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd >= 0) ::close(fd);
+      const int err = errno;
+      if (fd >= 0) {
+        ::close(fd);
+      } else if (err == EACCES) {
+        return FailedPreconditionError("dead-letter queue: cannot create " + path + ": the directory " +
+                                       DirectoryOf(path) + " may not be written by this user (" +
+                                       std::generic_category().message(err) + ")");
+      }
     }
     // A reader that may write opens the file to write, and writes nothing
     // (query_only): as the last connection to close it then checkpoints the

@@ -846,6 +846,62 @@ TEST(DlqOpenTest, AQueueThisUserMayNotWriteIsSaidToBeReadOnly) {
   EXPECT_EQ(code, 0) << "1: opened, 2/3: not said to be read-only";
 }
 
+// A directory this user may not enter (root's ~/.local in a user's home,
+// say) is said to be one, not to be missing; a directory this user may not
+// write is named when a new queue cannot be made in it.
+TEST(DlqOpenTest, ADirectoryThisUserCannotEnterOrWriteIsSaidSo) {
+  TempDir dir;
+  const std::string closed = dir.Join("closed");
+  ASSERT_TRUE(std::filesystem::create_directories(closed + "/share/idemctl"));
+  std::filesystem::permissions(closed, std::filesystem::perms::none);
+  const int code = AsReaderWithoutWriteAccess(
+      dir.path(),
+      [&]() -> int {
+        const std::vector<std::pair<std::string, std::string>> cases = {
+            // Below a directory that may not be searched, and in one.
+            {closed + "/share/idemctl/dlq.sqlite", "the directory " + closed + "/share/idemctl cannot be entered"},
+            {closed + "/dlq.sqlite", "the directory " + closed + " cannot be entered by this user"},
+        };
+        for (const auto& [path, said] : cases) {
+          for (const auto access : {DeadLetterQueue::Access::kCreate, DeadLetterQueue::Access::kExisting,
+                                    DeadLetterQueue::Access::kRead}) {
+            const auto opened = DeadLetterQueue::Open(path, access);
+            if (opened.ok()) return 1;
+            std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+            if (opened.status().code() == StatusCode::kNotFound) return 2;
+            if (opened.status().message().find(said) == std::string::npos) return 3;
+            if (opened.status().message().find("does not exist") != std::string::npos) return 4;
+          }
+        }
+        const std::string path = dir.Join("new.sqlite");
+        const auto created = DeadLetterQueue::Open(path);
+        if (created.ok()) return 5;
+        std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+        const std::string said = "cannot create " + path + ": the directory " + dir.path() + " may not be written";
+        return created.status().message().find(said) == std::string::npos ? 6 : 0;
+      },
+      [] {});
+  std::filesystem::permissions(closed, std::filesystem::perms::owner_all);
+  EXPECT_EQ(code, 0) << "1/5: opened, 2: NotFound, 3: not said, 4: said to be missing, 6: directory not named";
+}
+
+// Without its directory there is no queue to read or change: NotFound, as
+// for a missing file, naming the directory (nothing is created).
+TEST(DlqOpenTest, AQueueInAMissingDirectoryIsNotFoundUnlessParking) {
+  TempDir dir;
+  const std::string path = dir.Join("missing/dlq.sqlite");
+  for (const auto access : {DeadLetterQueue::Access::kRead, DeadLetterQueue::Access::kExisting}) {
+    const auto opened = DeadLetterQueue::Open(path, access);
+    ASSERT_FALSE(opened.ok());
+    EXPECT_EQ(opened.status().code(), StatusCode::kNotFound) << opened.status().ToString();
+    EXPECT_NE(opened.status().message().find("there is none at " + path + " (the directory " + dir.Join("missing") +
+                                             " does not exist)"),
+              std::string::npos)
+        << opened.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("missing")));
+}
+
 TEST_F(DlqTest, TwoThreadsClaimingOneEntryExactlyOneWins) {
   for (int round = 0; round < 20; ++round) {
     const std::int64_t id = ParkOrDie(SampleRequest("race-" + std::to_string(round)));

@@ -705,10 +705,46 @@ TEST_F(IdemctlTest, DlqArgumentsAreCheckedStrictlyBeforeTheQueueIsOpened) {
   EXPECT_EQ(none.out, "[]\n");
   EXPECT_NE(none.err.find("there is none at " + dlq), std::string::npos) << none.err;
   EXPECT_FALSE(std::filesystem::exists(dlq));
-  // A queue in a missing directory names the directory.
+  // A queue in a missing directory is none either, and the directory is named.
   const CliRun missing = Idemctl({"dlq", "list", "--dlq", dir_.Join("nowhere/dlq.sqlite")});
-  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(missing.code, 0) << missing.err;
   EXPECT_NE(missing.err.find(dir_.Join("nowhere") + " does not exist"), std::string::npos) << missing.err;
+  const CliRun no_entry = Idemctl({"dlq", "discard", "3", "--dlq", dir_.Join("nowhere/dlq.sqlite")});
+  EXPECT_EQ(no_entry.code, 1);
+  EXPECT_NE(no_entry.err.find("no dead letter 3"), std::string::npos) << no_entry.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("nowhere")));
+}
+
+// Only send makes the default queue's directories: the dlq commands need no
+// queue that does not exist, and make none (run by root with a user's HOME,
+// they would leave directories the user cannot enter, breaking a later send).
+TEST_F(IdemctlTest, DlqCommandsMakeNoDirectoryForTheDefaultQueue) {
+  const std::string home = dir_.Join("home-dlq");
+  ASSERT_TRUE(std::filesystem::create_directories(home));
+  const std::string queue = home + "/.local/share/idemctl/dlq.sqlite";
+  const std::vector<std::pair<std::vector<std::string>, int>> commands = {
+      {{"dlq", "list"}, 0},           {{"dlq", "list", "--json"}, 0}, {{"dlq", "show", "1"}, 1},
+      {{"dlq", "replay", "1"}, 1},    {{"dlq", "discard", "1"}, 1},   {{"dlq", "release", "1"}, 1},
+  };
+  int runs = 0;
+  for (const auto& [args, code] : commands) {
+    SCOPED_TRACE(args[1]);
+    ProcessOptions options;
+    options.stdout_path = dir_.Join("home-dlq-" + std::to_string(++runs) + ".out");
+    options.stderr_path = dir_.Join("home-dlq-" + std::to_string(runs) + ".err");
+    options.env = {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", ""}, {"HOME", home}};
+    auto process = Process::Start(IDEMCTL_BIN, args, options);
+    ASSERT_TRUE(process.ok()) << process.status().ToString();
+    const std::optional<ExitStatus> done = process->WaitExit(60s);
+    ASSERT_TRUE(done.has_value() && done->exited);
+    const std::string err = ReadFileOrEmpty(options.stderr_path);
+    EXPECT_EQ(done->code, code) << err;
+    EXPECT_NE(err.find("there is none at " + queue), std::string::npos) << err;
+    if (code == 1) {
+      EXPECT_NE(err.find("no dead letter 1"), std::string::npos) << err;
+    }
+    EXPECT_FALSE(std::filesystem::exists(home + "/.local")) << err;
+  }
 }
 
 // A DLQ that cannot be opened: the request is not sent (a failure could not
