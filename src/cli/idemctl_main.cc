@@ -113,7 +113,9 @@ constexpr std::string_view kUsage =
     "(422 key-reused, and a 409 without the code request-in-flight, included). A\n"
     "request that still fails is parked in the DLQ, and so is one whose send SIGTERM\n"
     "or SIGINT stops (a second signal ends idemctl at once).\n"
-    "A new key is printed on stderr before the first attempt.\n"
+    "A new key is printed on stderr before the first attempt. Text from the server or the\n"
+    "queue file (summaries, -v, dlq list) is printed with control characters escaped\n"
+    "(\\t, \\n, \\x1b); --json output holds it escaped as JSON.\n"
     "\n"
     "Exit status: 0 success, 1 the request failed (parked when a DLQ is in use; a\n"
     "response over 64 MiB is a failure, not retried) or an operation failed (dlq list:\n"
@@ -134,13 +136,64 @@ void Print(FILE* f, std::string_view text) {
   std::fflush(f);
 }
 
+// `text` as it may go to a terminal or into a tab-separated row: text from
+// a server (a problem's code) or from the queue file (a key, an error) could
+// otherwise break a line or a row, or send the terminal escape sequences.
+// Control characters are escaped (\t, \n, \r, else \xNN; DEL \x7f; the C1
+// controls, U+0080..U+009F, as \u0080..\u009f), and so is each byte that is
+// not UTF-8 (\xNN); a backslash stays as it is.
+std::string Printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u < 0x80) {
+      if (u == '\t') {
+        out += "\\t";
+      } else if (u == '\n') {
+        out += "\\n";
+      } else if (u == '\r') {
+        out += "\\r";
+      } else if (u < 0x20 || u == 0x7f) {
+        out += "\\x";
+        out += kHex[u >> 4];
+        out += kHex[u & 15];
+      } else {
+        out += text[i];
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t length = u >= 0xf0 ? 4 : u >= 0xe0 ? 3 : u >= 0xc0 ? 2 : 1;
+    const std::string_view sequence = text.substr(i, length);
+    if (length == 1 || sequence.size() != length || !IsValidUtf8(sequence)) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+      ++i;
+      continue;
+    }
+    const auto second = static_cast<unsigned char>(sequence.size() > 1 ? sequence[1] : 0);
+    if (u == 0xc2 && second < 0xa0) {  // U+0080..U+009F
+      out += "\\u00";
+      out += kHex[second >> 4];
+      out += kHex[second & 15];
+    } else {
+      out += sequence;
+    }
+    i += length;
+  }
+  return out;
+}
+
 int Usage(std::string_view error) {
-  Print(stderr, "idemctl: " + std::string(error) + "\nRun 'idemctl --help' for usage.\n");
+  Print(stderr, "idemctl: " + Printable(error) + "\nRun 'idemctl --help' for usage.\n");
   return 2;
 }
 
 int Fail(std::string_view error) {
-  Print(stderr, "idemctl: " + std::string(error) + "\n");
+  Print(stderr, "idemctl: " + Printable(error) + "\n");
   return 1;
 }
 
@@ -582,7 +635,7 @@ json::object EntryJson(const client::DeadLetter& e, bool whole) {
 // -v: one line per attempt on stderr, e.g. "idemctl: attempt 1: 503
 // Service Unavailable; retrying in 250 ms".
 void PrintAttempt(const client::AttemptReport& report) {
-  std::string line = "idemctl: attempt " + std::to_string(report.attempt) + ": " + report.summary;
+  std::string line = "idemctl: attempt " + std::to_string(report.attempt) + ": " + Printable(report.summary);
   if (report.wait) line += "; retrying in " + std::to_string(report.wait->count()) + " ms";
   Print(stderr, line + "\n");
 }
@@ -590,13 +643,13 @@ void PrintAttempt(const client::AttemptReport& report) {
 // Runs `client` and reports the outcome; the exit status.
 int Report(const client::Outcome& outcome, const Options& o) {
   if (outcome.response) PrintResponse(*outcome.response, o.include);
-  std::string summary = "idemctl: key " + outcome.key + ", " + std::to_string(outcome.attempts) +
+  std::string summary = "idemctl: key " + Printable(outcome.key) + ", " + std::to_string(outcome.attempts) +
                         (outcome.attempts == 1 ? " attempt" : " attempts");
   if (outcome.ok) {
     if (o.verbose) Print(stderr, summary + ", done\n");
     return 0;
   }
-  summary += ", failed: " + outcome.error;
+  summary += ", failed: " + Printable(outcome.error);
   if (outcome.dead_letter_id) summary += "; parked as DLQ entry " + std::to_string(*outcome.dead_letter_id);
   Print(stderr, summary + "\n");
   return 1;
@@ -716,7 +769,7 @@ int Send(const Options& o) {
     auto opened = path.ok() ? OpenDlq(*path) : StatusOr<std::unique_ptr<client::DeadLetterQueue>>(path.status());
     if (!opened.ok()) {
       // Checked before sending: a failure could not be parked.
-      Print(stderr, "idemctl: " + opened.status().message() +
+      Print(stderr, "idemctl: " + Printable(opened.status().message()) +
                         "\nidemctl: nothing was sent and nothing parked (fix the dead-letter queue, or send with "
                         "--no-dlq)\n");
       return kNotParked;
@@ -786,7 +839,7 @@ int Dlq(const std::string& verb, const Options& o) {
   if (!opened.ok()) {
     if (verb == "list" && opened.status().code() == StatusCode::kNotFound) {
       // Nothing parked yet: an empty list, and a word on stderr in case the path is mistyped.
-      Print(stderr, "idemctl: " + opened.status().message() + "\n");
+      Print(stderr, "idemctl: " + Printable(opened.status().message()) + "\n");
       Print(stdout, o.json ? std::string("[]\n") : std::string(kListHeader));
       return 0;
     }
@@ -805,7 +858,7 @@ int Dlq(const std::string& verb, const Options& o) {
     const auto report_unreadable = [&]() {
       if (listing->unreadable.empty()) return 0;
       std::string text;
-      for (const auto& u : listing->unreadable) text += "idemctl: " + SanitizeUtf8(u.error) + "; skipped\n";
+      for (const auto& u : listing->unreadable) text += "idemctl: " + Printable(u.error) + "; skipped\n";
       text += "idemctl: " + std::to_string(listing->unreadable.size()) +
               (listing->unreadable.size() == 1 ? " entry" : " entries") +
               " could not be read and " + (listing->unreadable.size() == 1 ? "is" : "are") +
@@ -822,12 +875,15 @@ int Dlq(const std::string& verb, const Options& o) {
     std::string text(kListHeader);
     for (const auto& e : entries) {
       // Who is replaying it (host:pid since when), for `dlq release`.
-      const std::string claim = e.claim ? e.claim->host + ":" + std::to_string(e.claim->pid) + " since " +
-                                              FormatTime(e.claim->claimed_unix_ms)
+      // Each field Printable: a tab or newline in one (from the queue file)
+      // would break the rows, and an escape sequence would reach the terminal.
+      const std::string claim = e.claim ? Printable(e.claim->host) + ":" + std::to_string(e.claim->pid) +
+                                              " since " + FormatTime(e.claim->claimed_unix_ms)
                                         : "-";
       text += std::to_string(e.id) + "\t" + std::string(client::EntryStatusName(e.status)) + "\t" +
-              std::to_string(e.attempts) + "\t" + FormatTime(e.last_attempt_unix_ms) + "\t" + e.request.method +
-              "\t" + e.request.url + "\t" + e.request.key + "\t" + e.error + "\t" + claim + "\n";
+              std::to_string(e.attempts) + "\t" + FormatTime(e.last_attempt_unix_ms) + "\t" +
+              Printable(e.request.method) + "\t" + Printable(e.request.url) + "\t" + Printable(e.request.key) +
+              "\t" + Printable(e.error) + "\t" + claim + "\n";
     }
     Print(stdout, text);
     return report_unreadable();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/scripted_server.h"
 #include "fakes/testing.h"
 
 namespace idemgate::client {
@@ -180,6 +181,46 @@ TEST_F(IdemctlDlqTest, ARelativeHomeGivesNoDefaultQueue) {
   const CliRun xdg = Idemctl({"dlq", "list"}, {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", data}, {"HOME", "relative"}});
   EXPECT_EQ(xdg.code, 0) << xdg.err;
   EXPECT_NE(xdg.err.find(data + "/idemctl/dlq.sqlite"), std::string::npos) << xdg.err;
+}
+
+// Text from the server or the queue file reaches the terminal escaped: a
+// tab, newline or escape sequence in a problem's code (the failure summary,
+// -v's attempt lines, dlq list's ERROR column) or in a parked key breaks no
+// line or row and sends the terminal nothing. JSON output escapes it as JSON.
+TEST_F(IdemctlDlqTest, ServerAndQueueTextIsEscapedOnTheTerminal) {
+  Sql("DELETE FROM dead_letters WHERE id = 2");
+  Sql("UPDATE dead_letters SET \"key\" = 'ord' || char(10) || 'er-3', error = 'e' || char(13) || 'f' WHERE id = 3");
+  testing::ScriptedServer server;
+  const std::string code = "bad\tcode\nX\x1b[2J\xc2\x9b" "1m";
+  server.Push(testing::Canned::Problem(400, code));
+  const CliRun sent = Idemctl({"send", "-v", "-k", "esc-1", "-d", "{}", "--attempts", "1", server.Url("/v1/x")});
+  EXPECT_EQ(sent.code, 1) << sent.err;
+  const std::string escaped = "bad\\tcode\\nX\\x1b[2J\\u009b1m";
+  EXPECT_NE(sent.err.find("idemctl: attempt 1: 400 Bad Request (" + escaped + ")\n"), std::string::npos) << sent.err;
+  EXPECT_NE(sent.err.find("idemctl: key esc-1, 1 attempt, failed: 400 Bad Request (" + escaped + "); parked"),
+            std::string::npos)
+      << sent.err;
+  EXPECT_EQ(std::count(sent.err.begin(), sent.err.end(), '\n'), 2) << sent.err;
+
+  const CliRun list = Idemctl({"dlq", "list"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  for (const char raw : {'\x1b', '\r', '\x9b'}) EXPECT_EQ(list.out.find(raw), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("\tord\\ner-3\te\\rf\t"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("\tesc-1\t400 Bad Request (" + escaped + ")\t"), std::string::npos) << list.out;
+  // The header and three rows, of nine columns each.
+  std::vector<std::string> lines;
+  for (std::size_t start = 0, end; (end = list.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(list.out.substr(start, end - start));
+  }
+  ASSERT_EQ(lines.size(), 4u) << list.out;
+  for (const std::string& line : lines) EXPECT_EQ(std::count(line.begin(), line.end(), '\t'), 8) << line;
+
+  // JSON keeps the text itself, escaped as JSON.
+  const CliRun json = Idemctl({"dlq", "list", "--json"});
+  EXPECT_EQ(json.code, 0) << json.err;
+  const boost::json::value listed = boost::json::parse(json.out);
+  EXPECT_EQ(listed.as_array()[1].at("key").as_string(), "ord\ner-3");
+  EXPECT_EQ(listed.as_array()[2].at("error").as_string(), "400 Bad Request (" + code + ")");
 }
 
 // The usage lines name every option a command takes.
