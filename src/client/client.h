@@ -188,7 +188,8 @@ StatusOr<Response> SendOnce(const Request& request, Millis timeout, const TlsSet
 // InvalidArgument, naming the bad part, when no attempt could ever send
 // `request`: a URL that is not http:// or https:// with a host (a space,
 // control character or non-ASCII byte in it included), a method or header
-// name that is not a token, a header value with a control character other
+// name that is not a token, a header name or value, a key (as an sf-string)
+// or a host over 65533 bytes, a header value with a control character other
 // than a tab (CR, LF and NUL included; RFC 9110 §5.5), two Host lines (RFC
 // 9112 §3.2) or two Content-Length lines (the key's line counted), a
 // key_header that frames the request or belongs to its connection (Host,

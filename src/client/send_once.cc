@@ -78,6 +78,10 @@ constexpr std::string_view kReservedKeyHeaders[] = {"Host", "Content-Length", "T
                                                     "Keep-Alive", "TE", "Trailer", "Upgrade", "Expect",
                                                     "Proxy-Connection"};
 
+// The longest header name or value a request can carry: Beast keeps each in
+// 16-bit offsets (with 2 bytes of its own).
+constexpr std::size_t kMaxFieldBytes = 65533;
+
 bool HasHeader(const std::vector<Header>& headers, std::string_view name) {
   return std::any_of(headers.begin(), headers.end(), [&](const Header& h) { return EqualsIgnoreCaseAscii(h.first, name); });
 }
@@ -197,6 +201,15 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
       return InvalidArgumentError("bad header name " + QuoteInput(name) + ": a header name is " +
                                   std::string(kTokenRule));
     }
+    if (name.size() > kMaxFieldBytes) {
+      return InvalidArgumentError("header name " + QuoteInput(name.substr(0, 40)) + "... is " +
+                                  std::to_string(name.size()) + " bytes long (at most " +
+                                  std::to_string(kMaxFieldBytes) + ")");
+    }
+    if (value.size() > kMaxFieldBytes) {
+      return InvalidArgumentError("header " + name + " has a value of " + std::to_string(value.size()) +
+                                  " bytes (at most " + std::to_string(kMaxFieldBytes) + ")");
+    }
     if (const std::size_t at = ControlCharacterAt(value); at != std::string_view::npos) {
       return InvalidArgumentError("header " + name + " has a control character in its value (" +
                                   QuoteInput(value.substr(at, 1)) + " at offset " + std::to_string(at) +
@@ -229,9 +242,21 @@ StatusOr<http::request<http::string_body>> BuildRequest(const Request& request, 
       return InvalidArgumentError("bad key header name " + QuoteInput(request.key_header) + ": a header name is " +
                                   std::string(kTokenRule));
     }
+    if (request.key_header.size() > kMaxFieldBytes) {
+      return InvalidArgumentError("the key header name is " + std::to_string(request.key_header.size()) +
+                                  " bytes long (at most " + std::to_string(kMaxFieldBytes) + ")");
+    }
     auto sf = SfString(*key);
     if (!sf.ok()) return sf.status();
     key_value = std::move(*sf);
+    if (key_value.size() > kMaxFieldBytes) {
+      return InvalidArgumentError("the key is " + std::to_string(key->size()) + " bytes long (as an sf-string, in " +
+                                  request.key_header + ", at most " + std::to_string(kMaxFieldBytes) + " bytes)");
+    }
+  }
+  if (target.host_header.size() > kMaxFieldBytes) {
+    return InvalidArgumentError("the URL's host is " + std::to_string(target.host_header.size()) +
+                                " bytes long (at most " + std::to_string(kMaxFieldBytes) + " in the Host header)");
   }
   http::request<http::string_body> req;
   req.version(11);

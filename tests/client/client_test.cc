@@ -795,6 +795,44 @@ TEST(ClientTest, AKeyHeaderThatFramesTheRequestIsRefused) {
       << ValidateRequest(request).ToString();
 }
 
+// A header name or value, a key or a host too long for a header line is an
+// InvalidArgument naming the part, as any request that can never be sent.
+TEST(ClientTest, PartsTooLongForAHeaderLineAreInvalidArguments) {
+  Harness h;
+  struct Case {
+    Request request;
+    std::string named;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string named, auto change) {
+    Request request = Post(h.server);
+    change(request);
+    cases.push_back({std::move(request), std::move(named)});
+  };
+  add("header X-Big has a value of 65534 bytes (at most 65533)",
+      [](Request& r) { r.headers.emplace_back("X-Big", std::string(65534, 'v')); });
+  add("header X-Big has a value of 100000 bytes",
+      [](Request& r) { r.headers.emplace_back("X-Big", std::string(100000, 'v')); });
+  add("bytes long (at most 65533)", [](Request& r) { r.headers.emplace_back(std::string(70000, 'N'), "v"); });
+  add("the key is 65532 bytes long", [](Request& r) { r.key = std::string(65532, 'k'); });
+  add("the key header name is 65534 bytes long", [](Request& r) { r.key_header = std::string(65534, 'K'); });
+  add("the URL's host is", [&](Request& r) { r.url = "http://" + std::string(65534, 'h') + "/x"; });
+  for (const Case& c : cases) {
+    const Status valid = ValidateRequest(c.request);
+    EXPECT_EQ(valid.code(), StatusCode::kInvalidArgument) << c.named << ": " << valid.ToString();
+    EXPECT_NE(valid.message().find(c.named), std::string::npos) << c.named << ": " << valid.message().substr(0, 200);
+    const Outcome out = h.client->Send(c.request);
+    EXPECT_EQ(out.attempts, 0) << c.named;
+    EXPECT_EQ(out.validation, valid) << c.named;
+    EXPECT_FALSE(out.dead_letter_id.has_value()) << c.named;
+  }
+  EXPECT_TRUE(h.server.requests().empty());
+  // The longest value passes.
+  Request request = Post(h.server);
+  request.headers.emplace_back("X-Big", std::string(65533, 'v'));
+  EXPECT_TRUE(ValidateRequest(request).ok());
+}
+
 TEST(ClientTest, ExhaustedRetriesAreParked) {
   Harness h(RetryPolicy{.max_attempts = 4});
   for (int i = 0; i < 4; ++i) h.server.Push(Canned::Answer(i < 3 ? 500 : 504));
