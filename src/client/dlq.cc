@@ -801,7 +801,14 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
                                                                            : SQLITE_OPEN_READWRITE);
     const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
     DbPtr db(raw);
-    if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
+    if (rc != SQLITE_OK) {
+      // SQLite says only "unable to open database file".
+      if (::access(path.c_str(), R_OK) != 0 && errno == EACCES) {
+        return FailedPreconditionError("dead-letter queue: cannot open " + path +
+                                       ": this user may not read it (Permission denied)");
+      }
+      return SqliteError(raw, rc, "open " + path);
+    }
     sqlite3_extended_result_codes(db.get(), 1);
     sqlite3_busy_timeout(db.get(), static_cast<int>(kBusyTimeout.count()));
     if (access != Access::kRead && sqlite3_db_readonly(db.get(), "main") == 1) {
@@ -841,11 +848,14 @@ StatusOr<std::unique_ptr<DeadLetterQueue>> DeadLetterQueue::Open(const std::stri
       Status s = CheckNotForeign(db.get(), path);
       if (s.ok()) s = EnableWal(db.get());
       if (s.ok()) s = Migrate(db.get());
-      if (!s.ok() && s.code() == StatusCode::kUnavailable &&
+      // SQLite says only "unable to open database file" (Unavailable), or
+      // "attempt to write a readonly database" for a file this user may write
+      // whose -wal and -shm files it cannot make.
+      const bool readonly = (sqlite3_errcode(db.get()) & 0xff) == SQLITE_READONLY;
+      if (!s.ok() && (s.code() == StatusCode::kUnavailable || readonly) &&
           ::access(DirectoryOf(path).c_str(), W_OK | X_OK) != 0) {
-        // SQLite says only "unable to open database file".
         return FailedPreconditionError(s.message() + " (the directory " + DirectoryOf(path) +
-                                       " is not writable for this user, and SQLite keeps the queue's -wal and "
+                                       " may not be written by this user, and SQLite keeps the queue's -wal and "
                                        "-shm files there)");
       }
       if (!s.ok()) return s;

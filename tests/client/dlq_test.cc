@@ -846,6 +846,52 @@ TEST(DlqOpenTest, AQueueThisUserMayNotWriteIsSaidToBeReadOnly) {
   EXPECT_EQ(code, 0) << "1: opened, 2/3: not said to be read-only";
 }
 
+// A queue file this user may write, in a directory it may not write: SQLite
+// cannot make the -wal and -shm files ("attempt to write a readonly
+// database"); the directory is named as the cause. A queue file this user may
+// not read at all is said to be one, not "unable to open database file".
+TEST(DlqOpenTest, AQueueInADirectoryThisUserMayNotWriteOrAFileItMayNotReadIsSaidSo) {
+  TempDir dir;
+  const std::string path = dir.Join("dlq.sqlite");
+  const std::string closed = dir.Join("closed.sqlite");
+  for (const std::string& file : {path, closed}) {
+    auto writer = OpenOrDie(file);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_TRUE(writer->Park(SampleRequest("k-a"), "e", 1, 503).ok());
+  }
+  ASSERT_FALSE(std::filesystem::exists(path + "-wal"));
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                         std::filesystem::perms::others_read | std::filesystem::perms::others_write |
+                                         std::filesystem::perms::group_read | std::filesystem::perms::group_write);
+  std::filesystem::permissions(closed, std::filesystem::perms::none);
+  const int code = AsReaderWithoutWriteAccess(
+      dir.path(),
+      [&]() -> int {
+        for (const auto access : {DeadLetterQueue::Access::kExisting, DeadLetterQueue::Access::kCreate}) {
+          const auto opened = DeadLetterQueue::Open(path, access);
+          if (opened.ok()) return 1;
+          std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+          if (opened.status().message().find("the directory " + dir.path() + " may not be written by this user") ==
+              std::string::npos) {
+            return 2;
+          }
+        }
+        for (const auto access : {DeadLetterQueue::Access::kRead, DeadLetterQueue::Access::kExisting}) {
+          const auto opened = DeadLetterQueue::Open(closed, access);
+          if (opened.ok()) return 3;
+          std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+          if (opened.status().message().find("cannot open " + closed +
+                                             ": this user may not read it (Permission denied)") == std::string::npos) {
+            return 4;
+          }
+        }
+        return 0;
+      },
+      [] {});
+  std::filesystem::permissions(closed, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(code, 0) << "1/3: opened, 2: the directory not named, 4: not said to be unreadable";
+}
+
 // A directory this user may not enter (root's ~/.local in a user's home,
 // say) is said to be one, not to be missing; a directory this user may not
 // write is named when a new queue cannot be made in it.
