@@ -91,7 +91,8 @@ constexpr std::string_view kUsage =
     "      --dlq FILE         the dead-letter queue (default $IDEMCTL_DLQ, else\n"
     "                         $XDG_DATA_HOME/idemctl/dlq.sqlite (an absolute path), else\n"
     "                         ~/.local/share/idemctl/dlq.sqlite (HOME an absolute path: a\n"
-    "                         relative one gives no default), without HOME ./idemctl-dlq.sqlite)\n"
+    "                         relative one gives no default), without HOME (unset or empty)\n"
+    "                         ./idemctl-dlq.sqlite)\n"
     "      --no-dlq           send: do not park failures\n"
     "      --admin URL        the gateway's admin API (default $IDEMCTL_ADMIN, else\n"
     "                         http://127.0.0.1:9090)\n"
@@ -236,10 +237,13 @@ StatusOr<std::string> DlqPath(const std::string& given, bool make_directories) {
     const std::string home = EnvOr("HOME", "");
     if (home.empty()) return std::string("idemctl-dlq.sqlite");
     if (home.front() != '/') {
+      // Name what is wrong with XDG_DATA_HOME as it is: unset (or empty), or relative.
+      const std::string xdg = data.empty() ? "XDG_DATA_HOME is not set"
+                                           : "XDG_DATA_HOME is the relative path \"" + data + "\", ignored too";
       return FailedPreconditionError(
           "no default dead-letter queue: HOME is the relative path \"" + home +
-          "\", which is ignored (as a relative XDG_DATA_HOME is), and XDG_DATA_HOME is not an absolute path; "
-          "give the queue with --dlq FILE or IDEMCTL_DLQ");
+          "\", which is ignored (as a relative XDG_DATA_HOME is), and " + xdg +
+          "; give the queue with --dlq FILE or IDEMCTL_DLQ");
     }
     data = home + "/.local/share";
   }

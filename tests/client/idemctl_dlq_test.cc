@@ -176,6 +176,18 @@ TEST_F(IdemctlDlqTest, ARelativeHomeGivesNoDefaultQueue) {
   const bool made = std::filesystem::exists(home);
   std::filesystem::remove_all(home);
   EXPECT_FALSE(made);
+  // XDG_DATA_HOME unset (or empty): the message says so, not that it is not an absolute path.
+  const CliRun unset = Idemctl({"dlq", "list"}, {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", ""}, {"HOME", home}});
+  EXPECT_EQ(unset.code, 1) << unset.err;
+  EXPECT_NE(unset.err.find(expected + ", which is ignored (as a relative XDG_DATA_HOME is), and XDG_DATA_HOME is "
+                                      "not set; give the queue with --dlq FILE or IDEMCTL_DLQ"),
+            std::string::npos)
+      << unset.err;
+  EXPECT_NE(list.err.find("XDG_DATA_HOME is the relative path \"relative-data\""), std::string::npos) << list.err;
+  // An empty HOME is an unset one: the queue is ./idemctl-dlq.sqlite.
+  const CliRun empty = Idemctl({"dlq", "list"}, {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", ""}, {"HOME", ""}});
+  EXPECT_EQ(empty.code, 0) << empty.err;
+  EXPECT_NE(empty.err.find("there is none at idemctl-dlq.sqlite "), std::string::npos) << empty.err;
   // With an absolute XDG_DATA_HOME, HOME is not needed.
   const std::string data = dir_.Join("data");
   const CliRun xdg = Idemctl({"dlq", "list"}, {{"IDEMCTL_DLQ", ""}, {"XDG_DATA_HOME", data}, {"HOME", "relative"}});
