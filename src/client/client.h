@@ -92,8 +92,9 @@ Millis BackoffDelay(const RetryPolicy& policy, int next_attempt, std::uint64_t r
 // the obsolete RFC 850 or asctime forms that RFC 9110 §5.6.7 has recipients
 // accept: "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"), as a
 // wait from `now` (never negative); nullopt when it is neither. A two-digit
-// RFC 850 year is the one with those digits at most 50 years after `now`'s
-// and less than 50 before it.
+// RFC 850 year is the one with those digits that puts the date at most 50
+// years after `now` and less than 50 before it, comparing whole dates and
+// times: one that appears more than 50 years ahead is in the past century.
 std::optional<Millis> ParseRetryAfter(std::string_view value, std::chrono::system_clock::time_point now);
 
 // ---------------------------------------------------------------------------

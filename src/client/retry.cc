@@ -85,8 +85,9 @@ std::optional<std::chrono::sys_seconds> ParseImfFixdate(std::string_view s) {
 
 // The obsolete RFC 850 form, which recipients must still accept (RFC 9110
 // §5.6.7): "Sunday, 06-Nov-94 08:49:37 GMT". Its two-digit year is the one
-// with those digits from 49 years before `now`'s year to 50 after: one that
-// appears more than 50 years ahead is the most recent past such year.
+// with those digits that puts the date from 50 years before `now` (excluded)
+// to 50 years after it (included), by the calendar, to the second: a date
+// that appears more than 50 years ahead is in the most recent past such year.
 std::optional<std::chrono::sys_seconds> ParseRfc850Date(std::string_view s, std::chrono::system_clock::time_point now) {
   const std::size_t comma = s.find(',');
   if (comma == std::string_view::npos ||
@@ -100,15 +101,42 @@ std::optional<std::chrono::sys_seconds> ParseRfc850Date(std::string_view s, std:
       rest.substr(20) != " GMT" || !DigitsAt(rest, 2, 2) || !DigitsAt(rest, 9, 2)) {
     return std::nullopt;
   }
-  const std::chrono::year_month_day today{std::chrono::floor<std::chrono::days>(now)};
+  const auto today_days = std::chrono::floor<std::chrono::days>(now);
+  const std::chrono::year_month_day today{today_days};
+  const auto time_of_day = std::chrono::floor<std::chrono::seconds>(now) - today_days;
+  // `now` moved by whole calendar years (a 29 February becomes 1 March where there is none).
+  const auto years_from_now = [&](int years) {
+    return std::chrono::sys_days{std::chrono::year_month_day{today.year() + std::chrono::years{years}, today.month(),
+                                                             today.day()}} +
+           time_of_day;
+  };
   const int this_year = static_cast<int>(today.year());
   int year = this_year - this_year % 100 + DigitsValue(rest.substr(9, 2));
+  const unsigned month = MonthNumber(rest.substr(5, 3));
+  const std::string_view day = rest.substr(2, 2);
+  // Within a year of the window first (so the comparisons below need one step at most).
   if (year > this_year + 50) {
     year -= 100;
-  } else if (year <= this_year - 50) {
-    year += 100;  // 50 years ahead at most is still ahead
+  } else if (year < this_year - 50) {
+    year += 100;
   }
-  return Instant(year, MonthNumber(rest.substr(5, 3)), rest.substr(2, 2), rest, 12);
+  if (month != 0) {
+    // The date in `year` as a day count (an invalid day, 29 February, counts as the next day here;
+    // Instant refuses it below), compared with now + 50 years and now - 50 years.
+    const auto at = [&](int y) -> std::optional<std::chrono::sys_seconds> {
+      const auto whole = Instant(y, month, "01", rest, 12);
+      if (!whole) return std::nullopt;
+      return *whole + std::chrono::days{DigitsValue(day) - 1};
+    };
+    if (const auto instant = at(year)) {
+      if (*instant > years_from_now(50)) {
+        year -= 100;
+      } else if (*instant <= years_from_now(-50)) {
+        year += 100;  // 50 years ahead at most is still ahead
+      }
+    }
+  }
+  return Instant(year, month, day, rest, 12);
 }
 
 // The obsolete asctime() form, which recipients must still accept (RFC 9110

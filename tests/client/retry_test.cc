@@ -254,6 +254,22 @@ TEST(ParseRetryAfterTest, ObsoleteDateForms) {
   ASSERT_TRUE(soon.has_value());
   EXPECT_GT(*soon, Millis(std::chrono::hours(24 * 365) * 49));
   EXPECT_EQ(ParseRetryAfter("Monday, 01-Jan-45 00:00:00 GMT", kNow), Millis(0));
+  // The window is 50 years to the day and second, not to the year: on
+  // 25 Nov 2026, "25-Nov-76" at midnight is 2076 (50 years ahead: a long wait)
+  // and "26-Nov-76" is 1976 (past); a second past midnight is past too.
+  const system_clock::time_point late_2026 = std::chrono::sys_days{std::chrono::year{2026} / 11 / 25};
+  const auto fifty = ParseRetryAfter("Wednesday, 25-Nov-76 00:00:00 GMT", late_2026);
+  ASSERT_TRUE(fifty.has_value());
+  EXPECT_GT(*fifty, Millis(std::chrono::hours(24 * 365) * 49));
+  EXPECT_EQ(ParseRetryAfter("Thursday, 26-Nov-76 00:00:00 GMT", late_2026), Millis(0));
+  EXPECT_EQ(ParseRetryAfter("Wednesday, 25-Nov-76 00:00:01 GMT", late_2026), Millis(0));
+  // And 50 years back: on 1 Jun 2080, "01-Jul-30" is 2030 (past: 2130 would be more than 50 years
+  // ahead), and "01-Jun-30" at midnight is 2130 (exactly 50 years ahead).
+  const system_clock::time_point mid_2080 = std::chrono::sys_days{std::chrono::year{2080} / 6 / 1};
+  EXPECT_EQ(ParseRetryAfter("Monday, 01-Jul-30 00:00:00 GMT", mid_2080), Millis(0));
+  const auto back = ParseRetryAfter("Saturday, 01-Jun-30 00:00:00 GMT", mid_2080);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_GT(*back, Millis(std::chrono::hours(24 * 365) * 49));
   // Against the real clock: "94" is 1994, past.
   EXPECT_EQ(ParseRetryAfter("Sunday, 06-Nov-94 08:49:37 GMT", system_clock::now()), Millis(0));
 }
