@@ -90,6 +90,10 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   wait_ = &registry_.AddCounter(names::kWait,
                                 "Requests that waited for an in-flight original (in_flight: wait).",
                                 ScopeLabels(t));
+  shared_ = &registry_.AddCounter(names::kShared,
+                                  "Requests that waited and were answered with their original's outcome that is not "
+                                  "stored (a 5xx, 408/409/425/429, an upstream timeout or failure), without running.",
+                                  ScopeLabels(t));
   conflict_ = &registry_.AddCounter(
       names::kConflict,
       "Keyed requests refused: in_flight and wait_timeout (409), fingerprint_mismatch (422), "
@@ -290,6 +294,8 @@ void GatewayMetrics::Waited(const MetricScope& scope) {
   Series(kWaitSeries, *wait_, scope).Inc();
   Route(scope).waits.Inc();
 }
+
+void GatewayMetrics::Shared(const MetricScope& scope) { Series(kSharedSeries, *shared_, scope).Inc(); }
 
 void GatewayMetrics::Conflict(const MetricScope& scope, ConflictReason reason) {
   Series(kConflictSeries, *conflict_, scope, ConflictReasonName(reason)).Inc();

@@ -29,6 +29,7 @@ inline constexpr std::string_view kTranslationFailed = "transport_translation_fa
 inline constexpr std::string_view kCacheHit = "idempotency_cache_hit_total";
 inline constexpr std::string_view kCacheMiss = "idempotency_cache_miss_total";
 inline constexpr std::string_view kWait = "idempotency_wait_total";
+inline constexpr std::string_view kShared = "idempotency_shared_total";
 inline constexpr std::string_view kConflict = "idempotency_conflict_total";
 inline constexpr std::string_view kReservationReleased = "idempotency_reservation_released_total";
 inline constexpr std::string_view kStored = "idempotency_stored_total";
@@ -136,6 +137,9 @@ class GatewayMetrics {
   void CacheMiss(const MetricScope& scope);
   // A request attached to an in-flight original (in_flight: wait). Stats: waits.
   void Waited(const MetricScope& scope);
+  // A request that waited was answered with its original's unstored outcome
+  // (core::BeginOutcome::kShared), and did not run.
+  void Shared(const MetricScope& scope);
   // Stats: mismatches for kFingerprintMismatch, else conflicts.
   void Conflict(const MetricScope& scope, ConflictReason reason);
   // A reservation was deleted so that a retry runs again; the label is
@@ -197,7 +201,7 @@ class GatewayMetrics {
   struct ScopeSeries;
   // The families labelled by scope only, and those with one more label; the
   // index of each in a ScopeSeries.
-  enum Plain { kCacheMissSeries, kWaitSeries, kStoredSeries, kLeaseExpiredSeries, kFailOpenSeries,
+  enum Plain { kCacheMissSeries, kWaitSeries, kSharedSeries, kStoredSeries, kLeaseExpiredSeries, kFailOpenSeries,
                kRequestDurationSeries, kUpstreamDurationSeries, kPlainCount };
   enum Extra { kKeyPresentSeries, kKeyMissingSeries, kKeyInvalidSeries, kTranslationFailedSeries,
                kCacheHitSeries, kConflictSeries, kReleasedSeries, kStoreErrorsSeries, kExtraCount };
@@ -227,6 +231,7 @@ class GatewayMetrics {
   CounterFamily* cache_hit_;
   CounterFamily* cache_miss_;
   CounterFamily* wait_;
+  CounterFamily* shared_;
   CounterFamily* conflict_;
   CounterFamily* released_;
   CounterFamily* stored_;

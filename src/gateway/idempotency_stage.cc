@@ -560,6 +560,7 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
       // The original this request waited on released the key with an
       // outcome that is not stored (Engine::Share): this request answers
       // with it too, not replayed, and did not run.
+      if (metrics != nullptr) metrics->Shared(scope);
       ctx.log.operation_id = begun.shared->operation_id;
       ctx.log.outcome = "shared";
       co_return IdempotencyDecision::Respond(ToResponse(begun.shared->response));

@@ -22,7 +22,7 @@ TEST(GatewayMetrics, DeclaresEverySpecFamilyBeforeAnyEvent) {
   for (const char* counter :
        {"idempotency_key_present_total", "idempotency_key_missing_total",
         "idempotency_key_invalid_total", "transport_translation_failed_total",
-        "idempotency_cache_hit_total", "idempotency_cache_miss_total", "idempotency_wait_total",
+        "idempotency_cache_hit_total", "idempotency_cache_miss_total", "idempotency_wait_total", "idempotency_shared_total",
         "idempotency_conflict_total", "idempotency_reservation_released_total",
         "idempotency_stored_total", "idempotency_store_errors_total",
         "idempotency_lease_expired_total", "idempotency_fail_open_total"}) {

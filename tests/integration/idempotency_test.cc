@@ -91,6 +91,8 @@ class IdempotencyTest : public GatewaySuite {
     }
     auto shared = [&] { return LoggedOutcomes(gateway_->Stdout(), "shared") - shared_before; };
     EXPECT_TRUE(PollUntil([&] { return shared() == kClients; }, 10s)) << shared() << " logged shared";
+    EXPECT_EQ(MetricValue(Metrics(), R"(idempotency_shared_total{tenant="_",project="_",route="api"})").value_or(0),
+              shared_before + kClients);
     // Not stored: a retry runs.
     (void)Send(KeyedPost(target, key));
     EXPECT_EQ(Executions(), before + 2);
