@@ -68,6 +68,17 @@ inline bool StartsWithIgnoreCaseAscii(std::string_view s, std::string_view prefi
   return s.size() >= prefix.size() && EqualsIgnoreCaseAscii(s.substr(0, prefix.size()), prefix);
 }
 
+// The offset of the first control character in a field value (RFC 9110
+// §5.5: none but HTAB; CR, LF and NUL would break the message framing), or
+// npos.
+inline std::size_t FieldControlCharacterAt(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if ((u < 0x20 && u != '\t') || u == 0x7f) return i;
+  }
+  return std::string_view::npos;
+}
+
 // RFC 9110 tchar: the characters of a method or a header field name.
 inline bool IsTchar(char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;

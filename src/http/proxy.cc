@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/ascii.h"
 #include "http/headers.h"
 #include "http/internal/exchange_impl.h"
 #include "http/internal/io.h"
@@ -338,10 +339,7 @@ unsigned StatusLineReceived(const ResponseParser& up, const beast::flat_buffer& 
     status = status * 10 + static_cast<unsigned>(line[i] - '0');
   }
   if (line.size() > 12 && line[12] != ' ') return 0;
-  for (const char c : line.substr(12)) {
-    const auto u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && c != '\t') || u == 0x7f) return 0;
-  }
+  if (FieldControlCharacterAt(line.substr(12)) != std::string_view::npos) return 0;
   return status;
 }
 
