@@ -172,6 +172,14 @@ std::string_view BeginOutcomeName(BeginOutcome outcome) {
 
 Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
 
+void LogReservationGone(const Reservation& reservation) {
+  static LogLimiter limiter;
+  LogWarn(limiter,
+          "response not stored: the reservation is gone (taken over after its lease ended, or purged, or the store "
+          "lost it: a Redis restart without persistence)",
+          {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+}
+
 // A request of this process waiting on a key (Begin, in_flight: wait), from
 // its first wait to the end of its Begin.
 class Engine::WaiterRegistration {
@@ -197,17 +205,11 @@ class Engine::WaiterRegistration {
 
 void Engine::Share(const Reservation& reservation, StoredResponse outcome) {
   if (waited_keys_.load(std::memory_order_acquire) == 0) return;
-  {
-    std::lock_guard lock(waited_mu_);
-    if (waited_.find(reservation.key) == waited_.end()) return;
-  }
-  // Made outside the lock; the key may have lost its waiters meanwhile.
-  auto shared = std::make_shared<const SharedOutcome>(SharedOutcome{std::move(outcome), reservation.operation_id});
   std::lock_guard lock(waited_mu_);
   const auto it = waited_.find(reservation.key);
   if (it == waited_.end()) return;
   it->second.owner = reservation.owner;
-  it->second.outcome = std::move(shared);
+  it->second.outcome = std::make_shared<const SharedOutcome>(SharedOutcome{std::move(outcome), reservation.operation_id});
 }
 
 std::shared_ptr<const SharedOutcome> Engine::SharedBy(const std::string& key, const std::string& owner) const {
@@ -461,11 +463,7 @@ Task<void> Engine::CompleteLater(Reservation reservation, StoredResponse respons
         if (later) later(LaterOutcome::kStored);
         co_return;
       }
-      static LogLimiter limiter;
-      LogWarn(limiter,
-              "response not stored: the reservation is gone (taken over after its lease ended, or purged, or the "
-              "store lost it: a Redis restart without persistence)",
-              {{"key", reservation.key}, {"operation_id", reservation.operation_id}});
+      LogReservationGone(reservation);
       if (later) later(LaterOutcome::kLost);
       co_return;
     }

@@ -72,6 +72,11 @@ struct SharedOutcome {
   std::string operation_id;  // the original's
 };
 
+// Logs (warn, rate-limited) that the response of `reservation` was not
+// stored because the reservation is gone: what a completion answered
+// FailedPrecondition means, whether on its first attempt or a later one.
+void LogReservationGone(const Reservation& reservation);
+
 // "proceed", "replay", "key_reused", "in_flight", "store_error", "cancelled",
 // "client_gone", "shared".
 std::string_view BeginOutcomeName(BeginOutcome outcome);

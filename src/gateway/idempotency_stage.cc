@@ -139,11 +139,9 @@ class Settlement final : public http::ForwardObserver {
         core::ClassifyResponse(captured.response.status, rules_.store_server_errors, terminal);
     if (c.disposition == core::Disposition::kRelease) {
       // Waiters of this process answer with this outcome too, rather than
-      // each running the request again (a body cut at max_response_bytes is
-      // not shared: they run as before).
-      // As the original's client got it (its X-Operation-Id among the
-      // captured fields); when that was not kept whole, the gateway's word
-      // for it.
+      // each running the request again: as the original's client got it (its
+      // X-Operation-Id among the captured fields), or, when it was not kept
+      // whole, the gateway's word for it.
       if (!captured.response.body_omitted) {
         engine_.Share(reservation_, std::move(captured.response));
       } else if (captured.timed_out) {
@@ -171,10 +169,7 @@ class Settlement final : public http::ForwardObserver {
       // our lease ended (its outcome wins), an admin purged it, or the store
       // lost it (a Redis restarted without persistence).
       if (metrics_ != nullptr) metrics_->Conflict(scope_, ConflictReason::kLeaseLost);
-      static LogLimiter limiter;
-      LogWarn(limiter, "response not stored: the reservation is gone (taken over after its lease ended, or purged, "
-              "or the store lost it: a Redis restart without persistence)",
-              {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}});
+      core::LogReservationGone(reservation_);
       co_return;
     }
     // The upstream ran the request: releasing the key would let a retry run
