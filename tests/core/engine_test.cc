@@ -60,6 +60,17 @@ class EngineTest : public ::testing::Test {
   boost::asio::io_context ctx_;
 };
 
+// kKey with kFp under a lease of `lease`, in reject mode (the tests of an
+// engine of their own, on stores that fail on purpose).
+KeyedRequest LeasedRequest(Duration lease) {
+  KeyedRequest r;
+  r.key = kKey;
+  r.fingerprint = kFp;
+  r.lease = lease;
+  r.wait_timeout = 1s;
+  return r;
+}
+
 // A memory store seen through the Store interface, every call passed on;
 // the fakes below change only what their test needs.
 class ForwardingStore : public Store {
@@ -124,12 +135,7 @@ TEST(EngineOrphanTest, AFailedReserveThatLandsIsReleased) {
     LateLandingStore store(memory, may_land);
     Engine engine{store, clock};
     boost::asio::io_context ctx;
-    KeyedRequest r;
-    r.key = kKey;
-    r.fingerprint = kFp;
-    r.lease = 2s;
-    r.wait_timeout = 1s;
-    const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+    const BeginResult begun = RunTask(ctx, engine.Begin(LeasedRequest(2s)));
     EXPECT_EQ(begun.outcome, BeginOutcome::kStoreError);
     auto held = memory.GetNow(kKey, clock.NowMillis());
     ASSERT_TRUE(held.ok());
@@ -171,12 +177,7 @@ TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandi
     FailingCompleteStore store(memory, lands);
     Engine engine{store, clock};
     boost::asio::io_context ctx;
-    KeyedRequest r;
-    r.key = kKey;
-    r.fingerprint = kFp;
-    r.lease = 5s;
-    r.wait_timeout = 1s;
-    const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+    const BeginResult begun = RunTask(ctx, engine.Begin(LeasedRequest(5s)));
     ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
     std::vector<Engine::LaterOutcome> told;
     auto make = [](void* arg) -> Engine::Later {
@@ -221,12 +222,7 @@ TEST(EngineLaterCompletionTest, TheLastAttemptComesHalfASecondBeforeTheLeaseEnds
   RefusingUntilStore store(memory, std::chrono::steady_clock::now() + 900ms);
   Engine engine{store, clock};
   boost::asio::io_context ctx;
-  KeyedRequest r;
-  r.key = kKey;
-  r.fingerprint = kFp;
-  r.lease = 1600ms;
-  r.wait_timeout = 1s;
-  const BeginResult begun = RunTask(ctx, engine.Begin(std::move(r)));
+  const BeginResult begun = RunTask(ctx, engine.Begin(LeasedRequest(1600ms)));
   ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
   const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h));
   EXPECT_EQ(first.code(), StatusCode::kUnavailable);
