@@ -118,10 +118,11 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
   requests_refused_ = &registry_.AddCounter(
       names::kRequestsRefused,
       "Requests refused before routing, by reason: bad_request (400), uri_too_long (414), "
-      "headers_too_large (431), header_timeout (head not whole within header_timeout; no answer).",
+      "headers_too_large (431), version_not_supported (505), header_timeout (head not whole within "
+      "header_timeout; no answer).",
       {"reason"});
   // Listed from start-up: a scrape shows 0 rather than no series.
-  for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "header_timeout"}) {
+  for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "version_not_supported", "header_timeout"}) {
     requests_refused_->WithLabelValues({reason});
   }
   CounterFamily& refused = registry_.AddCounter(

@@ -104,8 +104,8 @@ class GatewayMetrics {
   // Every upstream exchange, from connect to the end of the response.
   void UpstreamCompleted(const MetricScope& scope, double seconds);
   // A request the server refused before routing (http::RefusedRequest):
-  // `reason` is "bad_request", "uri_too_long", "headers_too_large" or
-  // "header_timeout". Not in the route stats (no route).
+  // `reason` is "bad_request", "uri_too_long", "headers_too_large",
+  // "version_not_supported" or "header_timeout". Not in the route stats (no route).
   void RequestRefused(std::string_view reason);
   // Which listener a connection-level event happened on: the `listener` label
   // of idemgate_connections_refused_total and

@@ -34,6 +34,8 @@ ProblemInfo Info(ProblemCode code) {
     case ProblemCode::kUriTooLong: return {"uri-too-long", 414, "Request target too long"};
     case ProblemCode::kRequestTimeout: return {"request-timeout", 408, "Request body timed out"};
     case ProblemCode::kMethodNotAllowed: return {"method-not-allowed", 405, "Method not allowed"};
+    case ProblemCode::kHttpVersionNotSupported:
+      return {"http-version-not-supported", 505, "HTTP version not supported"};
     case ProblemCode::kShuttingDown: return {"shutting-down", 503, "Gateway shutting down"};
     case ProblemCode::kInternal: return {"internal-error", 500, "Internal error"};
   }

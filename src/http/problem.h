@@ -37,6 +37,7 @@ enum class ProblemCode {
   kUriTooLong,           // 414 uri-too-long: the request target alone passes the header limit
   kRequestTimeout,       // 408 request-timeout: the request body stalled past idle_timeout
   kMethodNotAllowed,     // 405 method-not-allowed: a method a webhook route does not take
+  kHttpVersionNotSupported,  // 505 http-version-not-supported: a request line's major version is not 1
   kShuttingDown,         // 503 shutting-down
   kInternal,             // 500 internal-error
 };

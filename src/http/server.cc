@@ -87,11 +87,8 @@ bool BuildHead(const bhttp::request_parser<bhttp::buffer_body>& parser, bool mer
   const auto& msg = parser.get();
   head.method = std::string_view(msg.method_string().data(), msg.method_string().size());
   head.target = std::string_view(msg.target().data(), msg.target().size());
+  // HTTP/1.2 to HTTP/1.9 reach this as HTTP/1.1 (MendRequestVersion).
   head.version = msg.version() == 10 ? 10 : 11;
-  if (msg.version() != 10 && msg.version() != 11) {
-    *why = "unsupported HTTP version";
-    return false;
-  }
   // Methods are case-sensitive (RFC 9110 section 9.1), and so is route and
   // idempotency matching; an upstream that upper-cases them (Werkzeug,
   // Django) would run "post" as a POST that skipped both. Refused, as nginx
@@ -543,6 +540,9 @@ Task<void> ClientConnection::Run() {
           RequestTargetPastHeaderLimit(buffer, pump, limits.max_header_bytes)) {
         co_await Refuse(ProblemCode::kUriTooLong, "the request target exceeds the header limit", "uri_too_long", 11,
                         *parser, started);
+      } else if (pump.version_not_supported) {
+        co_await Refuse(ProblemCode::kHttpVersionNotSupported, "only HTTP/1.x is served on this listener",
+                        "version_not_supported", 11, *parser, started);
       } else if (pump.ec == bhttp::error::header_limit || pump.ec == bhttp::error::buffer_overflow) {
         co_await Refuse(ProblemCode::kHeadersTooLarge, "the request header block exceeds the limit",
                         "headers_too_large", 11, *parser, started);

@@ -52,8 +52,9 @@ struct RefusedRequest {
   int status = 0;            // the status answered; 0 for header_timeout (no answer)
   // "bad_request" (400: malformed request line, header or framing, or a head
   // the server does not accept), "uri_too_long" (414), "headers_too_large"
-  // (431), "header_timeout" (the head was not whole within header_timeout of
-  // its first byte; the connection is closed without an answer).
+  // (431), "version_not_supported" (505: not HTTP/1.x), "header_timeout"
+  // (the head was not whole within header_timeout of its first byte; the
+  // connection is closed without an answer).
   std::string_view reason;
   std::string_view method;      // empty when the request line was not read whole
   std::string_view path;        // the request target without its query; empty likewise

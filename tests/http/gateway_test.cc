@@ -389,6 +389,7 @@ TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
        "headers_too_large", "POST"},
       {"GET /" + std::string(2000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long", std::nullopt},
       {"POST /echo/a HTTP/9.9 bogus\r\nHost: x\r\n\r\n", 400, "bad_request", std::nullopt},
+      {"POST /echo/a HTTP/2.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 505, "version_not_supported", std::nullopt},
       {"POST /echo/a HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "bad_request", "POST"},
       {"POST /echo/a HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400, "bad_request", "POST"},  // no Host
   };
@@ -432,6 +433,7 @@ TEST_F(GatewayTest, RequestsRefusedBeforeRoutingAreLoggedAndCounted) {
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="headers_too_large"})"), 1.0) << page;
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="uri_too_long"})"), 1.0);
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="bad_request"})"), 3.0);
+  EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="version_not_supported"})"), 1.0);
   EXPECT_EQ(CounterValue(page, R"(idemgate_requests_refused_total{reason="header_timeout"})"), 1.0);
   EXPECT_EQ(upstream_.requests(), 0);
 }

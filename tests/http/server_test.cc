@@ -290,6 +290,45 @@ TEST_F(ServerTest, MalformedRequestsAre400AndClose) {
   }
 }
 
+// RFC 9110 section 2.5: a higher minor version of HTTP/1 is served as the
+// highest the server speaks, HTTP/1.1 (keep-alive by default); another major
+// version is refused with 505.
+TEST_F(ServerTest, HigherMinorVersionsAreServedAsHttp11AndOtherMajorsAre505) {
+  Start();
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("GET /one HTTP/1.2\r\nHost: x\r\n\r\nGET /two HTTP/1.9\r\nHost: x\r\n\r\n"
+                          "GET /three HTTP/1.9\r\nHost: x\r\nConnection: close\r\n\r\n")
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  std::vector<std::string> bodies;
+  for (std::size_t at = 0; at < raw.size();) {
+    std::size_t next = raw.find("HTTP/1.1 ", at + 1);
+    if (next == std::string::npos) next = raw.size();
+    auto res = testing::ParseResponse(raw.substr(at, next - at));
+    ASSERT_TRUE(res.ok()) << raw;
+    EXPECT_EQ(res->status, 200);
+    bodies.push_back(res->body);
+    at = next;
+  }
+  EXPECT_EQ(bodies, (std::vector<std::string>{"GET /one", "GET /two", "GET /three"})) << raw;
+
+  for (const std::string bytes : {"GET / HTTP/2.0\r\nHost: x\r\n\r\n", "GET / HTTP/0.9\r\nHost: x\r\n\r\n",
+                                  "GET / HTTP/3.1\r\nHost: x\r\n\r\n"}) {
+    SCOPED_TRACE(bytes);
+    auto c = RawConnection::Connect(endpoint_);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Write(bytes).ok());
+    const std::string answer = c->ReadUntilClosed(10s);
+    EXPECT_TRUE(c->closed());
+    auto res = testing::ParseResponse(answer);
+    ASSERT_TRUE(res.ok()) << answer;
+    EXPECT_EQ(res->status, 505);
+    EXPECT_NE(res->body.find("http-version-not-supported"), std::string::npos) << res->body;
+  }
+}
+
 TEST_F(ServerTest, ClientTricklingHeadersIsCutAtHeaderTimeout) {
   http::Limits limits;
   limits.header_timeout = 300ms;

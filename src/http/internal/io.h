@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <string_view>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -146,7 +147,31 @@ struct Pump {
   error_code ec;            // a parse error, end_of_stream/partial_message, or a socket error
   bool need_more = false;   // receive more bytes, then parse again
   bool last_chunk_alone = false;  // ParseBody: Beast waits on a bare "0\r\n" (see there)
+  bool version_not_supported = false;  // ParseHeader: a request line whose major version is not 1
 };
+
+// Beast's parser takes only HTTP/1.0 and HTTP/1.1 (bad_version otherwise).
+// RFC 9110 section 2.5 asks that a higher minor version of a major version
+// the server speaks be read as the highest it speaks: after bad_version on a
+// request line, one that ends in " HTTP/1.2" to " HTTP/1.9" is rewritten in
+// place to " HTTP/1.1" (kMended, parse again); one of another major version
+// is kOtherMajor (answered 505); anything else kNone (a malformed line, 400).
+enum class VersionMend { kNone, kMended, kOtherMajor };
+inline VersionMend MendRequestVersion(beast::flat_buffer& buffer, std::size_t max_header) {
+  const auto data = buffer.data();
+  char* const p = static_cast<char*>(data.data());
+  const std::string_view head(p, std::min(data.size(), max_header));
+  const std::size_t eol = head.find("\r\n");
+  constexpr std::string_view kPrefix = " HTTP/";
+  if (eol == std::string_view::npos || eol < kPrefix.size() + 3) return VersionMend::kNone;
+  const std::string_view tail = head.substr(eol - kPrefix.size() - 3, kPrefix.size() + 3);
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!tail.starts_with(kPrefix) || !digit(tail[6]) || tail[7] != '.' || !digit(tail[8])) return VersionMend::kNone;
+  if (tail[6] != '1') return VersionMend::kOtherMajor;
+  if (tail[8] < '2') return VersionMend::kNone;  // 1.0 and 1.1 failed for another reason
+  p[eol - 1] = '1';
+  return VersionMend::kMended;
+}
 
 // Parses the buffered bytes towards a complete header (start line and
 // header fields) of at most `max_header` bytes; past it the parse fails with
@@ -181,6 +206,13 @@ void ParseHeader(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buf
       return;
     }
     if (ec) {
+      if constexpr (isRequest) {
+        if (ec == bhttp::error::bad_version && used == 0 && out.header_bytes == 0) {
+          const VersionMend mend = MendRequestVersion(buffer, max_header);
+          if (mend == VersionMend::kMended) continue;
+          out.version_not_supported = mend == VersionMend::kOtherMajor;
+        }
+      }
       out.ec = ec;
       return;
     }
