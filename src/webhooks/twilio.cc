@@ -95,6 +95,67 @@ std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const
   return std::nullopt;
 }
 
+// The key's fields, as Twilio names them.
+constexpr std::string_view kSidField = "MessageSid";
+constexpr std::string_view kStatusField = "MessageStatus";
+constexpr std::string_view kSmsStatusField = "SmsStatus";
+
+bool IsSidDigit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+bool IsStatusChar(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
+
+// A sid as Twilio writes them: two capital letters and lower-case hex digits
+// (SM, MM + 32 of them).
+bool IsSid(std::string_view v) {
+  return v.size() > 2 && v[0] >= 'A' && v[0] <= 'Z' && v[1] >= 'A' && v[1] <= 'Z' &&
+         std::all_of(v.begin() + 2, v.end(), IsSidDigit);
+}
+
+bool IsStatus(std::string_view v) { return !v.empty() && std::all_of(v.begin(), v.end(), IsStatusChar); }
+
+// Twilio signs the names and values of a form run together, not where one
+// ends and the next begins, so a captured delivery can be sent again with
+// its text cut differently ("MessageStatus=deliv&ered…=…", a name
+// "MessageStatusdel") under the same signature; read as sent, that would be
+// another key and would run again. Refused here: every way of moving a cut
+// that changes the key shows in the form. The sid and status hold only
+// their own characters (so neither can have taken in a following name, which
+// starts with a capital letter); the field sorted after each does not start
+// with one of those characters (so neither can have lost its tail to it); no
+// name is a key field's name cut short or run on; and a key field that is
+// missing is not hidden in another field's text. `sorted` is the form in
+// the signature's order. Returns why when the form could be a re-cut.
+std::optional<std::string> RecutProblem(const Form& sorted, const Lookup& sid, std::string_view status_name,
+                                        const Lookup& status) {
+  if (!IsSid(sid.value)) return "MessageSid is not a Twilio sid (two capital letters, then hex digits)";
+  if (status.count == 1 && !IsStatus(status.value)) {
+    return "the message status is not a Twilio status (lower-case letters and '_')";
+  }
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const std::string_view name = sorted[i].first;
+    for (const std::string_view field : {kSidField, kStatusField, kSmsStatusField}) {
+      if (name != field && (field.starts_with(name) || name.starts_with(field))) {
+        return "the form field '" + std::string(name) + "' could be " + std::string(field) + " cut elsewhere";
+      }
+    }
+    if (i + 1 == sorted.size() || sorted[i + 1].first.empty()) continue;
+    const char next = sorted[i + 1].first.front();
+    if ((name == kSidField && IsSidDigit(next)) ||
+        (name == status_name && status.count == 1 && IsStatusChar(next))) {
+      return "the field after " + std::string(name) + " could hold the end of its value";
+    }
+  }
+  const auto hidden = [&](std::string_view field) {
+    return std::any_of(sorted.begin(), sorted.end(), [&](const auto& f) {
+      return f.first.find(field) != std::string::npos || f.second.find(field) != std::string::npos;
+    });
+  };
+  if (FindField(sorted, kStatusField).count == 0 && hidden(kStatusField)) {
+    return "the form has no MessageStatus field but holds its name";
+  }
+  if (status.count == 0 && hidden(kSmsStatusField)) return "the form has no SmsStatus field but holds its name";
+  return std::nullopt;
+}
+
 }  // namespace
 
 Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request) {
@@ -102,12 +163,23 @@ Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request)
 
   const auto form = FormBody(request);
   if (!form) return NoId("body is not a form");
-  const Lookup sid = FindField(*form, "MessageSid");
+  const Lookup sid = FindField(*form, kSidField);
   if (sid.count > 1) return NoId("MessageSid appears more than once");
   if (sid.value.empty()) return NoId("form has no MessageSid");
-  Lookup status = FindField(*form, "MessageStatus");
-  if (status.count == 0) status = FindField(*form, "SmsStatus");
+  Lookup status = FindField(*form, kStatusField);
+  std::string_view status_name = kStatusField;
+  if (status.count == 0) {
+    status = FindField(*form, kSmsStatusField);
+    status_name = kSmsStatusField;
+  }
   if (status.count > 1) return NoId("the message status appears more than once");
+  if (status.count == 1 && status.value.empty()) return NoId(std::string(status_name) + " is empty");
+  // With the URL's bodySHA256 the body is signed byte for byte, cut and all.
+  if (FindField(QueryOf(request.url), "bodySHA256").count == 0) {
+    Form sorted = *form;  // a copy: sid and status view into *form
+    std::sort(sorted.begin(), sorted.end());
+    if (auto problem = RecutProblem(sorted, sid, status_name, status)) return NoId(std::move(*problem));
+  }
 
   // Sid and status are escaped (AppendKeyPart), so that "SMx-a" + "b",
   // "SMx" + "a-b" and the sid "SMx-a-b" alone are three keys. Twilio's sids

@@ -510,21 +510,55 @@ TEST(TwilioTest, KeyIsTheSidWithoutAnyStatus) {
   ExpectKey(Twilio("https://example.com/hook", "MessageSid=SM123", kTwilioSidOnlySig), "twilio-SM123");
 }
 
-// Sid and status are joined with '-', each escaped as generic's joined form
-// fields are ('-' is "~2D", '~' "~7E"), so that no two forms make one key.
-TEST(TwilioTest, SidAndStatusKeepTheirBoundaries) {
+// Twilio signs names and values run together, not where they are cut: a
+// delivery sent again cut elsewhere under the same signature would read as
+// another sid or status, another key, and run again. Each such form is
+// refused (400 translation-failed).
+TEST(TwilioTest, FormsThatCouldBeRecutAreNoId) {
+  // S='https://example.com/hookMessageSidSMabc1MessageStatusdeliveredSmsStatusdeliveredTo+1555'
+  // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
+  constexpr std::string_view kSig = "YceoeBE2lQ0X3A6s3MPH61FfzmM=";
+  ExpectKey(Twilio("https://example.com/hook",
+                   "MessageSid=SMabc1&MessageStatus=delivered&SmsStatus=delivered&To=%2B1555", kSig),
+            "twilio-SMabc1-delivered");
+  for (const std::string_view body : {
+           // The status runs on into the following fields.
+           "MessageSid=SMabc1&MessageStatus=deliveredSmsStatusdelivered&To=%2B1555",
+           // The status cut short, its end starting the next field's name.
+           "MessageSid=SMabc1&MessageStatus=deliv&eredSmsStatusdeliveredTo=%2B1555",
+           // The name run on into the value, or cut short.
+           "MessageSid=SMabc1&MessageStatusdel=ivered&SmsStatus=delivered&To=%2B1555",
+           "MessageSid=SMabc1&MessageStat=usdelivered&SmsStatus=delivered&To=%2B1555",
+           // The sid runs on into the status.
+           "MessageSid=SMabc1MessageStatusdelivered&SmsStatus=delivered&To=%2B1555",
+       }) {
+    SCOPED_TRACE(body);
+    ExpectNoId(Twilio("https://example.com/hook", body, kSig));
+  }
+  // S='https://example.com/hookMessageSidSMabc1SmsSidSMabc1SmsStatusreceived'
+  constexpr std::string_view kSmsSig = "9k7ReGihAfhtqqPtNH7VIaP/Dqo=";
+  ExpectKey(Twilio("https://example.com/hook", "MessageSid=SMabc1&SmsSid=SMabc1&SmsStatus=received", kSmsSig),
+            "twilio-SMabc1-received");
+  // The status taken into another field's value: the sid alone would be another key.
+  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SMabc1&SmsSid=SMabc1SmsStatusreceived", kSmsSig));
+}
+
+// Twilio's sids and statuses are the only shapes taken: an empty status, or
+// a '-' in either, is refused, so the key reads as they are.
+TEST(TwilioTest, OnlyTwilioShapedSidsAndStatusesMakeKeys) {
   struct Case {
-    std::string_view body, signature, key;
+    std::string_view body, signature;
   };
   // S="https://example.com/hook" + the sorted names and values (MessageSidSMx-aMessageStatusb, ...)
   // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
-  for (const Case& c : {Case{"MessageSid=SMx-a&MessageStatus=b", "wsIBRV44MCzm71wmJUbREzKcYAE=", "twilio-SMx~2Da-b"},
-                        Case{"MessageSid=SMx&MessageStatus=a-b", "NLU4GSKU2hCUYI99NvWq297c5I8=", "twilio-SMx-a~2Db"},
-                        Case{"MessageSid=SMx-a-b", "aYVpuVwIOTo+K622/0opUEuff8A=", "twilio-SMx~2Da~2Db"},
-                        Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk=",
-                             "twilio-SM~7E1-a~7E2Db"}}) {
+  for (const Case& c : {Case{"MessageSid=SMx-a&MessageStatus=b", "wsIBRV44MCzm71wmJUbREzKcYAE="},
+                        Case{"MessageSid=SMx&MessageStatus=a-b", "NLU4GSKU2hCUYI99NvWq297c5I8="},
+                        Case{"MessageSid=SMx-a-b", "aYVpuVwIOTo+K622/0opUEuff8A="},
+                        Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk="},
+                        // S='https://example.com/hookMessageSidSM123MessageStatusSmsStatus'
+                        Case{"MessageSid=SM123&MessageStatus=&SmsStatus=", "RtypiSrJdeSyaDcrTjMU+jMru4A="}}) {
     SCOPED_TRACE(c.body);
-    ExpectKey(Twilio("https://example.com/hook", c.body, c.signature), c.key);
+    ExpectNoId(Twilio("https://example.com/hook", c.body, c.signature));
   }
 }
 
