@@ -153,23 +153,27 @@ struct Pump {
 // Beast's parser takes only HTTP/1.0 and HTTP/1.1 (bad_version otherwise).
 // RFC 9110 section 2.5 asks that a higher minor version of a major version
 // the server speaks be read as the highest it speaks: after bad_version on a
-// request line, one that ends in " HTTP/1.2" to " HTTP/1.9" is rewritten in
-// place to " HTTP/1.1" (kMended, parse again); one of another major version
-// is kOtherMajor (answered 505); anything else kNone (a malformed line, 400).
+// request line, one whose version is HTTP/1.2 to HTTP/1.9 is rewritten in
+// place to HTTP/1.1 (kMended, parse again); one of another major version is
+// kOtherMajor (answered 505); anything else kNone (a malformed line, 400).
+// Beast judges the version as soon as its eight bytes are in, before the
+// line's end has arrived, so the line may stop after the version or its CR:
+// what follows is then judged once it arrives, on the mended line.
 enum class VersionMend { kNone, kMended, kOtherMajor };
 inline VersionMend MendRequestVersion(beast::flat_buffer& buffer, std::size_t max_header) {
   const auto data = buffer.data();
   char* const p = static_cast<char*>(data.data());
-  const std::string_view head(p, std::min(data.size(), max_header));
-  const std::size_t eol = head.find("\r\n");
+  std::string_view line(p, std::min(data.size(), max_header));
+  if (const std::size_t lf = line.find('\n'); lf != std::string_view::npos) line = line.substr(0, lf);
+  if (line.ends_with('\r')) line.remove_suffix(1);
   constexpr std::string_view kPrefix = " HTTP/";
-  if (eol == std::string_view::npos || eol < kPrefix.size() + 3) return VersionMend::kNone;
-  const std::string_view tail = head.substr(eol - kPrefix.size() - 3, kPrefix.size() + 3);
+  if (line.size() < kPrefix.size() + 3) return VersionMend::kNone;
+  const std::string_view tail = line.substr(line.size() - kPrefix.size() - 3);
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
   if (!tail.starts_with(kPrefix) || !digit(tail[6]) || tail[7] != '.' || !digit(tail[8])) return VersionMend::kNone;
   if (tail[6] != '1') return VersionMend::kOtherMajor;
   if (tail[8] < '2') return VersionMend::kNone;  // 1.0 and 1.1 failed for another reason
-  p[eol - 1] = '1';
+  p[line.size() - 1] = '1';
   return VersionMend::kMended;
 }
 
