@@ -213,6 +213,7 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
                              bool keep_alive, std::string& out,
                              CapturedResponse& captured, bool capture) {
   HopByHopFilter filter;
+  bool dated = false;
   std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
   for (const auto& f : res) {
     ++fields;
@@ -233,9 +234,13 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
       continue;
     }
     if (!request_id.empty() && NameEquals(name, "x-request-id")) continue;
+    if (f.name() == bhttp::field::date) dated = true;
     AppendField(out, name, View(f.value()));
     if (capture) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
   }
+  // RFC 9110 section 6.6.1: a response forwarded without a Date gets one.
+  // Not captured: a replay dates itself.
+  if (!dated) AppendField(out, "Date", CurrentHttpDate());
   if (content_length && !chunked && res.result_int() != 204) {
     AppendNumberField(out, "Content-Length", *content_length);
     // Captured where the client sees it, for a replay to frame its body at

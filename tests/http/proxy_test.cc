@@ -1246,6 +1246,23 @@ TEST(InProcessProxyTest, ContentLengthReachesTheClientOnceAndCanonical) {
   }
 }
 
+// RFC 9110 section 6.6.1: a response forwarded without Date gets one; the
+// upstream's own is passed on as it is, never doubled.
+TEST(InProcessProxyTest, ForwardedResponseWithoutDateGetsOne) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  auto plain = SendRequest(h.endpoint(), HttpRequest{.target = "/echo"});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const std::vector<std::string> dates = plain->Headers("Date");
+  ASSERT_EQ(dates.size(), 1u);
+  EXPECT_TRUE(dates[0].ends_with(" GMT")) << dates[0];
+  auto dated = SendRequest(h.endpoint(), HttpRequest{.target = "/canned/dated"});
+  ASSERT_TRUE(dated.ok()) << dated.status().ToString();
+  EXPECT_EQ(dated->Headers("Date"), std::vector<std::string>{"Sun, 06 Nov 1994 08:49:37 GMT"});
+}
+
 // RFC 9112 section 6.3: a response with Transfer-Encoding and
 // Content-Length is an error; and a coding other than chunked would reach
 // the client removed (Transfer-Encoding is hop-by-hop), its body changed.

@@ -304,6 +304,7 @@ struct TestUpstream::Impl {
                                                  "\r\nContent-Length: 2\r\n\r\nok";
         static const std::pair<std::string_view, std::string_view> kCanned[] = {
             {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
+            {"dated", "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 5\r\n\r\nhello"},
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
             {"length-zeros", "HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello"},
             {"204-length", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"},
