@@ -10,6 +10,7 @@
 #include "common/request_path.h"
 #include "common/text.h"
 #include "config/address.h"
+#include "config/identity_component.h"
 #include "config/line_index.h"
 #include "config/names.h"
 #include "config/redis_names.h"
@@ -489,8 +490,17 @@ class Validator {
                                      " (defined: " + (known.empty() ? "none" : known) + ")");
       }
       if (!r.recovery_upstream_path.empty()) {
-        Check(r.recovery_upstream_path.front() == '/', path + ".recovery_upstream_path",
-              "must start with '/'");
+        const std::string& p = r.recovery_upstream_path;
+        Check(p.front() == '/', path + ".recovery_upstream_path", "must start with '/'");
+        // It is the request line's target as written: a space, CR or LF
+        // would end the target there and start header lines of its own.
+        Check(std::none_of(p.begin(), p.end(),
+                           [](char c) {
+                             const auto uc = static_cast<unsigned char>(c);
+                             return uc <= 0x20 || uc >= 0x7f || c == '#';
+                           }),
+              path + ".recovery_upstream_path", "must not contain white space, control characters, '#' or non-ASCII "
+                                                "characters (percent-encode them)");
       }
       if (r.max_in_flight) {
         Check(*r.max_in_flight > 0, path + ".max_in_flight", "must be greater than 0");
@@ -669,8 +679,11 @@ class Validator {
     Check(IsId(w.id), path + ".id",
           w.id.empty() ? std::string("missing")
                        : "invalid id " + Quote(w.id) + " (letters, digits, '.', '_', '~', '-')");
-    Check(!w.tenant.empty(), path + ".tenant", "missing");
-    Check(!w.project.empty(), path + ".project", "missing");
+    // The endpoint's tenant and project are its callers' (X-Tenant-Id and
+    // X-Project-Id upstream, metric labels, the namespaced key): the rule of
+    // every other source of them.
+    CheckIdentityComponent(w.tenant, path + ".tenant");
+    CheckIdentityComponent(w.project, path + ".project");
     Check(!w.provider.empty(), path + ".provider", "missing (" + Join(kWebhookProviders) + ")");
     CheckProvider(w.provider, path + ".provider");
     Check(w.secret_env.empty() != w.secret_file.empty(), path,
@@ -694,6 +707,19 @@ class Validator {
     } else if (w.generic) {
       Fail(path + ".generic", "only provider generic takes generic settings (provider is " + Quote(w.provider) + ")");
     }
+  }
+
+  void CheckIdentityComponent(std::string_view value, const std::string& path) {
+    if (IsIdentityComponent(value)) return;
+    std::string message = "expected 1.." + std::to_string(kMaxIdentityComponentLength) + " visible ASCII characters";
+    if (value.empty()) {
+      message = "missing; " + message;
+    } else if (value.size() > kMaxIdentityComponentLength) {
+      message += ", got " + std::to_string(value.size());
+    } else {
+      message += " (no space, control or non-ASCII character)";
+    }
+    Fail(path, message);
   }
 
   void CheckGeneric(const GenericWebhook& g, const std::string& path) {

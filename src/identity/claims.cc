@@ -11,14 +11,6 @@
 
 namespace idemgate::identity {
 
-bool IsIdentityComponent(std::string_view s) {
-  if (s.empty() || s.size() > kMaxComponentLength) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u > 0x20 && u < 0x7f;
-  });
-}
-
 namespace {
 
 // A claim's string value (a string, or an integer written in decimal).

@@ -5,13 +5,14 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "config/identity_component.h"
 #include "core/scope.h"
 
 // identity.mode jwt (SPEC §6): the caller a verified token names.
 namespace idemgate::identity {
 
 // True for 1..256 visible ASCII characters: a tenant, project or subject.
-bool IsIdentityComponent(std::string_view s);
+using config::IsIdentityComponent;
 
 // The caller named by `claims` under `jwt.claims`: tenant, project and a
 // typed subject "<type>:<id>". The type is the value of the

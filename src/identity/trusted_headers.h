@@ -5,6 +5,7 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "config/identity_component.h"
 #include "core/fingerprint.h"
 #include "core/scope.h"
 
@@ -15,7 +16,7 @@
 namespace idemgate::identity {
 
 // The longest tenant, project or subject value accepted.
-inline constexpr std::size_t kMaxComponentLength = 256;
+inline constexpr std::size_t kMaxComponentLength = config::kMaxIdentityComponentLength;
 
 // Reads the caller from `headers` (every request header line, in order).
 // Each of the three configured headers must appear exactly once with 1..256

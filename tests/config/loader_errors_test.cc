@@ -177,6 +177,19 @@ std::vector<BadConfig> BadConfigs() {
       {"RecoveryPathWithoutSlash",
        m + "    recovery: true\n    recovery_upstream_path: attach\n    idempotency: { dedup: upstream }\n", 8,
        "routes[0].recovery_upstream_path", "must start with '/'"},
+      // recovery_upstream_path is the target of the upstream's request line.
+      {"RecoveryPathWithCrLf",
+       m + "    recovery: true\n    recovery_upstream_path: \"/attach/{key}\\r\\nX-Injected: 1\"\n"
+           "    idempotency: { dedup: upstream }\n",
+       8, "routes[0].recovery_upstream_path",
+       "must not contain white space, control characters, '#' or non-ASCII characters (percent-encode them)"},
+      {"RecoveryPathWithASpace",
+       m + "    recovery: true\n    recovery_upstream_path: \"/attach/{key} HTTP/1.0\"\n"
+           "    idempotency: { dedup: upstream }\n",
+       8, "routes[0].recovery_upstream_path", "must not contain white space"},
+      {"RecoveryPathNotAscii",
+       m + "    recovery: true\n    recovery_upstream_path: \"/caf\\xe9/{key}\"\n    idempotency: { dedup: upstream }\n",
+       8, "routes[0].recovery_upstream_path", "must not contain white space"},
       // recovery_upstream_path is used only by recovery under dedup: upstream.
       {"RecoveryUpstreamPathWithoutRecovery",
        m + "    recovery_upstream_path: /attach/{key}\n    idempotency: { dedup: upstream }\n", 7,
@@ -460,6 +473,33 @@ std::vector<BadConfig> BadConfigs() {
        15, "webhooks.endpoints[0].public_url", "only they take public_url (provider is \"generic\")"},
       {"PublicUrlWithoutScheme", Endpoint("twilio", "      public_url: hooks.example.com\n"), 14,
        "webhooks.endpoints[0].public_url", "expected scheme://host[:port]"},
+      // An endpoint's tenant and project follow the rule of every other
+      // tenant and project: they are sent upstream in header lines and
+      // become metric labels.
+      {"EndpointTenantWithCrLf",
+       m + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: \"evil\\r\\nX-Injected: 1\"\n      project: p\n"
+           "      provider: stripe\n      secret_env: A\n",
+       10, "webhooks.endpoints[0].tenant",
+       "expected 1..256 visible ASCII characters (no space, control or non-ASCII character)"},
+      {"EndpointProjectWithNul",
+       m + "webhooks:\n  endpoints:\n    - id: w1\n      tenant: t\n      project: \"p\\0q\"\n"
+           "      provider: stripe\n      secret_env: A\n",
+       11, "webhooks.endpoints[0].project", "expected 1..256 visible ASCII characters"},
+      {"EndpointTenantNotAscii",
+       m + "webhooks:\n  endpoints:\n    - { id: w1, tenant: \"caf\\xe9\", project: p, provider: stripe, "
+           "secret_env: A }\n",
+       9, "webhooks.endpoints[0].tenant", "expected 1..256 visible ASCII characters (no space, control"},
+      {"EndpointProjectWithASpace",
+       m + "webhooks:\n  endpoints:\n    - { id: w1, tenant: t, project: \"a b\", provider: stripe, "
+           "secret_env: A }\n",
+       9, "webhooks.endpoints[0].project", "expected 1..256 visible ASCII characters"},
+      {"EndpointTenantTooLong",
+       m + "webhooks:\n  endpoints:\n    - { id: w1, tenant: " + std::string(257, 't') +
+           ", project: p, provider: stripe, secret_env: A }\n",
+       9, "webhooks.endpoints[0].tenant", "expected 1..256 visible ASCII characters, got 257"},
+      {"EndpointWithoutProject",
+       m + "webhooks:\n  endpoints:\n    - { id: w1, tenant: t, provider: stripe, secret_env: A }\n", 9,
+       "webhooks.endpoints[0].project", "missing; expected 1..256 visible ASCII characters"},
       {"DuplicateEndpointId",
        m + "webhooks:\n  endpoints:\n"
            "    - { id: w1, tenant: t, project: p, provider: github, secret_env: A }\n"

@@ -637,10 +637,33 @@ TEST(LoaderTest, WebhooksFileErrorsNameThatFileAndItsLine) {
   EXPECT_EQ(error("\nendpoints:\n  - { id: w, tenant: t, project: p, provider: stripe, secret_env: S }\n",
                   "  endpoints:\n    - { id: w, tenant: t, project: p, provider: github, secret_env: G }\n"),
             "3: endpoints[0].id: duplicate webhook endpoint id \"w\" (also in test.yaml, webhooks.endpoints[0])");
+  // A tenant or project that is not 1..256 visible ASCII characters, as in
+  // the config itself.
+  EXPECT_EQ(error("endpoints:\n  - id: w\n    tenant: \"evil\\r\\nX-Injected: 1\"\n    project: p\n"
+                  "    provider: stripe\n    secret_env: S\n"),
+            "3: endpoints[0].tenant: expected 1..256 visible ASCII characters (no space, control or non-ASCII "
+            "character)");
+  EXPECT_EQ(error("endpoints:\n  - { id: w, tenant: t, project: \"p\\0\", provider: stripe, secret_env: S }\n"),
+            "2: endpoints[0].project: expected 1..256 visible ASCII characters (no space, control or non-ASCII "
+            "character)");
+  EXPECT_EQ(error("endpoints:\n  - { id: w, tenant: \"t\xff\", project: p, provider: stripe, secret_env: S }\n"),
+            "2: endpoints[0].tenant: expected 1..256 visible ASCII characters (no space, control or non-ASCII "
+            "character)");
   // Syntax errors, other top-level keys and other shapes.
   EXPECT_EQ(error("endpoints:\n  - id: [\n").rfind("3: YAML syntax error", 0), 0u);
   EXPECT_EQ(error("routes: []\n"), "1: routes: unknown key (allowed here: endpoints)");
   EXPECT_EQ(error("- id: w\n"), "1: expected a mapping, got a list");
+}
+
+// Any 1..256 visible ASCII characters make an endpoint's tenant or project,
+// as they make a caller's.
+TEST(LoaderTest, EndpointTenantAndProjectAreVisibleAscii) {
+  const std::string tenant(256, 't');
+  Config c = MustLoad(std::string(kMinimal) + "webhooks:\n  endpoints:\n    - { id: w, tenant: " + tenant +
+                      ", project: \"p:1/~!\", provider: stripe, secret_env: S }\n");
+  ASSERT_EQ(c.webhooks.size(), 1u);
+  EXPECT_EQ(c.webhooks[0].tenant, tenant);
+  EXPECT_EQ(c.webhooks[0].project, "p:1/~!");
 }
 
 TEST(LoaderTest, WebhooksFileThatCannotBeReadIsAnErrorOfTheConfig) {
