@@ -1,5 +1,7 @@
 #include "config/validate.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -157,6 +159,44 @@ std::string JwksUrlProblem(std::string_view url) {
   return {};
 }
 
+// An IP address written as the listeners bind it: 4 bytes (IPv4) or 16
+// (IPv6), empty for a host name.
+std::string IpBytes(const std::string& host) {
+  unsigned char bytes[16];
+  if (::inet_pton(AF_INET, host.c_str(), bytes) == 1) return std::string(reinterpret_cast<char*>(bytes), 4);
+  if (::inet_pton(AF_INET6, host.c_str(), bytes) == 1) return std::string(reinterpret_cast<char*>(bytes), 16);
+  return {};
+}
+
+// Why the data listener at `listen` and the admin listener at `admin` cannot
+// both be bound, or "" when they can (or when only the system can tell). They
+// clash on one port (not 0, a free port each) when they name the same host or
+// address, or when one is the wildcard of an address family (0.0.0.0, ::) and
+// the other an address of that family. IPv6's wildcard against an IPv4
+// address depends on the system (net.ipv6.bindv6only), and a host name
+// against an address on what it resolves to: neither is refused.
+std::string ListenersClash(std::string_view listen, std::string_view admin) {
+  StatusOr<HostPort> data = ParseHostPort(listen);
+  StatusOr<HostPort> other = ParseHostPort(admin);
+  if (!data.ok() || !other.ok() || data->port == 0 || data->port != other->port) return {};
+  const std::string a = IpBytes(data->host);
+  const std::string b = IpBytes(other->host);
+  const bool same = a.empty() || b.empty() ? EqualsIgnoreCaseAscii(data->host, other->host) : a == b;
+  auto wildcard = [](const std::string& ip) { return !ip.empty() && ip == std::string(ip.size(), '\0'); };
+  const bool covered = !a.empty() && a.size() == b.size() && (wildcard(a) || wildcard(b));
+  if (same) {
+    return "the admin listener cannot listen where the data listener does (listen: " + Quote(listen) +
+           "); give it another port";
+  }
+  if (covered) {
+    const std::string& any = wildcard(a) ? data->host : other->host;
+    return "the admin listener cannot listen on " + Quote(admin) + " next to listen: " + Quote(listen) +
+           " (the wildcard " + any + " takes port " + std::to_string(data->port) + " on every " +
+           (a.size() == 4 ? "IPv4" : "IPv6") + " address); give it another port";
+  }
+  return {};
+}
+
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
 }
@@ -279,6 +319,8 @@ class Validator {
     Check(l.max_connections > 0, "limits.max_connections", "must be greater than 0");
     if (!config_.admin.listen.empty()) {
       CheckAddress(config_.admin.listen, "admin.listen", /*port_zero_ok=*/true);
+      const std::string clash = ListenersClash(config_.listen, config_.admin.listen);
+      Check(clash.empty(), "admin.listen", clash);
     }
     CheckEnvName(config_.admin.token_env, "admin.token_env");
   }

@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "config/names.h"
 #include "config/resolve.h"
@@ -664,6 +666,22 @@ TEST(LoaderTest, EndpointTenantAndProjectAreVisibleAscii) {
   ASSERT_EQ(c.webhooks.size(), 1u);
   EXPECT_EQ(c.webhooks[0].tenant, tenant);
   EXPECT_EQ(c.webhooks[0].project, "p:1/~!");
+}
+
+// The data and admin listeners may share a port where their addresses do not
+// meet, or where only the system can tell whether they do.
+TEST(LoaderTest, ListenersMayShareAPortOnAddressesThatDoNotMeet) {
+  for (const auto& [listen, admin] : std::initializer_list<std::pair<std::string, std::string>>{
+           {"127.0.0.1:8080", "127.0.0.2:8080"},
+           {"0.0.0.0:8080", "\"[::1]:8080\""},
+           {"\"[::]:8080\"", "127.0.0.1:8080"},  // IPv4 too unless net.ipv6.bindv6only
+           {"localhost:8080", "127.0.0.1:8080"},  // as the name resolves
+           {"127.0.0.1:0", "127.0.0.1:0"},        // a free port each
+           {"0.0.0.0:8080", "0.0.0.0:9090"}}) {
+    StatusOr<Config> c =
+        LoadString(std::string(kMinimal) + "listen: " + listen + "\nadmin: { listen: " + admin + " }\n", "test.yaml");
+    EXPECT_TRUE(c.ok()) << listen << " and " << admin << ": " << c.status().message();
+  }
 }
 
 TEST(LoaderTest, WebhooksFileThatCannotBeReadIsAnErrorOfTheConfig) {
