@@ -118,8 +118,9 @@ std::optional<json::object> ParseScope(std::string_view key) {
     subject.append(parts[i]);
   }
   // The tenant and project as the caller had them: the stored key writes
-  // '%' and ':' in them as %25 and %3A (core/scope.cc), so decoding is
-  // exact; a component that does not decode is shown as it is.
+  // '%' and ':' in them as %25 and %3A, and the value "_" as %5F
+  // (core/scope.cc), so decoding is exact; a component that does not decode
+  // is shown as it is.
   const auto unescape = [](std::string_view component) {
     StatusOr<std::string> decoded = PercentDecode(component);
     return decoded.ok() ? std::move(*decoded) : std::string(component);
@@ -127,6 +128,13 @@ std::optional<json::object> ParseScope(std::string_view key) {
   json::object o;
   o["tenant"] = SanitizeUtf8(unescape(parts[0]));
   o["project"] = SanitizeUtf8(unescape(parts[1]));
+  // The subject "_" is written %5F, and one starting with '%' has one more
+  // (core/scope.cc).
+  if (subject == "%5F") {
+    subject = "_";
+  } else if (subject.starts_with('%')) {
+    subject.erase(0, 1);
+  }
   o["subject"] = SanitizeUtf8(subject);
   // A webhook route's keys are kept per endpoint: "{route}/{endpoint}".
   const std::string_view route = parts[parts.size() - 2];

@@ -4,9 +4,16 @@ namespace idemgate::core {
 
 namespace {
 
+// A component a caller has, as the key writes it: '%' and ':' as %25 and
+// %3A, and the value "_" as %5F, since "_" stands for a component left out
+// (or empty).
 void AppendEscaped(std::string* out, std::string_view component) {
   if (component.empty()) {
     out->append(kAnyComponent);
+    return;
+  }
+  if (component == kAnyComponent) {
+    out->append("%5F");
     return;
   }
   for (char c : component) {
@@ -17,6 +24,20 @@ void AppendEscaped(std::string* out, std::string_view component) {
     } else {
       out->push_back(c);
     }
+  }
+}
+
+// The subject is written as it is (a typed one keeps its colon), except the
+// value "_", written %5F, and a subject starting with '%', which gets one
+// more '%' before it, so that no subject is written as another's or as "_".
+void AppendSubject(std::string* out, std::string_view subject) {
+  if (subject.empty()) {
+    out->append(kAnyComponent);
+  } else if (subject == kAnyComponent) {
+    out->append("%5F");
+  } else {
+    if (subject.front() == '%') out->push_back('%');
+    out->append(subject);
   }
 }
 
@@ -32,12 +53,20 @@ std::string ScopedKey(ScopeLevel level, const Caller& caller, std::string_view r
   out.reserve(8 + caller.tenant.size() + caller.project.size() + caller.subject.size() +
               route_id.size() + raw_key.size());
   out.append("t-");
-  AppendEscaped(&out, with_tenant ? std::string_view(caller.tenant) : kAnyComponent);
+  if (with_tenant) {
+    AppendEscaped(&out, caller.tenant);
+  } else {
+    out.append(kAnyComponent);
+  }
   out.push_back(':');
-  AppendEscaped(&out, with_project ? std::string_view(caller.project) : kAnyComponent);
+  if (with_project) {
+    AppendEscaped(&out, caller.project);
+  } else {
+    out.append(kAnyComponent);
+  }
   out.push_back(':');
-  if (with_subject && !caller.subject.empty()) {
-    out.append(caller.subject);
+  if (with_subject) {
+    AppendSubject(&out, caller.subject);
   } else {
     out.append(kAnyComponent);
   }

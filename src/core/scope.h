@@ -29,8 +29,12 @@ struct Caller {
 // Injective: in tenant, project and route_id the characters '%' and ':' are
 // written as %25 and %3A; the subject is written as is (typed subjects such as
 // "user:alice" keep their colon) since it is the only component that may hold
-// a colon and the raw key never does (ParseIdempotencyKey refuses it), so two
-// different inputs never give the same stored key. Pure; thread-safe.
+// a colon and the raw key never does (ParseIdempotencyKey refuses it). A
+// tenant, project or subject whose value is "_" is written %5F, so that it is
+// not read as a component left out, and a subject starting with '%' gets one
+// more '%' before it (the subject "%5F" is written %%5F). So two different
+// inputs, whatever the level, never give the same stored key. Pure;
+// thread-safe.
 std::string ScopedKey(ScopeLevel level, const Caller& caller, std::string_view route_id,
                       std::string_view raw_key);
 

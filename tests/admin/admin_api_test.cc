@@ -644,6 +644,13 @@ TEST(RecordToJson, ScopeShowsTheCallersComponents) {
   EXPECT_EQ(escaped.at("scope").at("webhook_endpoint"), "acme-live");
   EXPECT_EQ(escaped.at("scope").at("raw_key"), "stripe-evt_1");
   EXPECT_FALSE(RecordToJson("t-_:_:_:api:k", record).at("scope").as_object().contains("webhook_endpoint"));
+  // The value "_" is written %5F (a component left out is "_"), and a
+  // subject starting with '%' has one more.
+  const json::object underscores = RecordToJson("t-%5F:%5F:%5F:api:k", record);
+  EXPECT_EQ(underscores.at("scope").at("tenant"), "_");
+  EXPECT_EQ(underscores.at("scope").at("project"), "_");
+  EXPECT_EQ(underscores.at("scope").at("subject"), "_");
+  EXPECT_EQ(RecordToJson("t-a:b:%%5F:api:k", record).at("scope").at("subject"), "%5F");
   // A key that is not in the scoped form has no "scope".
   EXPECT_FALSE(RecordToJson("plain", record).contains("scope"));
 }

@@ -66,5 +66,32 @@ TEST(ScopeTest, ColonsInComponentsCannotForgeAnotherScope) {
   EXPECT_EQ(ScopedKey(ScopeLevel::kSubject, {"a:b", "c%", "s"}, "r", "k"), "t-a%3Ab:c%25:s:r:k");
 }
 
+// "_" stands for a component left out of the scope: a caller whose tenant,
+// project or subject is "_" must not read, at a narrower scope, the keys of
+// every caller at a wider one (or after a route's scope changed).
+TEST(ScopeTest, AComponentWhoseValueIsAnUnderscoreIsNotAComponentLeftOut) {
+  const Caller underscores[] = {{"t1", "p1", "_"}, {"t1", "_", "alice"}, {"_", "p1", "alice"}, {"_", "_", "_"}};
+  const Caller wider[] = {{"t1", "p1", "alice"}, {"t1", "p2", "bob"}, {"t2", "p1", "carol"}, {}};
+  std::set<std::string> keys;
+  std::size_t made = 0;
+  for (const Caller& c : underscores) {
+    keys.insert(ScopedKey(ScopeLevel::kSubject, c, "r", "k"));
+    ++made;
+  }
+  for (const Caller& c : wider) {
+    for (const ScopeLevel level : {ScopeLevel::kProject, ScopeLevel::kTenant, ScopeLevel::kGlobal}) {
+      const std::string key = ScopedKey(level, c, "r", "k");
+      EXPECT_FALSE(keys.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(keys.size(), made);
+  EXPECT_EQ(ScopedKey(ScopeLevel::kSubject, {"t1", "p1", "_"}, "r", "k"), "t-t1:p1:%5F:r:k");
+  EXPECT_EQ(ScopedKey(ScopeLevel::kProject, {"t1", "_", "x"}, "r", "k"), "t-t1:%5F:_:r:k");
+  // A subject starting with '%' gets one more, so none reads as "%5F".
+  EXPECT_EQ(ScopedKey(ScopeLevel::kSubject, {"t1", "p1", "%5F"}, "r", "k"), "t-t1:p1:%%5F:r:k");
+  EXPECT_EQ(ScopedKey(ScopeLevel::kSubject, {"t1", "p1", "%%5F"}, "r", "k"), "t-t1:p1:%%%5F:r:k");
+  EXPECT_EQ(ScopedKey(ScopeLevel::kSubject, {"t1", "p1", "a%"}, "r", "k"), "t-t1:p1:a%:r:k");
+}
+
 }  // namespace
 }  // namespace idemgate::core
