@@ -733,12 +733,12 @@ std::string ExchangeImpl::BodyTimeoutDetail() const {
          "ms";
 }
 
+bool ExchangeImpl::CanDiscardBody() const {
+  return body_state_ == BodyState::kUnread && !c_.head.expect_continue && !c_.head.chunked &&
+         c_.head.content_length && *c_.head.content_length <= internal::kBlockSize;
+}
+
 Task<bool> ExchangeImpl::DiscardSmallBody() {
-  if (body_state_ != BodyState::kUnread) co_return body_state_ != BodyState::kFailed;
-  if (c_.head.expect_continue || c_.head.chunked || !c_.head.content_length ||
-      *c_.head.content_length > internal::kBlockSize) {
-    co_return false;
-  }
   Block block(c_.w.blocks);
   parser_.body_limit(boost::none);
   while (!parser_.is_done()) {
@@ -753,16 +753,21 @@ Task<void> ExchangeImpl::Respond(Response response, bool close) {
   if (responded_) co_return;
   responded_ = true;
   status_sent_ = response.status;
+  // An unread body: a small one is read and dropped after the answer (which
+  // then does not wait for it), for the connection to be reused; anything
+  // else closes it, and the lingering close drains it.
+  bool discard = false;
   if (body_state_ == BodyState::kUnread || body_state_ == BodyState::kFailed) {
-    // A connection that closes after this answer is not worth reading an
-    // unread body for first: the lingering close drains it.
-    if (c_.must_close || !co_await DiscardSmallBody()) {
+    if (!c_.must_close && !close && c_.head.keep_alive && CanDiscardBody()) {
+      discard = true;
+    } else {
       close = true;
       c_.linger = c_.linger || body_state_ == BodyState::kUnread;
     }
   }
   const bool head_only = c_.head.method == "HEAD";
   co_await c_.WriteResponse(std::move(response), c_.head.version, head_only, close || !c_.head.keep_alive);
+  if (discard && !c_.must_close && !co_await DiscardSmallBody()) c_.must_close = true;
 }
 
 Task<void> ExchangeImpl::ForwardProblem(ForwardResult& result, ForwardOutcome outcome, ProblemCode code) {

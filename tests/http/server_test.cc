@@ -349,6 +349,30 @@ TEST_F(ServerTest, HigherMinorVersionsAreServedAsHttp11AndOtherMajorsAre505) {
   }
 }
 
+// A request answered without its body (a refusal) is answered at once, not
+// once its body is in; a small body is read and dropped after the answer,
+// so the connection serves the next request.
+TEST_F(ServerTest, AnswerWithoutTheBodyDoesNotWaitForItAndTheConnectionIsKept) {
+  http::Limits limits;
+  limits.idle_timeout = 30s;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /refused HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n").ok());
+  // Well within idle_timeout: the answer does not wait for the body.
+  auto first = conn->ReadSome(10s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto res = testing::ParseResponse(*first);
+  ASSERT_TRUE(res.ok()) << *first;
+  EXPECT_EQ(res->body, "POST /refused");
+  EXPECT_TRUE(res->keep_alive);
+  ASSERT_TRUE(conn->Write("helloGET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok());
+  const std::string rest = conn->ReadUntilClosed(10s);
+  auto next = testing::ParseResponse(rest);
+  ASSERT_TRUE(next.ok()) << rest;
+  EXPECT_EQ(next->body, "GET /next");
+}
+
 TEST_F(ServerTest, ClientTricklingHeadersIsCutAtHeaderTimeout) {
   http::Limits limits;
   limits.header_timeout = 300ms;

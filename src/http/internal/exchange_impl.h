@@ -185,7 +185,12 @@ class ExchangeImpl final : public Exchange {
   // The detail of the 408 sent when the body stalled.
   std::string BodyTimeoutDetail() const;
   Task<bool> SendContinueIfNeeded();
-  // Reads and drops a small unread body so the connection can be reused.
+  // Whether an unread body is small enough to be read and dropped after the
+  // answer, for the connection to be reused (a declared length within one
+  // block, and no 100 Continue owed).
+  bool CanDiscardBody() const;
+  // Reads and drops that body; false when it did not arrive (the
+  // connection is then closed).
   Task<bool> DiscardSmallBody();
   // Sends a problem with detail_ from inside Forward (nothing of a
   // response sent yet).
