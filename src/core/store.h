@@ -117,8 +117,9 @@ class Store {
   // its owner may still be running the request, and a retry after the purge
   // would run it beside it. An in-flight record whose lease ended is purged
   // in either mode (a retry could take it over anyway), and so is a record
-  // that cannot be decoded. A completed record past its retention still
-  // counts as purged (kCompleted) if the store still held it.
+  // that cannot be decoded. A record Get no longer returns at `now` (a
+  // completed record past its retention) is absent: kAbsent, with no state,
+  // even if the store still held it (it may delete it then, waking no one).
   virtual Task<StatusOr<PurgeResult>> Purge(std::string key, PurgeMode mode, UnixMillis now) = 0;
 
   // Registers interest in changes to `key`; see Watch.

@@ -12,11 +12,15 @@
 #include <unistd.h>
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <tuple>
 
 #include "common/log.h"
+#include "fakes/testing.h"
 #include "http/problem.h"
+#include "store/embedded/embedded_store.h"
+#include "store/memory/memory_store.h"
 #include "fake_store.h"
 
 namespace idemgate::admin {
@@ -359,6 +363,94 @@ TEST_F(AdminApiTest, DeletePurgesAReservationWhoseLeaseEnded) {
   EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"in_flight"})"));
   EXPECT_EQ(store_.size(), 0u);
 }
+
+// Past its retention a key is absent to DELETE as it is to GET, over the
+// real stores, whichever call comes first and whether or not the store still
+// held the record: {"purged": false}, and the purge line says so.
+class AdminApiOverStoresTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (std::string_view(GetParam()) == "memory") {
+      store_ = std::make_unique<store::memory::MemoryStore>(std::uint64_t{1} << 20, clock_);
+    } else {
+      store::embedded::EmbeddedStore::Options options;
+      options.path = dir_.Join("db");
+      options.clock = &clock_;
+      options.sweep_interval = Duration::zero();
+      auto opened = store::embedded::EmbeddedStore::Open(options);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      store_ = std::move(*opened);
+    }
+  }
+
+  // Stores `key` as completed, kept for `retention`.
+  void StoreCompleted(const std::string& key, Duration retention) {
+    core::Record r = InFlightRecord();
+    r.created_ms = clock_.NowMillis();
+    r.lease_expires_ms = r.created_ms + 30'000;
+    StatusOr<core::ReserveResult> reserved = RunTask(store_->Reserve(key, r, clock_.NowMillis()));
+    ASSERT_TRUE(reserved.ok() && reserved->outcome == core::ReserveOutcome::kReserved);
+    core::Record done = CompletedRecord();
+    done.owner = r.owner;
+    done.expires_ms = clock_.NowMillis() + retention.count();
+    ASSERT_TRUE(RunTask(store_->Complete(key, r.owner, done)).ok());
+  }
+
+  idemgate::testing::TempDir dir_;
+  FakeClock clock_{kNow};
+  std::unique_ptr<core::Store> store_;
+  GatewayMetrics metrics_{GatewayMetricsOptions{.tenant_labels = false}};
+};
+
+TEST_P(AdminApiOverStoresTest, DeleteOfAKeyPastRetentionPurgesNothing) {
+  const AdminApi api(AdminApi::Options{
+      .token = kToken, .metrics = &metrics_, .stats = &metrics_.stats(), .store = store_.get(), .clock = &clock_});
+  const std::string read_first = kKey + "-read-first", purged_first = kKey + "-purged-first";
+  StoreCompleted(read_first, std::chrono::milliseconds(1500));
+  StoreCompleted(purged_first, std::chrono::milliseconds(1500));
+  StoreCompleted(kKey, std::chrono::hours(1));
+  clock_.Advance(std::chrono::milliseconds(1500));  // expires == now: past retention
+
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  SetLogFd(fds[1]);
+  SetLogFormat(LogFormat::kJson);
+  SetLogLevel(LogLevel::kInfo);
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + read_first, Bearer(kToken))).status, 404);
+  AdminResponse r = Call(api, Req("DELETE", "/admin/keys/" + read_first, Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":false})"));
+  r = Call(api, Req("DELETE", "/admin/keys/" + purged_first, Bearer(kToken)));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":false})"));
+  EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + purged_first, Bearer(kToken))).status, 404);
+  r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"completed"})"));
+  SetLogFd(1);
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  std::vector<json::object> lines;
+  std::size_t start = 0;
+  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(json::parse(out.substr(start, end - start)).as_object());
+  }
+  ASSERT_EQ(lines.size(), 3u) << out;
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(lines[i].at("msg"), "admin purge");
+    EXPECT_EQ(lines[i].at("purged"), false) << i;
+    EXPECT_TRUE(lines[i].at("state").is_null()) << i;
+  }
+  EXPECT_EQ(lines[0].at("key").as_string(), read_first);
+  EXPECT_EQ(lines[1].at("key").as_string(), purged_first);
+  EXPECT_EQ(lines[2].at("purged"), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, AdminApiOverStoresTest, ::testing::Values("memory", "embedded"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_F(AdminApiTest, StoreFailuresAre503) {
   store_.Put(kKey, CompletedRecord());

@@ -139,6 +139,10 @@ class FakeStore final : public core::Store {
     core::PurgeResult result;
     auto it = records_.find(key);
     if (it == records_.end()) return result;
+    if (it->second.state == core::RecordState::kCompleted && it->second.ExpiredAt(now)) {
+      records_.erase(it);  // past retention: absent, as for Get
+      return result;
+    }
     result.state = it->second.state;
     if (mode == core::PurgeMode::kUnlessInFlight && it->second.state == core::RecordState::kInFlight &&
         !it->second.LeaseEndedAt(now)) {

@@ -456,6 +456,29 @@ TYPED_TEST_P(StoreContractTest, ExpiredRecordCannotBeCompletedOrReleasedAgain) {
   this->ExpectAbsent("k");
 }
 
+// A record past its retention is absent to Purge as it is to Get, whether
+// the store still held it or not, and whichever of the two came first: the
+// purge finds nothing (no state), and the key stays absent.
+TYPED_TEST_P(StoreContractTest, PurgeOfARecordPastRetentionFindsNothing) {
+  using core::PurgeMode;
+  using core::PurgeOutcome;
+  this->StoreCompleted("purged-first", "owner-a", 1500ms);
+  this->StoreCompleted("read-first", "owner-b", 1500ms);
+  this->StoreCompleted("forced", "owner-c", 1500ms);
+  this->StoreCompleted("kept", "owner-d", 1h);
+  this->Advance(1500ms);  // expires_ms == now: past retention
+  this->ExpectPurge("purged-first", PurgeMode::kUnlessInFlight, PurgeOutcome::kAbsent);
+  this->ExpectAbsent("read-first");
+  this->ExpectPurge("read-first", PurgeMode::kUnlessInFlight, PurgeOutcome::kAbsent);
+  this->ExpectPurge("forced", PurgeMode::kAny, PurgeOutcome::kAbsent);
+  for (const char* key : {"purged-first", "read-first", "forced"}) {
+    this->ExpectAbsent(key);
+    this->ExpectPurge(key, PurgeMode::kAny, PurgeOutcome::kAbsent);
+    this->ReserveNew(key, "owner-e", 2);  // a new key, for any fingerprint
+  }
+  this->ExpectPurge("kept", PurgeMode::kUnlessInFlight, PurgeOutcome::kPurged, core::RecordState::kCompleted);
+}
+
 TYPED_TEST_P(StoreContractTest, RetentionZeroKeepsTheRecordForever) {
   core::Record done = this->StoreCompleted("k", "owner-a", 0ms);
   EXPECT_EQ(done.expires_ms, 0);
@@ -678,6 +701,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     PurgeAnyRemovesALiveReservation, PurgeUnlessInFlightNeverTakesAReservationMadeBesideIt,
     LeaseExpiryLetsTheSameFingerprintTakeOver, LeaseExpiryDoesNotLetAnotherFingerprintTakeOver,
     CompletedRecordExpiresAfterRetention, ExpiredRecordCannotBeCompletedOrReleasedAgain,
+    PurgeOfARecordPastRetentionFindsNothing,
     RetentionZeroKeepsTheRecordForever, RetentionDoesNotApplyToInFlightRecords,
     CompleteWakesAWaitingWatcher, ReleaseWakesAWatcher, PurgeWakesAWatcher,
     AWatchMadeBeforeACompletionNeverMissesIt, AWatchIsWokenByACompletionFromAnotherThread,

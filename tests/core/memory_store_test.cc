@@ -172,6 +172,30 @@ TEST_F(MemoryStoreTest, PurgeRemovesAnyState) {
   EXPECT_EQ(store_.Stats().bytes, 0u);
 }
 
+// Past retention, or an abandoned reservation past its grace, a key is
+// absent to Purge as it is to Get; the purge reclaims it all the same.
+TEST_F(MemoryStoreTest, PurgePastRetentionOrGraceFindsNothingAndReclaims) {
+  const Record res = Reservation("o1");
+  ASSERT_TRUE(store_.ReserveNow("done", res, kT0).ok());
+  ASSERT_TRUE(store_.CompleteNow("done", "o1", Completion(res, kT0 + 1000)).ok());
+  ASSERT_TRUE(store_.ReserveNow("abandoned", res, kT0).ok());
+  const UnixMillis gone_at = res.lease_expires_ms + MemoryStore::kReservationGrace.count();
+  ASSERT_TRUE(store_.ReserveNow("abandoned-too", res, kT0).ok());
+  EXPECT_EQ(store_.Stats().keys, 3u);
+
+  core::PurgeResult purged = store_.PurgeNow("done", core::PurgeMode::kUnlessInFlight, kT0 + 1000);
+  EXPECT_EQ(purged.outcome, core::PurgeOutcome::kAbsent);
+  EXPECT_EQ(purged.state, std::nullopt);
+  purged = store_.PurgeNow("abandoned", core::PurgeMode::kAny, gone_at - 1);
+  EXPECT_EQ(purged.outcome, core::PurgeOutcome::kPurged);
+  EXPECT_EQ(purged.state, RecordState::kInFlight);
+  purged = store_.PurgeNow("abandoned-too", core::PurgeMode::kUnlessInFlight, gone_at);
+  EXPECT_EQ(purged.outcome, core::PurgeOutcome::kAbsent);
+  EXPECT_EQ(purged.state, std::nullopt);
+  EXPECT_EQ(store_.Stats().keys, 0u);
+  EXPECT_EQ(store_.Stats().bytes, 0u);
+}
+
 TEST_F(MemoryStoreTest, ReserveRejectsACompletedRecord) {
   EXPECT_EQ(store_.ReserveNow("k", Completion(Reservation("o"), 0), kT0).status().code(),
             StatusCode::kInvalidArgument);

@@ -209,6 +209,23 @@ TEST_F(RedisStoreTest, PurgeDeletesWhateverIsThere) {
   EXPECT_FALSE(Get(*store_, "k")->has_value());
 }
 
+// Redis keeps a completed record expiry_grace past its retention (and longer
+// when its clock is behind the gateway's): the purge of a record still held
+// but past its stored expiry finds it absent, as Get does, and deletes it.
+TEST_F(RedisStoreTest, PurgeOfARecordPastRetentionStillHeldFindsNothingAndDeletesIt) {
+  const Record r = InFlight("owner-a", Fingerprint('a'), clock_.NowMillis());
+  ASSERT_EQ(Reserve(*store_, "k", r)->outcome, ReserveOutcome::kReserved);
+  ASSERT_TRUE(Complete(*store_, "k", "owner-a", CompletedFrom(r, clock_.NowMillis(), 60'000)).ok());
+  clock_.Advance(60s);  // the fake clock only: Redis holds it for a minute yet
+  ASSERT_EQ(server_.Run({"EXISTS", store_->RecordKey("k")}).integer, 1) << "still held by its TTL";
+  EXPECT_FALSE(Get(*store_, "k")->has_value());
+  auto purged = io_.Run(store_->Purge("k", core::PurgeMode::kUnlessInFlight, clock_.NowMillis()));
+  ASSERT_TRUE(purged.ok()) << purged.status().ToString();
+  EXPECT_EQ(purged->outcome, core::PurgeOutcome::kAbsent);
+  EXPECT_EQ(purged->state, std::nullopt);
+  EXPECT_EQ(server_.Run({"EXISTS", store_->RecordKey("k")}).integer, 0);
+}
+
 TEST_F(RedisStoreTest, BinaryKeysFingerprintsAndLargeBodiesSurvive) {
   const std::string key = std::string("t-\x01\x02{tag}:\xff ", 11) + std::string(300, 'k');
   Record r = InFlight(std::string("own\0er", 6), std::string("\0\r\n\xff", 4) + std::string(28, '\0'),

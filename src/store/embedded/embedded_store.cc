@@ -1185,6 +1185,13 @@ void EmbeddedStore::Apply(Mutation& m, Batch& batch) {
       return;
     case Mutation::Kind::kPurge:
       if (!current) return;
+      if (!undecodable && ExpiredAt(*current, m.now)) {
+        // Past retention the key is absent, as for Get: nothing is purged,
+        // though the record leaves now rather than at the next sweep.
+        batch.write.Delete(records_, m.key);
+        set(std::nullopt);
+        return;
+      }
       if (!undecodable) {
         m.purged.state = current->state;
         // Decided here, on the committer, against what the batch sees: no

@@ -471,6 +471,16 @@ core::PurgeResult MemoryStore::PurgeNow(std::string_view key, core::PurgeMode mo
     std::lock_guard lock(shard.mu);
     const std::ptrdiff_t index = shard.Find(hash, key);
     if (index < 0) return result;
+    if (shard.At(index)->ExpiredAt(now)) {
+      // Past retention (or an abandoned reservation past its grace) the key
+      // is absent, as for Get: reclaimed as Get would, and not purged.
+      Entry* stale = shard.EraseAt(index);
+      Uncharge(stale->charged());
+      keys_.fetch_sub(1, std::memory_order_relaxed);
+      Entry::Free(stale);
+      shard.MaybeShrink();
+      return result;
+    }
     // Decided under the shard lock: no reservation can land between the
     // look and the delete.
     StatusOr<core::Record> record = core::DecodeRecord(shard.At(index)->value());

@@ -132,12 +132,19 @@ return 1
 // Returns {0} absent, {1, state} deleted (state 0: undecodable, deleted all
 // the same), {2, lease end} in flight and left untouched. Decided on the
 // server from the stored bytes, so no reservation lands between the look and
-// the delete.
+// the delete. A completed record past its retention (kept by the TTL's
+// expiry_grace, or by a clock behind the gateway's) is absent, as for Get:
+// deleted without a PUBLISH, as its expiry would, and {0}.
 constexpr std::string_view kPurgeBody = R"lua(
 local cur = redis.call('GET', KEYS[1])
 if not cur then return {0} end
-local state, fp, owner, lease = parse(cur)
-if state and state == 1 and ARGV[2] == '1' and lease > tonumber(ARGV[3]) then
+local state, fp, owner, lease, expires = parse(cur)
+local now = tonumber(ARGV[3])
+if state == 2 and expires ~= 0 and expires <= now then
+  redis.call('DEL', KEYS[1])
+  return {0}
+end
+if state and state == 1 and ARGV[2] == '1' and lease > now then
   return {2, lease}
 end
 redis.call('DEL', KEYS[1])
