@@ -129,6 +129,57 @@ TEST(RequestParserTest, ChunkExtensionsOfABodyAreBoundedTogether) {
   }
 }
 
+// The request head of `wire` fed `piece` bytes at a time: the parse error
+// (need_more when the bytes ran out) and the parsed target and version.
+struct HeadOutcome {
+  error_code ec;
+  std::string target;
+  unsigned version = 0;
+};
+HeadOutcome ParseHead(std::string_view wire, std::size_t piece, std::size_t max_header = 1024) {
+  RequestParser parser;
+  parser.header_limit(static_cast<std::uint32_t>(max_header));
+  beast::flat_buffer buffer;
+  Pump head;
+  for (std::size_t sent = 0;;) {
+    ParseHeader(parser, buffer, max_header, head);
+    if (!head.need_more) break;
+    const std::size_t n = std::min(piece, wire.size() - sent);
+    if (n == 0) return {bhttp::error::need_more};
+    std::memcpy(buffer.prepare(n).data(), wire.data() + sent, n);
+    buffer.commit(n);
+    sent += n;
+  }
+  if (head.ec) return {head.ec};
+  return {{}, std::string(parser.get().target()), parser.get().version()};
+}
+
+// RFC 9112 section 2.2: empty lines (CRLF, or a bare LF) before a request
+// line are ignored, up to kMaxEmptyLinesBeforeRequest of them, however the
+// bytes arrive; only before the request line's first byte.
+TEST(RequestParserTest, EmptyLinesBeforeTheRequestLineAreSkippedUpToABound) {
+  for (const std::string_view before : {"\r\n", "\n", "\r\n\r\n", "\r\n\n\r\n\r\n"}) {
+    for (const std::string_view line : {"GET /a HTTP/1.1\r\n", "GET /a HTTP/1.2\r\n"}) {
+      const std::string wire = std::string(before) + std::string(line) + "Host: h\r\n\r\n";
+      for (const std::size_t piece : {wire.size(), std::size_t{1}, std::size_t{2}}) {
+        SCOPED_TRACE(::testing::PrintToString(wire) + " in pieces of " + std::to_string(piece));
+        const HeadOutcome out = ParseHead(wire, piece);
+        EXPECT_FALSE(out.ec) << out.ec.message();
+        EXPECT_EQ(out.target, "/a");
+        EXPECT_EQ(out.version, 11u);
+      }
+    }
+  }
+  static_assert(kMaxEmptyLinesBeforeRequest == 4);
+  for (const std::string wire : {"\r\n\r\n\r\n\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+                                 "\rGET /a HTTP/1.1\r\nHost: h\r\n\r\n", " \r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n"}) {
+    for (const std::size_t piece : {wire.size(), std::size_t{1}}) {
+      SCOPED_TRACE(::testing::PrintToString(wire) + " in pieces of " + std::to_string(piece));
+      EXPECT_EQ(ParseHead(wire, piece).ec, bhttp::error::bad_method);
+    }
+  }
+}
+
 TEST(ResponseParserTest, TrailerFieldsAreDropped) {
   const std::string wire =
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"

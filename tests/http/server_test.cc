@@ -373,6 +373,40 @@ TEST_F(ServerTest, AnswerWithoutTheBodyDoesNotWaitForItAndTheConnectionIsKept) {
   EXPECT_EQ(next->body, "GET /next");
 }
 
+// RFC 9112 section 2.2: empty lines before a request line are ignored, on a
+// new connection and after a request on a kept-alive one (the CRLF some
+// clients send after a POST's body); a few of them, not any number.
+TEST_F(ServerTest, EmptyLinesBeforeARequestLineAreIgnored) {
+  Start();
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("\r\nGET /one HTTP/1.1\r\nHost: x\r\n\r\n"
+                          "POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab\r\n"
+                          "\r\n\nGET /three HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                  .ok());
+  const std::string raw = conn->ReadUntilClosed(10s);
+  EXPECT_TRUE(conn->closed());
+  std::vector<std::string> bodies;
+  for (std::size_t at = 0; at < raw.size();) {
+    std::size_t next = raw.find("HTTP/1.1 ", at + 1);
+    if (next == std::string::npos) next = raw.size();
+    auto res = testing::ParseResponse(raw.substr(at, next - at));
+    ASSERT_TRUE(res.ok()) << raw;
+    EXPECT_EQ(res->status, 200) << raw;
+    bodies.push_back(res->body);
+    at = next;
+  }
+  EXPECT_EQ(bodies, (std::vector<std::string>{"GET /one", "2", "GET /three"})) << raw;
+
+  auto many = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(many.ok());
+  ASSERT_TRUE(many->Write(std::string(20, '\n') + "GET / HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  const std::string answer = many->ReadUntilClosed(10s);
+  auto res = testing::ParseResponse(answer);
+  ASSERT_TRUE(res.ok()) << answer;
+  EXPECT_EQ(res->status, 400);
+}
+
 TEST_F(ServerTest, ClientTricklingHeadersIsCutAtHeaderTimeout) {
   http::Limits limits;
   limits.header_timeout = 300ms;

@@ -148,7 +148,32 @@ struct Pump {
   bool need_more = false;   // receive more bytes, then parse again
   bool last_chunk_alone = false;  // ParseBody: Beast waits on a bare "0\r\n" (see there)
   bool version_not_supported = false;  // ParseHeader: a request line whose major version is not 1
+  std::size_t empty_lines = 0;  // ParseHeader: empty lines skipped before the request line
 };
+
+// RFC 9112 section 2.2: a server SHOULD ignore at least one empty line
+// received before the request line (some clients send a CRLF after a POST's
+// body). ParseHeader skips this many before the first byte of a request line
+// (CRLF or a bare LF each); one more is left to the parser, which refuses it
+// (400 bad method).
+inline constexpr std::size_t kMaxEmptyLinesBeforeRequest = 4;
+
+// Consumes the empty lines at the front of `buffer` while nothing of the
+// request line is parsed yet, up to kMaxEmptyLinesBeforeRequest for the
+// message. Returns false when the buffer ends in a CR that may start one
+// more (receive more bytes to tell).
+inline bool SkipEmptyLinesBeforeRequest(beast::flat_buffer& buffer, Pump& out) {
+  while (out.header_bytes == 0 && out.empty_lines < kMaxEmptyLinesBeforeRequest && buffer.size() > 0) {
+    const auto data = buffer.data();
+    const std::string_view bytes(static_cast<const char*>(data.data()), std::min<std::size_t>(data.size(), 2));
+    if (bytes == "\r") return false;
+    const std::size_t line = bytes.starts_with('\n') ? 1 : bytes == "\r\n" ? 2 : 0;
+    if (line == 0) break;
+    buffer.consume(line);
+    ++out.empty_lines;
+  }
+  return true;
+}
 
 // Beast's parser takes only HTTP/1.0 and HTTP/1.1 (bad_version otherwise).
 // RFC 9110 section 2.5 asks that a higher minor version of a major version
@@ -183,13 +208,21 @@ inline VersionMend MendRequestVersion(beast::flat_buffer& buffer, std::size_t ma
 // to the start line and to the fields separately, so a header block could
 // reach twice the limit, and whether it got through depended on how the
 // bytes arrived. Hence the parser is shown only what is left of the limit
-// (the same Pump across the calls for one message).
+// (the same Pump across the calls for one message). A request's empty lines
+// before its request line are skipped (SkipEmptyLinesBeforeRequest) and not
+// counted in the limit.
 template <bool isRequest>
 void ParseHeader(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buffer, std::size_t max_header,
                  Pump& out) {
   out.need_more = false;
   for (;;) {
     if (parser.is_header_done()) return;
+    if constexpr (isRequest) {
+      if (!SkipEmptyLinesBeforeRequest(buffer, out)) {
+        out.need_more = true;
+        return;
+      }
+    }
     if (buffer.size() == 0) {
       out.need_more = true;
       return;
