@@ -137,57 +137,6 @@ void Print(FILE* f, std::string_view text) {
   std::fflush(f);
 }
 
-// `text` as it may go to a terminal or into a tab-separated row: text from
-// a server (a problem's code) or from the queue file (a key, an error) could
-// otherwise break a line or a row, or send the terminal escape sequences.
-// Control characters are escaped (\t, \n, \r, else \xNN; DEL \x7f; the C1
-// controls, U+0080..U+009F, as \u0080..\u009f), and so is each byte that is
-// not UTF-8 (\xNN); a backslash stays as it is.
-std::string Printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto u = static_cast<unsigned char>(text[i]);
-    if (u < 0x80) {
-      if (u == '\t') {
-        out += "\\t";
-      } else if (u == '\n') {
-        out += "\\n";
-      } else if (u == '\r') {
-        out += "\\r";
-      } else if (u < 0x20 || u == 0x7f) {
-        out += "\\x";
-        out += kHex[u >> 4];
-        out += kHex[u & 15];
-      } else {
-        out += text[i];
-      }
-      ++i;
-      continue;
-    }
-    const std::size_t length = u >= 0xf0 ? 4 : u >= 0xe0 ? 3 : u >= 0xc0 ? 2 : 1;
-    const std::string_view sequence = text.substr(i, length);
-    if (length == 1 || sequence.size() != length || !IsValidUtf8(sequence)) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-      ++i;
-      continue;
-    }
-    const auto second = static_cast<unsigned char>(sequence.size() > 1 ? sequence[1] : 0);
-    if (u == 0xc2 && second < 0xa0) {  // U+0080..U+009F
-      out += "\\u00";
-      out += kHex[second >> 4];
-      out += kHex[second & 15];
-    } else {
-      out += sequence;
-    }
-    i += length;
-  }
-  return out;
-}
-
 int Usage(std::string_view error) {
   Print(stderr, "idemctl: " + Printable(error) + "\nRun 'idemctl --help' for usage.\n");
   return 2;

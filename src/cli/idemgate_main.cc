@@ -27,6 +27,7 @@
 #include "admin/gateway_metrics.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "config/address.h"
 #include "config/loader.h"
 #include "config/reload_changes.h"
@@ -58,6 +59,7 @@ constexpr std::string_view kUsage =
     "Usage:\n"
     "  idemgate --config FILE [--ready-file PATH]   run the gateway\n"
     "  idemgate check-config FILE                    validate FILE and exit\n"
+    "  idemgate check-config --help                  what check-config checks\n"
     "  idemgate --version                            print the version\n"
     "  idemgate --help                               this text\n"
     "\n"
@@ -85,8 +87,24 @@ constexpr std::string_view kUsage =
     "and for a valid config, --help and --version; 1 on a config or start-up\n"
     "error; 2 on a usage error.\n";
 
+constexpr std::string_view kCheckConfigUsage =
+    "Usage: idemgate check-config FILE\n"
+    "\n"
+    "Checks FILE as a start would, without starting: the YAML and every setting,\n"
+    "and the files it names (TLS certificates and keys, identity keys, the API keys\n"
+    "file, secret files). A secret named by an environment variable that is not set\n"
+    "here is noted, not required; a jwks_url is not fetched; the store is not\n"
+    "opened.\n"
+    "\n"
+    "Prints \"FILE: ok\" on stdout when FILE is valid; notes and warnings (a\n"
+    "shutdown_grace below an upstream's timeout) go to stderr and do not change\n"
+    "the result.\n"
+    "\n"
+    "Exit status: 0 valid (and for --help), 1 invalid (the reason on stderr),\n"
+    "2 on a usage error.\n";
+
 struct Args {
-  enum class Mode { kRun, kCheck, kVersion, kHelp } mode = Mode::kRun;
+  enum class Mode { kRun, kCheck, kCheckHelp, kVersion, kHelp } mode = Mode::kRun;
   std::string config;
   std::string ready_file;
 };
@@ -95,6 +113,12 @@ void Print(FILE* f, std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), f);
   std::fflush(f);
 }
+
+// Prints `line` and a newline, its control characters and bytes that are not
+// UTF-8 escaped (Printable): a message may quote the config (a YAML key, a
+// file name), and a newline or an escape sequence in it must neither break
+// the line nor reach the terminal.
+void PrintLine(FILE* f, std::string_view line) { Print(f, Printable(line) + "\n"); }
 
 std::optional<Args> ParseArgs(int argc, char** argv, std::string* error) {
   Args args;
@@ -109,13 +133,19 @@ std::optional<Args> ParseArgs(int argc, char** argv, std::string* error) {
       return std::string(a[++i]);
     };
     if (arg == "--help" || arg == "-h" || arg == "help") {
-      args.mode = Args::Mode::kHelp;
+      // After check-config, its own usage.
+      args.mode = args.mode == Args::Mode::kCheck ? Args::Mode::kCheckHelp : Args::Mode::kHelp;
       return args;
     } else if (arg == "--version" || arg == "-V" || arg == "version") {
+      if (a.size() != 1) {
+        *error = std::string(arg) + " takes no other arguments";
+        return std::nullopt;
+      }
       args.mode = Args::Mode::kVersion;
       return args;
     } else if (arg == "check-config") {
       args.mode = Args::Mode::kCheck;
+      if (i + 1 < a.size() && (a[i + 1] == "--help" || a[i + 1] == "-h")) continue;
       auto v = value("check-config");
       if (!v) return std::nullopt;
       args.config = *v;
@@ -218,7 +248,7 @@ config::JwtIdentity JwksSettings(const config::Config& config) {
 int CheckConfig(const std::string& path) {
   auto config = config::LoadFile(path);
   if (!config.ok()) {
-    Print(stderr, config.status().message() + "\n");
+    PrintLine(stderr, config.status().message());
     return 1;
   }
   // The TLS files are read as a start would read them, so that a missing
@@ -227,14 +257,14 @@ int CheckConfig(const std::string& path) {
   for (auto [settings, name] : {std::pair{&config->tls, "tls"}, std::pair{&config->admin.tls, "admin.tls"}}) {
     if (!settings->configured) continue;
     if (auto tls = MakeListenerTls(*settings); !tls.ok()) {
-      Print(stderr, path + ": " + name + ": " + tls.status().message() + "\n");
+      PrintLine(stderr, path + ": " + name + ": " + tls.status().message());
       return 1;
     }
   }
   for (const auto& [name, u] : config->upstreams) {
     if (u.scheme != "https") continue;
     if (auto tls = gateway::UpstreamTlsFromConfig(name, u); !tls.ok()) {
-      Print(stderr, path + ": " + tls.status().message() + "\n");
+      PrintLine(stderr, path + ": " + tls.status().message());
       return 1;
     }
   }
@@ -251,11 +281,11 @@ int CheckConfig(const std::string& path) {
     return std::string("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=");
   };
   if (auto identity = gateway::IdentityCredentials::Load(config->identity, env); !identity.ok()) {
-    Print(stderr, path + ": " + identity.status().message() + "\n");
+    PrintLine(stderr, path + ": " + identity.status().message());
     return 1;
   }
   if (auto webhooks = gateway::WebhookEndpoints::Resolve(*config, env); !webhooks.ok()) {
-    Print(stderr, path + ": " + webhooks.status().message() + "\n");
+    PrintLine(stderr, path + ": " + webhooks.status().message());
     return 1;
   }
   // The Redis password is read when the store opens, which check-config does
@@ -265,13 +295,13 @@ int CheckConfig(const std::string& path) {
     if (!password || password->empty()) unset.insert(config->store.redis.password_env);
   }
   for (const std::string& name : unset) {
-    Print(stderr, path + ": note: the environment variable " + name +
-                      " is not set here; the gateway needs it at start\n");
+    PrintLine(stderr, path + ": note: the environment variable " + name +
+                          " is not set here; the gateway needs it at start");
   }
   for (const std::string& warning : config::ShutdownGraceWarnings(*config)) {
-    Print(stderr, path + ": warning: " + warning + "\n");
+    PrintLine(stderr, path + ": warning: " + warning);
   }
-  Print(stdout, path + ": ok\n");
+  PrintLine(stdout, path + ": ok");
   return 0;
 }
 
@@ -287,7 +317,7 @@ int Run(const Args& args) {
 
   auto loaded = config::LoadFile(args.config);
   if (!loaded.ok()) {
-    Print(stderr, "idemgate: " + loaded.status().message() + "\n");
+    PrintLine(stderr, "idemgate: " + loaded.status().message());
     return 1;
   }
   const config::Config& config = *loaded;
@@ -295,14 +325,14 @@ int Run(const Args& args) {
 
   auto listen = config::ParseHostPort(config.listen);
   if (!listen.ok()) {
-    Print(stderr, "idemgate: listen: " + listen.status().message() + "\n");
+    PrintLine(stderr, "idemgate: listen: " + listen.status().message());
     return 1;
   }
   std::optional<config::HostPort> admin_listen;
   if (!config.admin.listen.empty()) {
     auto a = config::ParseHostPort(config.admin.listen);
     if (!a.ok()) {
-      Print(stderr, "idemgate: admin.listen: " + a.status().message() + "\n");
+      PrintLine(stderr, "idemgate: admin.listen: " + a.status().message());
       return 1;
     }
     admin_listen = *a;
@@ -312,18 +342,18 @@ int Run(const Args& args) {
   // opens (the gateway reads them again below), so that a start that fails
   // on one leaves nothing behind, such as a new embedded store's directory.
   if (auto identity = gateway::IdentityCredentials::Load(config.identity, DefaultEnvLookup); !identity.ok()) {
-    Print(stderr, "idemgate: " + identity.status().message() + "\n");
+    PrintLine(stderr, "idemgate: " + identity.status().message());
     return 1;
   }
   if (auto webhooks = gateway::WebhookEndpoints::Resolve(config, DefaultEnvLookup); !webhooks.ok()) {
-    Print(stderr, "idemgate: " + webhooks.status().message() + "\n");
+    PrintLine(stderr, "idemgate: " + webhooks.status().message());
     return 1;
   }
 
   admin::GatewayMetrics metrics(admin::GatewayMetricsOptions{.tenant_labels = config.metrics.tenant_labels});
   auto store = store::MakeStore(config.store, SystemClock::Instance());
   if (!store.ok()) {
-    Print(stderr, "idemgate: store: " + store.status().message() + "\n");
+    PrintLine(stderr, "idemgate: store: " + store.status().message());
     return 1;
   }
   core::Store* store_ptr = store->get();
@@ -332,7 +362,7 @@ int Run(const Args& args) {
   // reload, refreshed in the background meanwhile.
   gateway::JwksRefresher jwks;
   if (Status fetched = jwks.Configure(JwksSettings(config)); !fetched.ok()) {
-    Print(stderr, "idemgate: " + fetched.message() + "\n");
+    PrintLine(stderr, "idemgate: " + fetched.message());
     return 1;
   }
   // Declared before the server so that both outlive every request coroutine.
@@ -362,7 +392,7 @@ int Run(const Args& args) {
   gateway_options.webhook = &webhook;
   auto created = gateway::Gateway::Create(config, gateway_options);
   if (!created.ok()) {
-    Print(stderr, "idemgate: " + created.status().message() + "\n");
+    PrintLine(stderr, "idemgate: " + created.status().message());
     return 1;
   }
   std::unique_ptr<gateway::Gateway> gateway = std::move(*created);
@@ -379,9 +409,9 @@ int Run(const Args& args) {
       return u < 0x20 || u == 0x7f;
     });
     if (!t.empty() && (bad_char || t.front() == ' ' || t.back() == ' ')) {
-      Print(stderr, "idemgate: admin.token_env: the token in " + config.admin.token_env +
-                        " starts or ends with a space or holds a control character, so no Authorization header "
-                        "could carry it; fix the variable\n");
+      PrintLine(stderr, "idemgate: admin.token_env: the token in " + config.admin.token_env +
+                            " starts or ends with a space or holds a control character, so no Authorization header "
+                            "could carry it; fix the variable");
       return 1;
     }
   }
@@ -401,7 +431,7 @@ int Run(const Args& args) {
     if (!settings->configured) continue;
     auto tls = MakeListenerTls(*settings);
     if (!tls.ok()) {
-      Print(stderr, std::string("idemgate: ") + name + ": " + tls.status().message() + "\n");
+      PrintLine(stderr, std::string("idemgate: ") + name + ": " + tls.status().message());
       return 1;
     }
     slot->Set(std::move(*tls));
@@ -419,7 +449,7 @@ int Run(const Args& args) {
   auto bound = server.Listen(listen->host, listen->port, *gateway, /*all_workers=*/true,
                              config.tls.configured ? &listener_tls : nullptr);
   if (!bound.ok()) {
-    Print(stderr, "idemgate: " + bound.status().message() + "\n");
+    PrintLine(stderr, "idemgate: " + bound.status().message());
     return 1;
   }
   std::optional<http::BoundAddress> admin_bound;
@@ -427,7 +457,7 @@ int Run(const Args& args) {
     auto a = admin_server.Listen(admin_listen->host, admin_listen->port, admin_handler, /*all_workers=*/false,
                                  config.admin.tls.configured ? &admin_tls : nullptr);
     if (!a.ok()) {
-      Print(stderr, "idemgate: admin: " + a.status().message() + "\n");
+      PrintLine(stderr, "idemgate: admin: " + a.status().message());
       return 1;
     }
     admin_bound = *a;
@@ -574,12 +604,14 @@ int main(int argc, char** argv) {
   std::string error;
   auto args = idemgate::cli::ParseArgs(argc, argv, &error);
   if (!args) {
-    idemgate::cli::Print(stderr, "idemgate: " + error + "\n\n");
+    idemgate::cli::PrintLine(stderr, "idemgate: " + error);
+    idemgate::cli::Print(stderr, "\n");
     idemgate::cli::Print(stderr, idemgate::cli::kUsage);
     return 2;
   }
   switch (args->mode) {
     case Args::Mode::kHelp: idemgate::cli::Print(stdout, idemgate::cli::kUsage); return 0;
+    case Args::Mode::kCheckHelp: idemgate::cli::Print(stdout, idemgate::cli::kCheckConfigUsage); return 0;
     case Args::Mode::kVersion:
       idemgate::cli::Print(stdout, "idemgate " + std::string(idemgate::cli::kVersion) + "\n");
       return 0;
@@ -589,7 +621,7 @@ int main(int argc, char** argv) {
   try {
     return idemgate::cli::Run(*args);
   } catch (const std::exception& e) {
-    idemgate::cli::Print(stderr, std::string("idemgate: ") + e.what() + "\n");
+    idemgate::cli::PrintLine(stderr, std::string("idemgate: ") + e.what());
     return 1;
   }
 }

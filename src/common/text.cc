@@ -71,6 +71,51 @@ std::string SanitizeUtf8(std::string_view bytes) {
   return out;
 }
 
+std::string Printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u < 0x80) {
+      if (u == '\t') {
+        out += "\\t";
+      } else if (u == '\n') {
+        out += "\\n";
+      } else if (u == '\r') {
+        out += "\\r";
+      } else if (u < 0x20 || u == 0x7f) {
+        out += "\\x";
+        out += kHex[u >> 4];
+        out += kHex[u & 15];
+      } else {
+        out += text[i];
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t length = u >= 0xf0 ? 4 : u >= 0xe0 ? 3 : u >= 0xc0 ? 2 : 1;
+    const std::string_view sequence = text.substr(i, length);
+    if (length == 1 || sequence.size() != length || !IsValidUtf8(sequence)) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+      ++i;
+      continue;
+    }
+    const auto second = static_cast<unsigned char>(sequence.size() > 1 ? sequence[1] : 0);
+    if (u == 0xc2 && second < 0xa0) {  // U+0080..U+009F
+      out += "\\u00";
+      out += kHex[second >> 4];
+      out += kHex[second & 15];
+    } else {
+      out += sequence;
+    }
+    i += length;
+  }
+  return out;
+}
+
 std::string Base64(std::string_view bytes) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;

@@ -16,5 +16,16 @@ TEST(RedactUrl, HidesUserInformationAndTheQuery) {
   EXPECT_EQ(RedactUrl(""), "");
 }
 
+TEST(Printable, EscapesControlCharactersAndBytesThatAreNotUtf8) {
+  EXPECT_EQ(Printable("plain text, caf\u00e9 \u20ac"), "plain text, caf\u00e9 \u20ac");
+  EXPECT_EQ(Printable("a\tb\nc\rd"), "a\\tb\\nc\\rd");
+  EXPECT_EQ(Printable("\x1b[31mred\x7f\x01"), "\\x1b[31mred\\x7f\\x01");
+  EXPECT_EQ(Printable(std::string_view("nul\0", 4)), "nul\\x00");
+  // C1 controls (U+0080..U+009F) escaped as code points, a lone or cut UTF-8 byte as a byte.
+  EXPECT_EQ(Printable("\xc2\x9b" "2J"), "\\u009b2J");
+  EXPECT_EQ(Printable("\xff\xc3"), "\\xff\\xc3");
+  EXPECT_EQ(Printable("a\"b\\c"), "a\"b\\c");  // quotes and backslashes stay
+}
+
 }  // namespace
 }  // namespace idemgate

@@ -103,6 +103,61 @@ TEST_F(CommandLineTest, CheckConfigSaysWhyAFileCannotBeRead) {
       << output;
 }
 
+// A config error quotes what the file holds (a key, a file name): its
+// control characters and bytes that are not UTF-8 are escaped on the
+// terminal, so the message stays one line and sends no escape sequence, at
+// start as in check-config.
+TEST_F(CommandLineTest, ConfigErrorsEscapeControlCharactersOnTheTerminal) {
+  auto path = WriteConfig(dir_, std::string(kRoutes) + "\"a\\\"b\\\\c\\x01\\u00e9\\n\": 1\n", "key.yaml");
+  ASSERT_TRUE(path.ok());
+  const std::string key_error = *path + ":7: a\"b\\c\\x01\u00e9\\n: unknown key (";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"check-config", *path},
+                                               std::vector<std::string>{"--config", *path}}) {
+    SCOPED_TRACE(args.front());
+    auto [status, output] = Run(args);
+    EXPECT_TRUE(status.exited && status.code == 1) << status.ToString() << "\n" << output;
+    EXPECT_NE(output.find(key_error), std::string::npos) << output;
+    EXPECT_EQ(Count(output, "\n"), 1u) << output;
+    EXPECT_EQ(output.find('\x01'), std::string::npos) << output;
+  }
+
+  auto escape = WriteConfig(dir_, std::string(kRoutes) + "\"x\\e[31my\": 2\n", "escape.yaml");
+  ASSERT_TRUE(escape.ok());
+  auto [status, output] = Run({"check-config", *escape});
+  EXPECT_TRUE(status.exited && status.code == 1) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find(":7: x\\x1b[31my: unknown key"), std::string::npos) << output;
+  EXPECT_EQ(output.find('\x1b'), std::string::npos) << output;
+
+  // A file name that is not UTF-8, with a newline.
+  const std::string missing = dir_.Join("no\xff\nsuch.yaml");
+  std::tie(status, output) = Run({"check-config", missing});
+  EXPECT_TRUE(status.exited && status.code == 1) << status.ToString() << "\n" << output;
+  EXPECT_NE(output.find(dir_.Join("no\\xff\\nsuch.yaml")), std::string::npos) << output;
+  EXPECT_EQ(Count(output, "\n"), 1u) << output;
+}
+
+// check-config --help is check-config's usage, not a file named --help;
+// --version takes no other argument (an unknown one is a usage error).
+TEST_F(CommandLineTest, CheckConfigHelpAndVersionArguments) {
+  for (const std::string help : {"--help", "-h"}) {
+    auto [status, output] = Run({"check-config", help});
+    EXPECT_TRUE(status.exited && status.code == 0) << help << ": " << status.ToString() << "\n" << output;
+    EXPECT_NE(output.find("Usage: idemgate check-config FILE"), std::string::npos) << output;
+    EXPECT_EQ(output.find("cannot open"), std::string::npos) << output;
+  }
+  auto [status, output] = Run({"--version"});
+  EXPECT_TRUE(status.exited && status.code == 0) << status.ToString() << "\n" << output;
+  EXPECT_EQ(output, std::string("idemgate ") + IDEMGATE_VERSION_STRING + "\n");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--version", "extra"}, std::vector<std::string>{"extra", "--version"},
+        std::vector<std::string>{"-V", "--config", "x.yaml"}}) {
+    std::tie(status, output) = Run(args);
+    EXPECT_TRUE(status.exited && status.code == 2) << args.front() << ": " << status.ToString() << "\n" << output;
+    EXPECT_NE(output.find("Usage:"), std::string::npos) << output;
+    EXPECT_EQ(output.find("idemgate " + std::string(IDEMGATE_VERSION_STRING) + "\n"), std::string::npos) << output;
+  }
+}
+
 // An unset Redis password variable stops the start as an unset webhook
 // secret does; check-config notes both alike.
 TEST_F(CommandLineTest, CheckConfigNotesAnUnsetRedisPasswordVariable) {
