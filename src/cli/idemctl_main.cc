@@ -924,8 +924,8 @@ int Admin(const std::string& what, const std::string& verb, const Options& o) {
     req.method = "GET";
     req.url = o.admin + "/admin/stats";
   } else {
+    if (verb != "get" && verb != "purge") return Usage("unknown keys command " + verb + ": keys needs get or purge");
     if (o.positional.size() != 1) return Usage("keys " + verb + " needs one stored key");
-    if (verb != "get" && verb != "purge") return Usage("unknown keys command " + verb + " (get, purge)");
     if (o.positional[0].empty()) return Usage("keys " + verb + " needs a stored key (it was empty)");
     req.method = verb == "get" ? "GET" : "DELETE";
     req.url = o.admin + "/admin/keys/" + EncodePathSegment(o.positional[0]);

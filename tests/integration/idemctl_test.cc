@@ -982,6 +982,15 @@ TEST_F(IdemctlTest, KeysAndUsage) {
   EXPECT_EQ(Idemctl({"send", "--attempts", "0", "http://127.0.0.1:1/"}).code, 2);
   EXPECT_EQ(Idemctl({"frobnicate"}).code, 2);
   EXPECT_EQ(Idemctl({"dlq", "show", "nope"}).code, 2);
+  // An unknown keys command is said as such, not taken for one missing its key.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"keys"}, std::vector<std::string>{"keys", "bogus"},
+        std::vector<std::string>{"keys", "bogus", "k"}}) {
+    const CliRun keys = Idemctl(args);
+    EXPECT_EQ(keys.code, 2) << keys.err;
+    EXPECT_NE(keys.err.find("keys needs get or purge"), std::string::npos) << keys.err;
+    EXPECT_EQ(keys.err.find("stored key"), std::string::npos) << keys.err;
+  }
 }
 
 }  // namespace
