@@ -274,18 +274,25 @@ std::optional<std::string_view> RecoverySegment(const RouteEntry& route, std::st
   return rest;
 }
 
-// The value of `name` in a query string (first occurrence, not decoded).
-std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
+// The value of `name` in a query string (first occurrence, not decoded);
+// `*repeated` tells whether it occurs again after that.
+std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name, bool* repeated) {
+  std::optional<std::string_view> value;
+  *repeated = false;
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
     if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=') {
-      return pair.substr(name.size() + 1);
+      if (value) {
+        *repeated = true;
+        break;
+      }
+      value = pair.substr(name.size() + 1);
     }
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
   }
-  return std::nullopt;
+  return value;
 }
 
 // Percent-encodes everything outside RFC 3986's unreserved set.
@@ -607,8 +614,15 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
     co_return Refuse(ctx, http::ProblemCode::kInvalidKey, KeyErrorDetail(parsed.error, rules.key), "invalid_key");
   }
   Duration wait{0};
-  if (auto text = QueryParam(ctx.head->query, "wait")) {
-    StatusOr<Duration> parsed_wait = ParseDuration(*text);
+  bool wait_repeated = false;
+  const std::optional<std::string_view> wait_text = QueryParam(ctx.head->query, "wait", &wait_repeated);
+  if (wait_repeated) {
+    // Which of two waits was meant cannot be told (the admin API refuses a
+    // repeated force alike).
+    co_return Refuse(ctx, http::ProblemCode::kBadRequest, "wait is given more than once", "bad_request");
+  }
+  if (wait_text) {
+    StatusOr<Duration> parsed_wait = ParseDuration(*wait_text);
     if (!parsed_wait.ok()) {
       co_return Refuse(ctx, http::ProblemCode::kBadRequest, "wait must be a duration such as 10s or 500ms",
                        "bad_request");

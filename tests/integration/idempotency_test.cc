@@ -1090,6 +1090,12 @@ TEST_F(IdempotencyTest, RecoveryReturnsTheCallersStoredResponse) {
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/unknown"}), 404, "not-found");
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/a:b"}), 400, "invalid-key");
   ExpectProblem(Send(HttpRequest{.target = "/by-idempotency-key/k-rec?wait=soon"}), 400, "bad-request");
+  // A wait given twice is refused, as the admin API refuses a repeated force.
+  for (const std::string query : {"wait=1s&wait=2s", "wait=1s&x=1&wait=1s", "wait=soon&wait=1s"}) {
+    const HttpResponse twice = Send(HttpRequest{.target = "/by-idempotency-key/k-rec?" + query});
+    ExpectProblem(twice, 400, "bad-request");
+    EXPECT_NE(twice.body.find("wait is given more than once"), std::string::npos) << query << ": " << twice.body;
+  }
   EXPECT_EQ(Executions(), 1u);
 
   // In flight: 409 at once (or after a ?wait that runs out), or the
