@@ -836,6 +836,7 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
       bool nothing_received = false;  // on failure: no byte of a response came
       unsigned answered = 0;          // on failure: the final status of a head that was refused or broke off
       bool interim_seen = false;
+      bool interim_refused = false;  // the client did not take an interim response
       for (;;) {
         s.response.reset();
         ResponseParser& up = s.response.emplace();
@@ -911,6 +912,26 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         }
         if (status >= 200) break;
         interim_seen = true;
+        // RFC 9110 section 15.2: interim responses the gateway did not ask
+        // for (102, 103 Early Hints, ...) go on to an HTTP/1.1 client, their
+        // hop-by-hop fields dropped; a 100 answers the Expect the gateway
+        // answered itself. Never stored or replayed. A client that does not
+        // take one is noticed with the final response.
+        if (status != 100 && c_.head.version == 11 && !interim_refused) {
+          HopByHopFilter filter;
+          for (const auto& f : up.get()) {
+            if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
+          }
+          std::string interim;
+          AppendStatusLine(interim, 11, status, View(up.get().reason()));
+          for (const auto& f : up.get()) {
+            const std::string_view name = View(f.name_string());
+            if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
+            AppendField(interim, name, View(f.value()));
+          }
+          interim.append(kCrlf);
+          interim_refused = !co_await SendInterim(interim);
+        }
       }
       if (retry) {
         p.Release(std::move(conn), false);

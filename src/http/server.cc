@@ -627,9 +627,12 @@ bool ExchangeImpl::SetBodyLimit(std::uint64_t limit) {
 Task<bool> ExchangeImpl::SendContinueIfNeeded() {
   if (!c_.head.expect_continue || continue_sent_ || c_.head.version != 11) co_return true;
   continue_sent_ = true;
-  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  co_return co_await SendInterim("HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+Task<bool> ExchangeImpl::SendInterim(std::string_view head) {
   IoVec iov;
-  iov.Add(kContinue);
+  iov.Add(head);
   c_.deadline.ExpireAfter(limits_.idle_timeout);
   error_code ec;
   if (c_.tls) {

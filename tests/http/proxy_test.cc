@@ -1246,6 +1246,31 @@ TEST(InProcessProxyTest, ContentLengthReachesTheClientOnceAndCanonical) {
   }
 }
 
+// RFC 9110 section 15.2: interim responses the gateway did not ask for go on
+// to an HTTP/1.1 client (hop-by-hop fields dropped), not to an HTTP/1.0 one;
+// an upstream's 100 does not (the gateway answers Expect itself).
+TEST(InProcessProxyTest, InterimResponsesGoOnToHttp11Clients) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  Harness h(options);
+  {
+    RawConnection conn = *RawConnection::Connect(h.endpoint());
+    ASSERT_TRUE(conn.Write("GET /canned/early-hints HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").ok());
+    const std::string raw = conn.ReadUntilClosed(10s);
+    ASSERT_TRUE(raw.starts_with("HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+                                "Link: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n"))
+        << raw;
+    EXPECT_EQ(raw.find("X-Hop"), std::string::npos) << raw;
+    EXPECT_EQ(raw.find("100 Continue"), std::string::npos) << raw;
+    EXPECT_TRUE(raw.ends_with("\r\n\r\nhello")) << raw;
+  }
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /canned/early-hints HTTP/1.0\r\nHost: t\r\n\r\n").ok());
+  const std::string raw = conn.ReadUntilClosed(10s);
+  EXPECT_TRUE(raw.starts_with("HTTP/1.0 200 OK\r\n")) << raw;
+}
+
 // RFC 9110 section 6.6.1: a response forwarded without Date gets one; the
 // upstream's own is passed on as it is, never doubled.
 TEST(InProcessProxyTest, ForwardedResponseWithoutDateGetsOne) {

@@ -304,6 +304,10 @@ struct TestUpstream::Impl {
                                                  "\r\nContent-Length: 2\r\n\r\nok";
         static const std::pair<std::string_view, std::string_view> kCanned[] = {
             {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
+            {"early-hints",
+             "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n"
+             "Connection: X-Hop\r\nX-Hop: 1\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"},
             {"dated", "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 5\r\n\r\nhello"},
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
             {"length-zeros", "HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello"},

@@ -185,6 +185,9 @@ class ExchangeImpl final : public Exchange {
   // The detail of the 408 sent when the body stalled.
   std::string BodyTimeoutDetail() const;
   Task<bool> SendContinueIfNeeded();
+  // Writes an interim (1xx) response head to the client, within
+  // idle_timeout; false when the client did not take it.
+  Task<bool> SendInterim(std::string_view head);
   // Whether an unread body is small enough to be read and dropped after the
   // answer, for the connection to be reused (a declared length within one
   // block, and no 100 Continue owed).
