@@ -102,6 +102,23 @@ class AdminApiTest : public ::testing::Test {
   GatewayMetrics metrics_{GatewayMetricsOptions{.tenant_labels = false}};
 };
 
+// Sends the log back to stdout and returns the JSON lines written to the
+// pipe `fds` meanwhile (`out`: their text).
+std::vector<json::object> EndLogCapture(int fds[2], std::string& out) {
+  SetLogFd(1);
+  ::close(fds[1]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  std::vector<json::object> lines;
+  std::size_t start = 0;
+  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(json::parse(out.substr(start, end - start)).as_object());
+  }
+  return lines;
+}
+
 TEST_F(AdminApiTest, HealthzIsOk) {
   const AdminApi api = MakeApi();
   const AdminResponse r = Call(api, Req("GET", "/healthz"));
@@ -426,18 +443,8 @@ TEST_P(AdminApiOverStoresTest, DeleteOfAKeyPastRetentionPurgesNothing) {
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + purged_first, Bearer(kToken))).status, 404);
   r = Call(api, Req("DELETE", "/admin/keys/" + kKey, Bearer(kToken)));
   EXPECT_EQ(json::parse(r.body), json::parse(R"({"purged":true,"state":"completed"})"));
-  SetLogFd(1);
-  ::close(fds[1]);
   std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  std::vector<json::object> lines;
-  std::size_t start = 0;
-  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
-    lines.push_back(json::parse(out.substr(start, end - start)).as_object());
-  }
+  const std::vector<json::object> lines = EndLogCapture(fds, out);
   ASSERT_EQ(lines.size(), 3u) << out;
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i].at("msg"), "admin purge");
@@ -500,18 +507,8 @@ TEST_F(AdminApiTest, PurgesAndRefusedCallsAreLogged) {
   EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?force=true", Bearer(kToken))).status, 200);
   EXPECT_EQ(Call(api, Req("GET", "/admin/keys/" + kKey, Bearer("guess-1"))).status, 401);
   EXPECT_EQ(Call(api, Req("DELETE", "/admin/keys/" + kKey + "?x=1")).status, 401);
-  SetLogFd(1);
-  ::close(fds[1]);
   std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  std::vector<json::object> lines;
-  std::size_t start = 0;
-  for (std::size_t end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
-    lines.push_back(json::parse(out.substr(start, end - start)).as_object());
-  }
+  const std::vector<json::object> lines = EndLogCapture(fds, out);
   ASSERT_EQ(lines.size(), 5u) << out;
   EXPECT_EQ(lines[0].at("msg"), "admin purge");
   EXPECT_EQ(lines[0].at("key").as_string(), kKey);
