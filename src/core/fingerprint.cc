@@ -734,11 +734,13 @@ std::string ComputeFingerprint(const FingerprintRequest& request, const Fingerpr
     }
   }
 
+  // JSON is canonicalised only under one Content-Type line: with two, an
+  // upstream may go by the other, and read the body as text.
   bool json_body = false;
+  std::size_t content_types = 0;
   for (const HeaderView& header : request.headers) {
     if (EqualsIgnoreCaseAscii(header.name, "content-type")) {
-      json_body = IsJsonContentType(header.value);
-      break;
+      json_body = ++content_types == 1 && IsJsonContentType(header.value);
     }
   }
   if (json_body && !rules.json_fields.empty()) {

@@ -472,9 +472,18 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   fp.method = ctx.head->effective_method();
   fp.route_id = ctx.route->id;
   fp.target = ctx.head->path_and_query;
-  fp.headers.reserve(ctx.head->headers.size());
-  for (const http::HeaderView& h : ctx.head->headers) fp.headers.push_back({h.name, h.value});
+  fp.headers.reserve(ctx.head->headers.size() + 1);
+  // An absolute-form target's authority replaces Host (RFC 9112 section
+  // 3.2.2) and is what the upstream gets: the fingerprint covers it.
+  const bool absolute_form = !ctx.head->authority.empty();
+  for (const http::HeaderView& h : ctx.head->headers) {
+    if (!absolute_form || !EqualsIgnoreCaseAscii(h.name, "host")) fp.headers.push_back({h.name, h.value});
+  }
+  if (absolute_form) fp.headers.push_back({"Host", ctx.head->authority});
   fp.body = ctx.body;
+  // A header the fingerprint covers cannot be changed through an
+  // X_Account spelling that CGI-style upstreams read as X-Account.
+  for (const std::string& name : rules.fingerprint.headers) DropHeaderLookalikes(ctx, name);
 
   core::KeyedRequest request;
   request.key = std::move(scoped);

@@ -212,6 +212,20 @@ TEST(FingerprintTest, PlusJsonAndParametersAreJson) {
   EXPECT_FALSE(IsJsonContentType(""));
 }
 
+// Under two Content-Type lines an upstream may go by the one that is not
+// JSON: the body's bytes count as they are.
+TEST(FingerprintTest, TwoContentTypeLinesCountTheBytes) {
+  Req a;
+  a.headers = {{"Content-Type", "application/json"}};
+  a.body = R"({"currency":"eur","amount":100})";
+  Req b = a;
+  b.body = R"({"amount":100,"currency":"eur"})";
+  EXPECT_EQ(Fp(a), Fp(b));
+  a.headers.push_back({"Content-Type", "text/plain"});
+  b.headers = a.headers;
+  EXPECT_NE(Fp(a), Fp(b));
+}
+
 TEST(FingerprintTest, InvalidJsonFallsBackToRawBytes) {
   Req a;
   a.body = R"({"amount":100,)";

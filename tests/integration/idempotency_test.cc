@@ -987,6 +987,35 @@ TEST_F(IdempotencyTest, FingerprintHeadersAndJsonFields) {
   c.headers.back().value = "acct-2";
   ExpectProblem(Send(c), 422, "key-reused");
   EXPECT_EQ(Executions(), 1u);
+  // Its X_Account spelling, which CGI-style upstreams read as X-Account too,
+  // does not reach the upstream beside the line the fingerprint covers.
+  HttpRequest d = KeyedPost("/echo", "k-fp-2", R"({"amount":7})");
+  d.headers.push_back({"X-Account", "acct-1"});
+  d.headers.push_back({"X_Account", "acct-2"});
+  const HttpResponse sent = Send(d);
+  ASSERT_EQ(sent.status, 200) << sent.body;
+  auto echo = ParseObject(sent.body);
+  const std::vector<HeaderField> seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "X-Account"), (std::vector<std::string>{"acct-1"}));
+  EXPECT_TRUE(Values(seen, "X_Account").empty());
+}
+
+// With host in fingerprint.headers, an absolute-form target's authority,
+// which replaces Host and is what the upstream gets, is what counts.
+TEST_F(IdempotencyTest, FingerprintHostIsTheAuthorityOfAnAbsoluteFormTarget) {
+  Start({.idempotency = "{ policy: required, fingerprint: { headers: [host, content-type] } }"});
+  HttpRequest a = KeyedPost("/echo", "k-host", R"({"amount":5})");
+  a.target = "http://a.example/echo";
+  a.headers.push_back({"Host", "a.example"});
+  ASSERT_EQ(Send(a).status, 200);
+  HttpRequest b = a;
+  b.target = "http://b.example/echo";
+  ExpectProblem(Send(b), 422, "key-reused");
+  // The same authority with the Host line it replaces changed is the same request.
+  HttpRequest c = a;
+  c.headers.back().value = "c.example";
+  EXPECT_EQ(Send(c).Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions(), 1u);
 }
 
 // The store and the metrics' label names are set once at start: a reload that
