@@ -421,7 +421,7 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
                               Later (*on_later)(void* arg), void* on_later_arg) {
   // Kept only where it may be needed: it costs an allocation per header.
   std::optional<StoredResponse> kept;
-  if (store_.FailedWritesMayLand()) kept = response;
+  if (store_.FailedWritesMayPass()) kept = response;
   Status stored = co_await CompleteOnce(reservation, std::move(response), retention);
   if (!stored.ok() && stored.code() != StatusCode::kFailedPrecondition && kept) {
     // A named object, moved into the coroutine's parameter: GCC 12 freed the
@@ -436,7 +436,8 @@ Task<Status> Engine::Complete(const Reservation& reservation, StoredResponse res
   co_return stored;
 }
 
-// A completion the store refused (a Redis out of memory or paused a moment).
+// A completion the store refused (a Redis out of memory or paused a moment,
+// a full disk under the embedded store).
 // Until it lands, the key stays reserved and retries are told 409; once it
 // lands they are replays, instead of a takeover running the request again
 // after the lease. Half a second of the lease is left for the last attempt.

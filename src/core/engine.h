@@ -147,7 +147,7 @@ class Engine {
   // `retention` (0: until purged). FailedPrecondition when the reservation
   // was lost (released, purged or taken over): the record is then untouched.
   // Wakes waiters. On another failure of a store whose faults may pass
-  // (Store::FailedWritesMayLand), the completion is tried again in the
+  // (Store::FailedWritesMayPass), the completion is tried again in the
   // background while the lease lasts (the failure is still returned); a
   // copy of `response` is kept for it on such stores only. How those
   // attempts end is logged, and told to what `on_later` made (called, with

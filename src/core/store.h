@@ -136,6 +136,12 @@ class Store {
   // Reserve (Engine::Begin). Stores that fail writes only before applying
   // them keep the default.
   virtual bool FailedWritesMayLand() const { return false; }
+  // True when a write that failed may succeed if tried again a moment later
+  // (a full disk that frees, a Redis that resumes): the engine then tries a
+  // failed completion again while its lease lasts (Engine::Complete), so
+  // that retries are replays rather than a second run after the lease.
+  // Every store whose failed writes may land is one.
+  virtual bool FailedWritesMayPass() const { return FailedWritesMayLand(); }
 
   // Worker threads (the gateway's I/O threads) announce themselves: Attach on
   // the thread, before it first runs `io`; Detach on the same thread after

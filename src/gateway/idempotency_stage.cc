@@ -177,7 +177,7 @@ class Settlement final : public http::ForwardObserver {
     // told 409 request-in-flight meanwhile, the same as after a crash; on a
     // store whose faults may pass, the completion is tried again meanwhile.
     if (metrics_ != nullptr) metrics_->StoreError(scope_, StoreOp::kComplete);
-    if (engine_.store().FailedWritesMayLand()) {  // the engine tries again (Engine::Complete)
+    if (engine_.store().FailedWritesMayPass()) {  // the engine tries again (Engine::Complete)
       static LogLimiter limiter;
       LogWarn(limiter, "response not stored: the store failed; trying again while the lease lasts",
               {{"key", reservation_.key}, {"operation_id", reservation_.operation_id}, {"error", stored.message()}});

@@ -197,8 +197,12 @@ TEST(EngineLaterCompletionTest, AReservationLostMeanwhileIsReportedAndALateLandi
 // out of memory until an operator raises maxmemory).
 class RefusingUntilStore final : public ForwardingStore {
  public:
-  RefusingUntilStore(store::memory::MemoryStore& inner, std::chrono::steady_clock::time_point until)
-      : ForwardingStore(inner, true), until_(until) {}
+  // `may_land`: a refused write may still land (a Redis); else it is only
+  // refused, and passes once the store is back (a full disk that frees).
+  RefusingUntilStore(store::memory::MemoryStore& inner, std::chrono::steady_clock::time_point until,
+                     bool may_land = true)
+      : ForwardingStore(inner, may_land), until_(until) {}
+  bool FailedWritesMayPass() const override { return true; }
   Task<Status> Complete(std::string key, std::string owner, Record completed) override {
     ++attempts;
     if (std::chrono::steady_clock::now() < until_) co_return UnavailableError("OOM command not allowed");
@@ -216,13 +220,14 @@ class RefusingUntilStore final : public ForwardingStore {
 // and then at 1.1 s, where stopping at the last doubled delay that fits
 // (0.7 s) would leave the key to a takeover, and a second run, although the
 // store took writes again at 0.9 s.
-TEST(EngineLaterCompletionTest, TheLastAttemptComesHalfASecondBeforeTheLeaseEnds) {
-  SystemClock clock;
-  store::memory::MemoryStore memory{64 << 20, clock};
-  RefusingUntilStore store(memory, std::chrono::steady_clock::now() + 900ms);
+// Completes a reservation under `lease` on `store`, which refuses writes for
+// a while, and runs the background attempts to their end: the response is
+// then stored.
+void ExpectStoredAfterRefusals(RefusingUntilStore& store, store::memory::MemoryStore& memory, SystemClock& clock,
+                               Duration lease) {
   Engine engine{store, clock};
   boost::asio::io_context ctx;
-  const BeginResult begun = RunTask(ctx, engine.Begin(LeasedRequest(1600ms)));
+  const BeginResult begun = RunTask(ctx, engine.Begin(LeasedRequest(lease)));
   ASSERT_EQ(begun.outcome, BeginOutcome::kProceed);
   const Status first = RunTask(ctx, engine.Complete(begun.reservation, Response(201, "made"), 1h));
   EXPECT_EQ(first.code(), StatusCode::kUnavailable);
@@ -232,6 +237,23 @@ TEST(EngineLaterCompletionTest, TheLastAttemptComesHalfASecondBeforeTheLeaseEnds
   ASSERT_TRUE(held.ok());
   ASSERT_TRUE(held->has_value());
   EXPECT_EQ((*held)->state, RecordState::kCompleted) << store.attempts << " attempts";
+}
+
+TEST(EngineLaterCompletionTest, TheLastAttemptComesHalfASecondBeforeTheLeaseEnds) {
+  SystemClock clock;
+  store::memory::MemoryStore memory{64 << 20, clock};
+  RefusingUntilStore store(memory, std::chrono::steady_clock::now() + 900ms);
+  ExpectStoredAfterRefusals(store, memory, clock, 1600ms);
+}
+
+// The same on a store whose refused writes never land but pass once it is
+// back (the embedded store on a disk that was full): a retry after the
+// lease would otherwise run the request again.
+TEST(EngineLaterCompletionTest, AStoreWhoseRefusalsPassIsTriedAgainToo) {
+  SystemClock clock;
+  store::memory::MemoryStore memory{64 << 20, clock};
+  RefusingUntilStore store(memory, std::chrono::steady_clock::now() + 300ms, /*may_land=*/false);
+  ExpectStoredAfterRefusals(store, memory, clock, 1600ms);
 }
 
 TEST_F(EngineTest, FirstRequestProceeds) {

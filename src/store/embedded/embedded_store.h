@@ -129,6 +129,10 @@ class EmbeddedStore final : public core::Store {
   // keys: RocksDB's estimate for the records family (counts versions and
   // tombstones not yet compacted); bytes: live SST files plus memtables.
   core::StoreStats Stats() const override;
+  // A write refused for a full disk or a background error passes once the
+  // store takes writes again (EmbeddedStore's recovery), so a failed
+  // completion is worth trying again within its lease.
+  bool FailedWritesMayPass() const override { return true; }
 
   // Free bytes the store waits for on the volume after a full disk before it
   // resumes writes: room for the flush that resuming starts with and for the
