@@ -327,6 +327,20 @@ std::string SubstituteKey(std::string_view pattern, std::string_view key) {
   return out;
 }
 
+// Under dedup: upstream the upstream deduplicates by the key header it is
+// sent, which must be the scoped key the gateway sets: where the gateway sets
+// none (a method the route does not handle, a request without a key, a
+// recovery request), a client's key header, its look-alike spellings
+// (Idempotency_Key) and a client's replay header do not reach it. Otherwise
+// such a key, passed as sent, would be deduplicated there unscoped: one
+// naming another caller's scoped key would reach that caller's outcome.
+void DropClientKeyForUpstreamDedup(RequestContext& ctx, const RouteIdempotency& rules) {
+  if (rules.dedup != config::DedupMode::kUpstream) return;
+  ctx.remove_headers.emplace_back(rules.header);
+  DropHeaderLookalikes(ctx, rules.header);
+  ctx.remove_headers.emplace_back(rules.replay_header);
+}
+
 http::Response ToResponse(core::StoredResponse stored) {
   http::Response r;
   r.status = stored.status;
@@ -396,7 +410,10 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
                      "route " + ctx.route->id + " does not accept an " + rules.header + " header",
                      "key_prohibited");
   }
-  if (!HandlesRequest(rules, *ctx.head)) co_return IdempotencyDecision::Forward();
+  if (!HandlesRequest(rules, *ctx.head)) {
+    DropClientKeyForUpstreamDedup(ctx, rules);
+    co_return IdempotencyDecision::Forward();
+  }
   // An Idempotency_Key line would reach the upstream unscoped beside the
   // gateway's own (or, above, past a prohibited route's refusal).
   DropHeaderLookalikes(ctx, rules.header);
@@ -416,7 +433,10 @@ Task<IdempotencyDecision> IdempotencyStage::Decide(RequestContext& ctx) {
   } else {
     const std::vector<std::string_view> lines = HeaderLines(*ctx.head, rules.header);
     if (lines.empty()) {
-      if (rules.policy == config::Policy::kOptional) co_return IdempotencyDecision::Forward();
+      if (rules.policy == config::Policy::kOptional) {
+        DropClientKeyForUpstreamDedup(ctx, rules);
+        co_return IdempotencyDecision::Forward();
+      }
       if (metrics != nullptr) metrics->KeyMissing(scope, "required");
       co_return Refuse(ctx, http::ProblemCode::kMissingKey,
                        "route " + ctx.route->id + " requires an " + rules.header + " header on " +
@@ -649,6 +669,7 @@ Task<IdempotencyDecision> IdempotencyStage::Recover(RequestContext& ctx, std::st
     // for one, takes the value as an opaque string).
     const std::string forwarded = core::SerializeKeyAsSfString(
         rules.forward_key == config::ForwardKey::kNamespaced ? std::string_view(scoped) : std::string_view(parsed.key));
+    DropClientKeyForUpstreamDedup(ctx, rules);
     IdempotencyDecision decision;
     decision.forward.target = SubstituteKey(ctx.route->config->recovery_upstream_path, PercentEncode(forwarded));
     co_return decision;

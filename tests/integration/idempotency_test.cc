@@ -1197,6 +1197,51 @@ TEST_F(IdempotencyTest, DedupUpstreamWithTheRawKeySendsOneSpellingAndRecoversIt)
   EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/%22k-raw%22");
 }
 
+// Under dedup: upstream the upstream deduplicates by the key header, which
+// the gateway sets to the scoped key: where it sets none (a method the route
+// does not handle, a request without a key, a recovery request) a client's
+// key header, its '_' and case look-alikes and its replay header never reach
+// the upstream. Passed as sent, a key naming another caller's scoped key
+// would be deduplicated there as that caller's.
+TEST_F(IdempotencyTest, DedupUpstreamSendsNoClientKeyWhereTheGatewaySetsNone) {
+  Start({.idempotency = "{ policy: optional, dedup: upstream, methods: [POST] }",
+         .route_extra = "    recovery: true\n    recovery_upstream_path: /echo/attach/{key}\n"});
+  const auto with_client_key = [](HttpRequest req, bool key_line = true) {
+    if (key_line) req.headers.push_back({"Idempotency-Key", "\"t-acme:p1:user:alice:api:R9\""});
+    req.headers.push_back({"Idempotency_Key", "t-acme:p1:user:alice:api:R9"});
+    req.headers.push_back({"IDEMPOTENCY_key", "R9"});
+    req.headers.push_back({"Idempotent-Replayed", "true"});
+    return req;
+  };
+  const auto expect_no_client_key = [](const HttpResponse& r, const std::string& what) {
+    ASSERT_EQ(r.status, 200) << what << ": " << r.body;
+    auto echo = ParseObject(r.body);
+    const auto seen = EchoedHeaders(echo);
+    EXPECT_TRUE(Values(seen, "Idempotency-Key").empty()) << what;
+    EXPECT_TRUE(Values(seen, "Idempotency_Key").empty()) << what;
+    EXPECT_TRUE(Values(seen, "Idempotent-Replayed").empty()) << what;
+  };
+  for (const std::string method : {"PUT", "PATCH", "DELETE", "GET"}) {
+    expect_no_client_key(Send(with_client_key(HttpRequest{.method = method, .target = "/echo"})), method);
+  }
+  // A POST without a key: nothing of the client's either (its look-alikes
+  // and replay header).
+  expect_no_client_key(Send(with_client_key(KeyedPost("/echo", ""), false)), "unkeyed POST");
+  // Recovery: the upstream is asked for the caller's scoped key in the path,
+  // and gets no key header of the client's.
+  const HttpResponse recovered = Send(with_client_key(HttpRequest{.target = "/by-idempotency-key/k-up"}));
+  expect_no_client_key(recovered, "recovery");
+  EXPECT_EQ(ParseObject(recovered.body)["target"], "/echo/attach/%22t-_%3A_%3A_%3Aapi%3Ak-up%22");
+  // A keyed POST still sends the scoped key alone.
+  const HttpResponse r = Send(with_client_key(KeyedPost("/echo", "k-up"), false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto echo = ParseObject(r.body);
+  const auto seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "Idempotency-Key"), (std::vector<std::string>{"\"t-_:_:_:api:k-up\""}));
+  EXPECT_TRUE(Values(seen, "Idempotency_Key").empty());
+  EXPECT_TRUE(Values(seen, "Idempotent-Replayed").empty());
+}
+
 // Header names that differ from the key header only by '_' for '-' are the
 // same variable to CGI-style upstreams: they never reach the upstream where
 // the gateway handles the key (beside its own scoped key, or instead of a
