@@ -197,6 +197,37 @@ std::string ListenersClash(std::string_view listen, std::string_view admin) {
   return {};
 }
 
+// Whether `segment` is "." or "..", also spelled with %2E (RFC 3986 section
+// 6.2.2.2: the same segment).
+bool IsDotSegment(std::string_view segment) {
+  int dots = 0;
+  while (!segment.empty()) {
+    if (segment.front() == '.') {
+      segment.remove_prefix(1);
+    } else if (segment.size() >= 3 && segment[0] == '%' && segment[1] == '2' &&
+               (segment[2] == 'e' || segment[2] == 'E')) {
+      segment.remove_prefix(3);
+    } else {
+      return false;
+    }
+    ++dots;
+  }
+  return dots == 1 || dots == 2;
+}
+
+// Whether the path part of an origin-form target (up to a '?') holds a dot segment.
+bool HasDotSegment(std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  while (!path.empty()) {
+    path.remove_prefix(1);  // the '/' before the segment
+    const std::size_t end = path.find('/');
+    if (IsDotSegment(path.substr(0, end))) return true;
+    if (end == std::string_view::npos) break;
+    path.remove_prefix(end);
+  }
+  return false;
+}
+
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
 }
@@ -543,6 +574,14 @@ class Validator {
                            }),
               path + ".recovery_upstream_path", "must not contain white space, control characters, '#' or non-ASCII "
                                                 "characters (percent-encode them)");
+        // Without {key} every caller's recovery of any key would read one
+        // resource; a dot segment would be resolved by the upstream (or a
+        // proxy before it) to another path than the one written.
+        Check(p.find("{key}") != std::string::npos, path + ".recovery_upstream_path",
+              "must hold {key} (replaced by the key the upstream was sent), or every recovery would read the same "
+              "upstream resource");
+        Check(!HasDotSegment(p), path + ".recovery_upstream_path",
+              "must not hold a '.' or '..' segment (write the path it stands for)");
       }
       if (r.max_in_flight) {
         Check(*r.max_in_flight > 0, path + ".max_in_flight", "must be greater than 0");
@@ -614,8 +653,10 @@ class Validator {
         Check(r.match.path.empty(), path + ".recovery",
               "recovery serves GET {path_prefix}/by-idempotency-key/{key}, which an exact match.path has no room "
               "for; match this route with path_prefix (or remove recovery)");
-        Check(idem.policy != Policy::kProhibited, path + ".recovery",
-              "recovery is not available on policy: prohibited routes (they keep no outcome to recover)");
+        Check(idem.policy != Policy::kProhibited && idem.policy != Policy::kPassthrough, path + ".recovery",
+              "recovery is not available on policy: " + std::string(Name(idem.policy)) +
+                  " routes (their writes are not deduplicated under a scoped key, so there is no outcome of the "
+                  "caller's own to recover)");
       }
       if (r.recovery && idem.dedup == DedupMode::kUpstream) {
         Check(!r.recovery_upstream_path.empty(), path + ".recovery",
@@ -635,6 +676,12 @@ class Validator {
       // deduplication there is, and the only scoping.
       const bool keyed_policy =
           idem.policy == Policy::kRequired || idem.policy == Policy::kOptional || idem.policy == Policy::kWebhook;
+      // A passthrough route forwards the client's key as sent: the upstream
+      // would deduplicate unscoped keys, shared by every caller.
+      Check(idem.dedup != DedupMode::kUpstream || idem.policy != Policy::kPassthrough, idem_path + ".dedup",
+            "route " + Quote(r.id) + " has policy: passthrough, which forwards the client's key as sent, unvalidated " +
+                "and unscoped; dedup: upstream needs policy required, optional or webhook (the gateway validates " +
+                "and scopes the key the upstream deduplicates by), or set dedup: gateway");
       if (idem.dedup == DedupMode::kUpstream && keyed_policy) {
         Check(idem.forward_key != ForwardKey::kNone, idem_path + ".forward_key",
               "route " + Quote(r.id) + " leaves deduplication to its upstream (dedup: upstream), which " +

@@ -400,13 +400,13 @@ routes:
   - id: hooks
     match: { path: "/hooks/{webhook_id}", methods: [POST] }
     upstream: app
-    idempotency: { policy: webhook, provider: generic }
+    idempotency: { policy: webhook, provider: generic, forward_key: none }
   - id: workflows
     match: { path_prefix: /restate }
     upstream: restate
     recovery: true
     recovery_upstream_path: /restate/invocation/{service}/{handler}/{key}/attach
-    idempotency: { dedup: upstream, forward_key: none, policy: passthrough }
+    idempotency: { dedup: upstream, policy: required }
 webhooks:
   endpoints:
     - { id: gh1, tenant: acme, project: infra, provider: github, secret_file: /run/secrets/gh }
@@ -483,14 +483,15 @@ log: { level: debug, format: text }
   EXPECT_EQ(hooks.idempotency.policy, Policy::kWebhook);
   EXPECT_EQ(hooks.idempotency.provider, "generic");
   EXPECT_EQ(EffectiveScope(hooks.idempotency, c.identity), Scope::kSubject);
+  EXPECT_EQ(hooks.idempotency.forward_key, ForwardKey::kNone);
 
   const Route& workflows = c.routes[2];
   EXPECT_TRUE(workflows.recovery);
   EXPECT_EQ(workflows.recovery_upstream_path,
             "/restate/invocation/{service}/{handler}/{key}/attach");
   EXPECT_EQ(workflows.idempotency.dedup, DedupMode::kUpstream);
-  EXPECT_EQ(workflows.idempotency.forward_key, ForwardKey::kNone);
-  EXPECT_EQ(workflows.idempotency.policy, Policy::kPassthrough);
+  EXPECT_EQ(workflows.idempotency.forward_key, ForwardKey::kNamespaced);
+  EXPECT_EQ(workflows.idempotency.policy, Policy::kRequired);
 
   ASSERT_EQ(c.webhooks.size(), 4u);
   EXPECT_EQ(c.webhooks[0].id, "gh1");

@@ -206,6 +206,60 @@ TEST(ValidateTest, RecoveryNeedsGetAmongTheRoutesMethods) {
   EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
 }
 
+// Every caller's recovery under dedup: upstream goes to recovery_upstream_path
+// with its own scoped key in {key}: without {key} all of them would read one
+// resource, and a dot segment would be resolved (by the upstream, or a proxy
+// before it) to another path than the one written.
+TEST(ValidateTest, RecoveryUpstreamPathNeedsTheKeyAndNoDotSegments) {
+  Config c = CodeConfig();
+  c.routes[0].recovery = true;
+  c.routes[0].idempotency.dedup = DedupMode::kUpstream;
+  for (const std::string accepted :
+       {"/restate/invocation/{key}/attach", "/a.b/..c/.../{key}", "/x/{key}?from=./..", "/lookup?key={key}",
+        "/%2e%2f/{key}"}) {
+    c.routes[0].recovery_upstream_path = accepted;
+    EXPECT_TRUE(Validate(c).ok()) << accepted << ": " << Validate(c).message();
+  }
+  c.routes[0].recovery_upstream_path = "/att9/static";
+  EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery_upstream_path: must hold {key}", 0), 0u)
+      << Validate(c).message();
+  for (const std::string refused : {"/a/../{key}", "/a/./{key}", "/{key}/..", "/{key}/.", "/a/%2E%2e/{key}",
+                                    "/a/.%2E/{key}", "/a/%2e/{key}", "/{key}/..?x=1"}) {
+    c.routes[0].recovery_upstream_path = refused;
+    EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery_upstream_path: must not hold a '.' or '..' segment", 0),
+              0u)
+        << refused << ": " << Validate(c).message();
+  }
+}
+
+// A passthrough route forwards the client's key as sent: an upstream
+// deduplicating by it would share every key among all callers, and recovery
+// (which scopes the key) could never name it, or without scoping would name
+// another caller's.
+TEST(ValidateTest, PassthroughRoutesTakeNeitherUpstreamDedupNorRecovery) {
+  Config c = CodeConfig();
+  c.routes[0].idempotency.policy = Policy::kPassthrough;
+  c.routes[0].idempotency.dedup = DedupMode::kUpstream;
+  for (ForwardKey forward : {ForwardKey::kNamespaced, ForwardKey::kRaw, ForwardKey::kNone}) {
+    c.routes[0].idempotency.forward_key = forward;
+    EXPECT_EQ(Validate(c).message().rfind("routes[0].idempotency.dedup: route \"orders\" has policy: passthrough", 0),
+              0u)
+        << Validate(c).message();
+  }
+  c.routes[0].recovery = true;
+  c.routes[0].recovery_upstream_path = "/attach/{key}";
+  EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery: recovery is not available on policy: passthrough", 0),
+            0u)
+      << Validate(c).message();
+  c.routes[0].idempotency.dedup = DedupMode::kGateway;
+  c.routes[0].recovery_upstream_path.clear();
+  EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery: recovery is not available on policy: passthrough", 0),
+            0u)
+      << Validate(c).message();
+  c.routes[0].recovery = false;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c).message();
+}
+
 // Only Twilio signs the URL it calls, so only its providers take a public_url.
 TEST(ValidateTest, PublicUrlIsForTwilioEndpointsOnly) {
   Config c = CodeConfig();
