@@ -3,6 +3,9 @@
 // space) and the committer's batching.
 #include "store/embedded/embedded_store.h"
 
+#include "common/clock.h"
+#include "core/engine.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
@@ -901,6 +904,45 @@ TEST_F(EmbeddedStoreTest, AFullDiskNeverAbortsAndWritesResumeOnceThereIsRoomAgai
   for (int i = 0; i < 50; ++i) EXPECT_TRUE(Get(*store, "before" + std::to_string(i)).has_value()) << i;
   EXPECT_FALSE(Get(*store, "while-full").has_value());
   EXPECT_FALSE(Get(*store, "while-full-again").has_value());
+}
+
+// A completion refused for a full disk is tried again while its lease lasts
+// (Store::FailedWritesMayPass): once there is room it lands, so a retry is a
+// replay, not a second run after the lease.
+TEST_F(EmbeddedStoreTest, ACompletionRefusedForAFullDiskLandsOnceThereIsRoomAgain) {
+  auto disk = std::make_shared<FullDiskFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  auto o = Opts();
+  o.env = env.get();
+  SystemClock clock;
+  o.clock = &clock;
+  auto store = OpenOrDie(o);
+  ASSERT_NE(store, nullptr);
+  core::Engine engine{*store, clock};
+  core::KeyedRequest request;
+  request.key = "paid";
+  request.fingerprint = Fingerprint(1);
+  request.lease = 10s;
+  const core::BeginResult begun = Run(engine.Begin(request));
+  ASSERT_EQ(begun.outcome, core::BeginOutcome::kProceed) << begun.status.ToString();
+
+  disk->full = true;
+  core::StoredResponse response;
+  response.status = 201;
+  response.body = "made";
+  std::thread room([&] {
+    std::this_thread::sleep_for(300ms);
+    disk->full = false;
+  });
+  // Runs the background attempts too, until one lands.
+  const Status first = Run(engine.Complete(begun.reservation, response, 1h));
+  room.join();
+  EXPECT_FALSE(first.ok());
+  auto held = Run(store->Get("paid", clock.NowMillis()));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(held->has_value());
+  EXPECT_EQ((*held)->state, core::RecordState::kCompleted);
+  EXPECT_EQ((*held)->response.body, "made");
 }
 
 // RocksDB's info log is written by the store (see InfoLog in the .cc): LOG
