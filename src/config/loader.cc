@@ -333,11 +333,30 @@ class Loader {
   void LoadStore(const Field& f, Store* s) {
     Map m(*this, f, {"kind", "path", "sync", "max_bytes", "on_error", "redis"});
     if (auto g = m.Get("kind")) s->kind = Enum<StoreKind>(*g);
-    if (auto g = m.Get("path")) s->path = String(*g);
-    if (auto g = m.Get("sync")) s->sync = Bool(*g);
-    if (auto g = m.Get("max_bytes")) s->max_bytes = Size(*g);
+    // A key of another kind of store would be ignored (a max_bytes meant as
+    // a bound on the embedded store bounds nothing): an error, as the
+    // settings of another identity mode are.
+    const auto only_for = [&](const Field& g, StoreKind kind) {
+      if (s->kind != kind) {
+        Fail(g, "only used with store.kind " + std::string(Name(kind)) + " (kind is " + std::string(Name(s->kind)) +
+                    ")");
+      }
+    };
+    if (auto g = m.Get("path")) {
+      only_for(*g, StoreKind::kEmbedded);
+      s->path = String(*g);
+    }
+    if (auto g = m.Get("sync")) {
+      only_for(*g, StoreKind::kEmbedded);
+      s->sync = Bool(*g);
+    }
+    if (auto g = m.Get("max_bytes")) {
+      only_for(*g, StoreKind::kMemory);
+      s->max_bytes = Size(*g);
+    }
     if (auto g = m.Get("on_error")) s->on_error = Enum<OnError>(*g);
     if (auto g = m.Get("redis")) {
+      only_for(*g, StoreKind::kRedis);
       Map r(*this, *g, {"addresses", "cluster", "username", "password_env", "key_prefix", "timeout"});
       if (auto h = r.Get("addresses")) s->redis.addresses = StringList(*h);
       if (auto h = r.Get("cluster")) s->redis.cluster = Bool(*h);

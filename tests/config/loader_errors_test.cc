@@ -48,6 +48,8 @@ struct BadConfig {
 
 std::vector<BadConfig> BadConfigs() {
   const std::string m = kMinimal;
+  // A Redis store with an address, for the cases about its other keys.
+  const std::string kRedis = "store:\n  kind: redis\n  redis:\n    addresses: [r:6379]\n";
   return {
       // Unknown keys, at every depth.
       {"UnknownTopLevelKeySuggestsTheNearOne", m + "listn: 127.0.0.1:80\n", 7, "listn",
@@ -66,7 +68,7 @@ std::vector<BadConfig> BadConfigs() {
        "upstreams:\n  app: { url: http://127.0.0.1:9001 }\nroutes:\n  - id: r1\n"
        "    match: { prefix: / }\n    upstream: app\n",
        5, "routes[0].match.prefix", "unknown key"},
-      {"UnknownKeyInStoreRedis", m + "store:\n  redis:\n    adresses: [a:1]\n", 9,
+      {"UnknownKeyInStoreRedis", m + "store:\n  kind: redis\n  redis:\n    adresses: [a:1]\n", 10,
        "store.redis.adresses", "did you mean \"addresses\"?"},
       {"UnknownKeyInWebhookEndpoint", m + "webhooks:\n  endpoints:\n    - id: w\n      secret: x\n",
        10, "webhooks.endpoints[0].secret", "unknown key"},
@@ -282,23 +284,32 @@ std::vector<BadConfig> BadConfigs() {
        "admin.listen", "(the wildcard 0.0.0.0 takes port 8080 on every IPv4 address)"},
       {"AdminListenUnderAnIpv6Wildcard", m + "listen: \"[::]:8080\"\nadmin: { listen: \"[::1]:8080\" }\n", 8,
        "admin.listen", "(the wildcard :: takes port 8080 on every IPv6 address)"},
+      // A key of another kind of store would be ignored.
+      {"MaxBytesOnTheEmbeddedStore", m + "store:\n  kind: embedded\n  max_bytes: 20KiB\n", 9, "store.max_bytes",
+       "only used with store.kind memory (kind is embedded)"},
+      {"SyncOnTheMemoryStore", m + "store:\n  kind: memory\n  sync: true\n", 9, "store.sync",
+       "only used with store.kind embedded (kind is memory)"},
+      {"PathOnTheRedisStore", m + "store:\n  kind: redis\n  path: /tmp/x\n  redis: { addresses: [r:6379] }\n", 9,
+       "store.path", "only used with store.kind embedded (kind is redis)"},
+      {"RedisBlockOnTheEmbeddedStore", m + "store:\n  redis: { addresses: [r:6379] }\n", 8, "store.redis",
+       "only used with store.kind redis (kind is embedded)"},
       {"RedisWithoutAddresses", m + "store:\n  kind: redis\n", 7, "store.redis.addresses",
        "store.kind redis needs at least one address"},
       {"RedisBadAddress", m + "store:\n  kind: redis\n  redis:\n    addresses: [redis]\n", 10,
        "store.redis.addresses[0]", "missing port"},
       {"RedisPortZero", m + "store:\n  kind: redis\n  redis:\n    addresses: [\"r:0\"]\n", 10,
        "store.redis.addresses[0]", "port must be in 1..65535"},
-      {"RedisEmptyKeyPrefix", m + "store:\n  redis:\n    key_prefix: \"\"\n", 9, "store.redis.key_prefix",
+      {"RedisEmptyKeyPrefix", m + kRedis + "    key_prefix: \"\"\n", 11, "store.redis.key_prefix",
        "must not be empty"},
-      {"RedisKeyPrefixWithAHashTag", m + "store:\n  redis:\n    key_prefix: \"{prod}:\"\n", 9,
+      {"RedisKeyPrefixWithAHashTag", m + kRedis + "    key_prefix: \"{prod}:\"\n", 11,
        "store.redis.key_prefix", "must not contain '{' or '}'"},
-      {"RedisKeyPrefixWithASpace", m + "store:\n  redis:\n    key_prefix: \"prod idg:\"\n", 9,
+      {"RedisKeyPrefixWithASpace", m + kRedis + "    key_prefix: \"prod idg:\"\n", 11,
        "store.redis.key_prefix", "must be visible ASCII"},
-      {"RedisKeyPrefixTooLong", m + "store:\n  redis:\n    key_prefix: " + std::string(65, 'p') + "\n", 9,
+      {"RedisKeyPrefixTooLong", m + kRedis + "    key_prefix: " + std::string(65, 'p') + "\n", 11,
        "store.redis.key_prefix", "must be at most 64 bytes"},
-      {"RedisUsernameWithoutPassword", m + "store:\n  redis:\n    username: gateway\n", 9,
+      {"RedisUsernameWithoutPassword", m + kRedis + "    username: gateway\n", 11,
        "store.redis.username", "needs store.redis.password_env"},
-      {"RedisUsernameWithASpace", m + "store:\n  redis:\n    username: \"a b\"\n    password_env: P\n", 9,
+      {"RedisUsernameWithASpace", m + kRedis + "    username: \"a b\"\n    password_env: P\n", 11,
        "store.redis.username", "must be visible ASCII"},
 
       // Idempotency ranges and shapes.

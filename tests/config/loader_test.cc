@@ -356,6 +356,15 @@ TEST(LoaderTest, JwtJwksUrlSettingsAreReadAndDefaulted) {
   EXPECT_TRUE(MustLoad(kMinimal).identity.jwt.jwks_url.empty());
 }
 
+// The keys of the embedded and memory stores, each with its own kind.
+TEST(LoaderTest, StoreKeysOfEachKindAreRead) {
+  Config embedded = MustLoad(std::string(kMinimal) + "store: { kind: embedded, path: /var/lib/idg, sync: true }\n");
+  EXPECT_EQ(embedded.store.path, "/var/lib/idg");
+  EXPECT_TRUE(embedded.store.sync);
+  Config memory = MustLoad(std::string(kMinimal) + "store: { kind: memory, max_bytes: 1GiB }\n");
+  EXPECT_EQ(memory.store.max_bytes, 1024u * kMiB);
+}
+
 TEST(LoaderTest, EverySectionIsRead) {
   Config c = MustLoad(R"(listen: 0.0.0.0:0
 workers: 4
@@ -366,8 +375,6 @@ admin: { listen: "[::1]:9090", token_env: ADMIN_TOKEN }
 store:
   kind: redis
   on_error: fail_open
-  sync: true
-  max_bytes: 1GiB
   redis:
     addresses: [10.0.0.1:6379, "redis-2:6380"]
     cluster: true
@@ -444,8 +451,6 @@ log: { level: debug, format: text }
   EXPECT_EQ(c.admin.token_env, "ADMIN_TOKEN");
   EXPECT_EQ(c.store.kind, StoreKind::kRedis);
   EXPECT_EQ(c.store.on_error, OnError::kFailOpen);
-  EXPECT_TRUE(c.store.sync);
-  EXPECT_EQ(c.store.max_bytes, 1024u * kMiB);
   EXPECT_EQ(c.store.redis.addresses, (std::vector<std::string>{"10.0.0.1:6379", "redis-2:6380"}));
   EXPECT_TRUE(c.store.redis.cluster);
   EXPECT_EQ(c.store.redis.password_env, "REDIS_PASSWORD");
