@@ -262,6 +262,51 @@ std::string Id(Reader& in, std::size_t max, char avoid) {
   return out;
 }
 
+// The key of a Twilio messaging form whose names and values run together are
+// `text` (what the signature covers): read from that text, so that every cut
+// of it into fields gives one key. The one "MessageSid" (not inside
+// "SmsMessageSid") followed by two capitals and lower-case hex digits, and
+// the one "MessageStatus" (else "SmsStatus") followed by lower-case letters
+// or '_'; anything else open is "twilio-fields-" + the text's SHA-256.
+std::string TwilioKeyOfSignedText(const std::string& text) {
+  const auto count = [&](const std::string& name, std::size_t* first) {
+    std::size_t n = 0;
+    for (std::size_t at = 0; (at = text.find(name, at)) != std::string::npos; ++at) {
+      if (name == "MessageSid" && at >= 3 && text.compare(at - 3, 3, "Sms") == 0) continue;
+      if (n++ == 0) *first = at;
+    }
+    return n;
+  };
+  const std::string whole = "twilio-fields-" + Sha256Hex(text);
+  std::size_t sid_at = 0;
+  if (count("MessageSid", &sid_at) != 1) return whole;
+  std::size_t p = sid_at + 10;
+  const auto upper = [&](std::size_t i) { return i < text.size() && text[i] >= 'A' && text[i] <= 'Z'; };
+  if (!upper(p) || !upper(p + 1)) return whole;
+  std::size_t end = p + 2;
+  while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || (text[end] >= 'a' && text[end] <= 'f'))) {
+    ++end;
+  }
+  if (end == p + 2) return whole;
+  std::string key = "twilio-" + text.substr(p, end - p);
+  std::size_t status_at = 0;
+  std::string name = "MessageStatus";
+  std::size_t statuses = count(name, &status_at);
+  if (statuses == 0) {
+    name = "SmsStatus";
+    statuses = count(name, &status_at);
+  }
+  if (statuses > 1) return whole;
+  if (statuses == 1) {
+    std::size_t from = status_at + name.size();
+    std::size_t to = from;
+    while (to < text.size() && ((text[to] >= 'a' && text[to] <= 'z') || text[to] == '_')) ++to;
+    if (to == from) return whole;
+    key += "-" + text.substr(from, to - from);
+  }
+  return key;
+}
+
 // A value of a key joined from several: '~' written "~7E" and '-' "~2D".
 std::string Escaped(const std::string& value) {
   std::string out;
@@ -347,7 +392,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
     case Provider::kTwilioEventStreams: {
       std::string id = Id(in, 34, 0);
       // Half the messaging sids are of Twilio's shape (two capitals, lower-case hex): the
-      // others are refused (no key), so without these no form would make one.
+      // others leave the key's reading open (the key of the signed text).
       if (choice.provider == Provider::kTwilio && (id[0] & 1)) id = "SM" + Hex(id, false);
       const std::string path = FormEscape(Id(in, 12, 0));
       // Signed with the default port written or not, sent the other way when flags & 2.
@@ -362,7 +407,6 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
       }
       std::string suffix;
       std::string status;
-      std::string body_text;  // the form's Body field
       const bool sha_mode = flags & 4;
       if (sha_mode) {
         // Event Streams: a JSON body, its SHA-256 in the URL.
@@ -380,7 +424,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         const std::string_view statuses[] = {"", "delivered", "sent", "failed"};
         status = std::string(statuses[(flags >> 4) & 3]);
         std::vector<std::pair<std::string, std::string>> fields = {
-            {"MessageSid", id}, {"Body", body_text = std::string(in.Rest())}};
+            {"MessageSid", id}, {"Body", std::string(in.Rest())}};
         if (!status.empty())
           fields.emplace_back((flags & 0x40) ? "SmsStatus" : "MessageStatus", status);
         if (flags & 0x80) std::reverse(fields.begin(), fields.end());
@@ -403,18 +447,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         s.key = "twilio-" + id;
         if (!sha_mode) s.body_signed = false;
       } else {
-        s.key = "twilio-" + id + (status.empty() ? "" : "-" + status);
-        // Only Twilio's sids make keys, and a form whose cut between fields could have been
-        // moved makes none: here a status field missing while the body's text holds its name.
-        const auto is_sid = [](const std::string& v) {
-          return v.size() > 2 && v[0] >= 'A' && v[0] <= 'Z' && v[1] >= 'A' && v[1] <= 'Z' &&
-                 std::all_of(v.begin() + 2, v.end(),
-                             [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-        };
-        const bool message_status = !status.empty() && !(flags & 0x40);
-        const bool hidden = (!message_status && body_text.find("MessageStatus") != std::string::npos) ||
-                            (status.empty() && body_text.find("SmsStatus") != std::string::npos);
-        if (!sha_mode && (!is_sid(id) || hidden)) s.expected = Outcome::kNoId;
+        if (!sha_mode) s.key = TwilioKeyOfSignedText(suffix);
       }
       return true;
     }

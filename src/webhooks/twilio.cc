@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/ascii.h"
 #include "common/digest.h"
@@ -59,8 +60,12 @@ Form QueryOf(std::string_view url) {
   return ParseForm(query).value_or(Form{});
 }
 
-// Returns nothing when the request carries a valid Twilio signature, else why it does not.
-std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const WebhookRequest& request) {
+// Returns nothing when the request carries a valid Twilio signature, else why
+// it does not. `signed_fields` (when given) receives the form's names and
+// values as the signature covers them: sorted and run together, empty when
+// the URL's bodySHA256 signs the body instead.
+std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const WebhookRequest& request,
+                                                  std::string* signed_fields = nullptr) {
   std::string problem;
   const auto header = SignatureHeader(request, "X-Twilio-Signature", &problem);
   if (!header) return problem;
@@ -92,6 +97,7 @@ std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const
   if (body_sha256.count == 1 && !EqualsIgnoreCaseAscii(body_sha256.value, Sha256Hex(request.body))) {
     return "the body does not match the URL's bodySHA256";
   }
+  if (signed_fields != nullptr) *signed_fields = std::move(suffix);
   return std::nullopt;
 }
 
@@ -103,64 +109,81 @@ constexpr std::string_view kSmsStatusField = "SmsStatus";
 bool IsSidDigit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 bool IsStatusChar(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
 
-// A sid as Twilio writes them: two capital letters and lower-case hex digits
-// (SM, MM + 32 of them).
-bool IsSid(std::string_view v) {
-  return v.size() > 2 && v[0] >= 'A' && v[0] <= 'Z' && v[1] >= 'A' && v[1] <= 'Z' &&
-         std::all_of(v.begin() + 2, v.end(), IsSidDigit);
+// Where `name` occurs in `text`, apart from inside the field name
+// "SmsMessageSid" (which holds "MessageSid" and comes with every message).
+std::vector<std::size_t> Occurrences(std::string_view text, std::string_view name) {
+  std::vector<std::size_t> at;
+  for (std::size_t p = text.find(name); p != std::string_view::npos; p = text.find(name, p + 1)) {
+    if (name == kSidField && p >= 3 && text.substr(p - 3, 3) == "Sms") continue;
+    at.push_back(p);
+  }
+  return at;
 }
 
-bool IsStatus(std::string_view v) { return !v.empty() && std::all_of(v.begin(), v.end(), IsStatusChar); }
+// The longest run of `text` from `from` whose characters satisfy `ok`.
+std::string_view RunOf(std::string_view text, std::size_t from, bool (*ok)(char)) {
+  std::size_t end = from;
+  while (end < text.size() && ok(text[end])) ++end;
+  return text.substr(from, end - from);
+}
 
-// Twilio signs the names and values of a form run together, not where one
-// ends and the next begins, so a captured delivery can be sent again with
-// its text cut differently ("MessageStatus=deliv&ered…=…", a name
-// "MessageStatusdel") under the same signature; read as sent, that would be
-// another key and would run again. Refused here: every way of moving a cut
-// that changes the key shows in the form. The sid and status hold only
-// their own characters (so neither can have taken in a following name, which
-// starts with a capital letter); the field sorted after each does not start
-// with one of those characters (so neither can have lost its tail to it); no
-// name is a key field's name cut short or run on; and a key field that is
-// missing is not hidden in another field's text. `sorted` is the form in
-// the signature's order. Returns why when the form could be a re-cut.
-std::optional<std::string> RecutProblem(const Form& sorted, const Lookup& sid, std::string_view status_name,
-                                        const Lookup& status) {
-  if (!IsSid(sid.value)) return "MessageSid is not a Twilio sid (two capital letters, then hex digits)";
-  if (status.count == 1 && !IsStatus(status.value)) {
-    return "the message status is not a Twilio status (lower-case letters and '_')";
+// Twilio signs a form's names and values run together (`signed_fields`), not
+// where one field ends and the next begins: a captured delivery can be sent
+// again, under its signature, cut elsewhere (a status run on into the next
+// field, cut short, a name run on into its value, a field made of a message
+// body's text). A key read from the fields as sent would differ from cut to
+// cut and run again each time; so it is read from the signed text, which is
+// the same however it is cut: the one "MessageSid" in it (not counting the
+// field name SmsMessageSid), then two capital letters and lower-case hex
+// digits; and the one "MessageStatus", else the one "SmsStatus", then
+// lower-case letters and '_'. Where that reading is not unique (a name twice,
+// in a message body, or no sid or status of that shape after it), the key is
+// "fields-" and the SHA-256 of the signed text: a repeated delivery has the
+// same text and is still replayed. Nothing when the text holds no
+// "MessageSid" at all.
+std::optional<std::string> KeyOfSignedFields(std::string_view signed_fields) {
+  const std::vector<std::size_t> sids = Occurrences(signed_fields, kSidField);
+  if (sids.empty()) return std::nullopt;
+  const auto of_text = [&] { return "twilio-fields-" + Sha256Hex(signed_fields); };
+  if (sids.size() != 1) return of_text();
+  const std::size_t sid_at = sids[0] + kSidField.size();
+  if (sid_at + 2 > signed_fields.size() || signed_fields[sid_at] < 'A' || signed_fields[sid_at] > 'Z' ||
+      signed_fields[sid_at + 1] < 'A' || signed_fields[sid_at + 1] > 'Z') {
+    return of_text();
   }
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    const std::string_view name = sorted[i].first;
-    for (const std::string_view field : {kSidField, kStatusField, kSmsStatusField}) {
-      if (name != field && (field.starts_with(name) || name.starts_with(field))) {
-        return "the form field '" + std::string(name) + "' could be " + std::string(field) + " cut elsewhere";
-      }
-    }
-    if (i + 1 == sorted.size() || sorted[i + 1].first.empty()) continue;
-    const char next = sorted[i + 1].first.front();
-    if ((name == kSidField && IsSidDigit(next)) ||
-        (name == status_name && status.count == 1 && IsStatusChar(next))) {
-      return "the field after " + std::string(name) + " could hold the end of its value";
-    }
+  const std::string_view digits = RunOf(signed_fields, sid_at + 2, IsSidDigit);
+  if (digits.empty()) return of_text();
+  std::string key = "twilio-";
+  key.append(signed_fields.substr(sid_at, 2 + digits.size()));
+  std::vector<std::size_t> statuses = Occurrences(signed_fields, kStatusField);
+  std::string_view status_name = kStatusField;
+  if (statuses.empty()) {
+    statuses = Occurrences(signed_fields, kSmsStatusField);
+    status_name = kSmsStatusField;
   }
-  const auto hidden = [&](std::string_view field) {
-    return std::any_of(sorted.begin(), sorted.end(), [&](const auto& f) {
-      return f.first.find(field) != std::string::npos || f.second.find(field) != std::string::npos;
-    });
-  };
-  if (FindField(sorted, kStatusField).count == 0 && hidden(kStatusField)) {
-    return "the form has no MessageStatus field but holds its name";
+  if (statuses.size() > 1) return of_text();
+  if (statuses.size() == 1) {
+    const std::string_view status = RunOf(signed_fields, statuses[0] + status_name.size(), IsStatusChar);
+    if (status.empty()) return of_text();
+    key.push_back('-');
+    key.append(status);
   }
-  if (status.count == 0 && hidden(kSmsStatusField)) return "the form has no SmsStatus field but holds its name";
-  return std::nullopt;
+  return key;
 }
 
 }  // namespace
 
 Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request) {
-  if (auto problem = TwilioSignatureProblem(secret, request)) return Invalid(std::move(*problem));
+  std::string signed_fields;
+  if (auto problem = TwilioSignatureProblem(secret, request, &signed_fields)) return Invalid(std::move(*problem));
 
+  // A messaging callback is a form signed through its fields. With the URL's
+  // bodySHA256 the signature covers the URL alone, and a URL can be made of
+  // another delivery's signed text, a bodySHA256 of the sender's choosing
+  // included: such a request makes no key.
+  if (FindField(QueryOf(request.url), "bodySHA256").count != 0) {
+    return NoId("a messaging callback's form is signed through its fields, not through bodySHA256");
+  }
   const auto form = FormBody(request);
   if (!form) return NoId("body is not a form");
   const Lookup sid = FindField(*form, kSidField);
@@ -174,23 +197,9 @@ Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request)
   }
   if (status.count > 1) return NoId("the message status appears more than once");
   if (status.count == 1 && status.value.empty()) return NoId(std::string(status_name) + " is empty");
-  // With the URL's bodySHA256 the body is signed byte for byte, cut and all.
-  if (FindField(QueryOf(request.url), "bodySHA256").count == 0) {
-    Form sorted = *form;  // a copy: sid and status view into *form
-    std::sort(sorted.begin(), sorted.end());
-    if (auto problem = RecutProblem(sorted, sid, status_name, status)) return NoId(std::move(*problem));
-  }
-
-  // Sid and status are escaped (AppendKeyPart), so that "SMx-a" + "b",
-  // "SMx" + "a-b" and the sid "SMx-a-b" alone are three keys. Twilio's sids
-  // and statuses hold no '-' or '~', so their keys read as they are.
-  std::string key = "twilio-";
-  AppendKeyPart(key, sid.value);
-  if (!status.value.empty()) {
-    key.push_back('-');
-    AppendKeyPart(key, status.value);
-  }
-  return Ok(std::move(key));
+  auto key = KeyOfSignedFields(signed_fields);
+  if (!key) return NoId("form has no MessageSid");
+  return Ok(std::move(*key));
 }
 
 // Twilio Event Streams: Twilio's signature; key from I-Twilio-Idempotency-Token.

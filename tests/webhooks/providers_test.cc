@@ -1,5 +1,7 @@
 #include "webhooks/providers.h"
 
+#include "common/digest.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -511,10 +513,15 @@ TEST(TwilioTest, KeyIsTheSidWithoutAnyStatus) {
 }
 
 // Twilio signs names and values run together, not where they are cut: a
-// delivery sent again cut elsewhere under the same signature would read as
-// another sid or status, another key, and run again. Each such form is
-// refused (400 translation-failed).
-TEST(TwilioTest, FormsThatCouldBeRecutAreNoId) {
+// delivery sent again cut elsewhere under the same signature must not read
+// as another sid or status (another key, run again). The key is read from
+// the signed text, so every cut either makes the original's key or none.
+void ExpectKeyOrNoId(const Translation& t, std::string_view key) {
+  if (t.outcome == Outcome::kNoId) return;
+  ExpectKey(t, key);
+}
+
+TEST(TwilioTest, RecutFormsMakeTheOriginalsKeyOrNone) {
   // S='https://example.com/hookMessageSidSMabc1MessageStatusdeliveredSmsStatusdeliveredTo+1555'
   // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
   constexpr std::string_view kSig = "YceoeBE2lQ0X3A6s3MPH61FfzmM=";
@@ -533,33 +540,63 @@ TEST(TwilioTest, FormsThatCouldBeRecutAreNoId) {
            "MessageSid=SMabc1MessageStatusdelivered&SmsStatus=delivered&To=%2B1555",
        }) {
     SCOPED_TRACE(body);
-    ExpectNoId(Twilio("https://example.com/hook", body, kSig));
+    ExpectKeyOrNoId(Twilio("https://example.com/hook", body, kSig), "twilio-SMabc1-delivered");
   }
   // S='https://example.com/hookMessageSidSMabc1SmsSidSMabc1SmsStatusreceived'
   constexpr std::string_view kSmsSig = "9k7ReGihAfhtqqPtNH7VIaP/Dqo=";
   ExpectKey(Twilio("https://example.com/hook", "MessageSid=SMabc1&SmsSid=SMabc1&SmsStatus=received", kSmsSig),
             "twilio-SMabc1-received");
-  // The status taken into another field's value: the sid alone would be another key.
-  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SMabc1&SmsSid=SMabc1SmsStatusreceived", kSmsSig));
+  // The status taken into another field's value, or split across a name.
+  for (const std::string_view body : {"MessageSid=SMabc1&SmsSid=SMabc1SmsStatusreceived",
+                                      "MessageSid=SMabc1&SmsSid=SMabc1Sms&Statusreceived="}) {
+    SCOPED_TRACE(body);
+    ExpectKeyOrNoId(Twilio("https://example.com/hook", body, kSmsSig), "twilio-SMabc1-received");
+  }
 }
 
-// Twilio's sids and statuses are the only shapes taken: an empty status, or
-// a '-' in either, is refused, so the key reads as they are.
-TEST(TwilioTest, OnlyTwilioShapedSidsAndStatusesMakeKeys) {
+// A sid or status of another shape than Twilio's, or a name the signed text
+// holds twice (in a message body), leaves the reading of the key open: the
+// key is the SHA-256 of the signed text, the same for every cut of it.
+TEST(TwilioTest, AnOpenReadingMakesTheKeyOfTheSignedText) {
   struct Case {
-    std::string_view body, signature;
+    std::string_view body, signature, fields;
   };
-  // S="https://example.com/hook" + the sorted names and values (MessageSidSMx-aMessageStatusb, ...)
+  // S="https://example.com/hook" + the fields (MessageSidSMx-aMessageStatusb, ...)
   // printf '%s' "$S" | openssl dgst -sha1 -hmac token -binary | base64
-  for (const Case& c : {Case{"MessageSid=SMx-a&MessageStatus=b", "wsIBRV44MCzm71wmJUbREzKcYAE="},
-                        Case{"MessageSid=SMx&MessageStatus=a-b", "NLU4GSKU2hCUYI99NvWq297c5I8="},
-                        Case{"MessageSid=SMx-a-b", "aYVpuVwIOTo+K622/0opUEuff8A="},
-                        Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk="},
-                        // S='https://example.com/hookMessageSidSM123MessageStatusSmsStatus'
-                        Case{"MessageSid=SM123&MessageStatus=&SmsStatus=", "RtypiSrJdeSyaDcrTjMU+jMru4A="}}) {
+  for (const Case& c : {Case{"MessageSid=SMx-a&MessageStatus=b", "wsIBRV44MCzm71wmJUbREzKcYAE=",
+                             "MessageSidSMx-aMessageStatusb"},
+                        Case{"MessageSid=SMx&MessageStatus=a-b", "NLU4GSKU2hCUYI99NvWq297c5I8=",
+                             "MessageSidSMxMessageStatusa-b"},
+                        Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk=",
+                             "MessageSidSM~1MessageStatusa~2Db"}}) {
     SCOPED_TRACE(c.body);
-    ExpectNoId(Twilio("https://example.com/hook", c.body, c.signature));
+    ExpectKey(Twilio("https://example.com/hook", c.body, c.signature), "twilio-fields-" + Sha256Hex(c.fields));
   }
+  // S='https://example.com/hookBodyxMessageSidSM1SmsStatusreceivedZMessageSidSMabc1SmsStatusreceived'
+  constexpr std::string_view kSig = "N2VjY2GHtaOvpqTgQoDq1y20BmM=";
+  const std::string fields = "BodyxMessageSidSM1SmsStatusreceivedZMessageSidSMabc1SmsStatusreceived";
+  const std::string key = "twilio-fields-" + Sha256Hex(fields);
+  // An incoming message whose body spells another sid, and the same text cut
+  // to make that sid a field of its own: one key.
+  ExpectKey(Twilio("https://example.com/hook",
+                   "Body=xMessageSidSM1SmsStatusreceivedZ&MessageSid=SMabc1&SmsStatus=received", kSig),
+            key);
+  ExpectKeyOrNoId(Twilio("https://example.com/hook",
+                         "Body=x&MessageSid=SM1&SmsStatus=received&ZMessageSidSMabc1SmsStatus=received", kSig),
+                  key);
+  // S='https://example.com/hookMessageSidSM123MessageStatusSmsStatus'
+  ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SM123&MessageStatus=&SmsStatus=",
+                    "RtypiSrJdeSyaDcrTjMU+jMru4A="));
+}
+
+// With bodySHA256 the signature covers the URL alone, which can be made of
+// another delivery's signed text: a messaging callback makes no key so.
+TEST(TwilioTest, BodySha256MakesNoMessagingKey) {
+  const std::string body = "MessageSid=SM999&MessageStatus=delivered";
+  const std::string url = "https://example.com/hook?bodySHA256=" + Sha256Hex(body);
+  // printf '%s' "$url" | openssl dgst -sha1 -hmac token -binary | base64
+  const Translation t = Twilio(url, body, "tNeg859iNnMnfYZJpkHyczRaxjo=");
+  EXPECT_EQ(t.outcome, Outcome::kNoId) << t.key << t.detail;
 }
 
 TEST(TwilioTest, MessageStatusWinsOverSmsStatus) {
