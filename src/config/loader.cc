@@ -337,7 +337,7 @@ class Loader {
     // a bound on the embedded store bounds nothing): an error, as the
     // settings of another identity mode are.
     const auto only_for = [&](const Field& g, StoreKind kind) {
-      if (s->kind != kind) {
+      if (s->kind != kind && !g.node.IsNull()) {  // an empty section is one left out
         Fail(g, "only used with store.kind " + std::string(Name(kind)) + " (kind is " + std::string(Name(s->kind)) +
                     ")");
       }

@@ -697,6 +697,9 @@ StatusOr<std::vector<std::optional<std::string>>> CanonicalJsonFields(
 bool IsValidJsonPointer(std::string_view pointer) { return ParsePointer(pointer).valid; }
 
 bool IsJsonContentType(std::string_view content_type) {
+  // "text/plain, application/json" is two values on one line, as two lines
+  // are: an upstream may go by the one that is not JSON.
+  if (content_type.find(',') != std::string_view::npos) return false;
   std::string_view media = content_type.substr(0, std::min(content_type.find(';'), content_type.size()));
   while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
   while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);

@@ -200,8 +200,11 @@ void Gateway::ClosePools() {
 }
 
 void DropHeaderLookalikes(RequestContext& ctx, std::string_view name) {
+  // A look-alike differs by '_' for '-' (or the reverse, for a name that has
+  // a '_'): one of the two names holds a '_'.
+  const bool name_has_underscore = name.find('_') != std::string_view::npos;
   for (const http::HeaderView& h : ctx.head->headers) {
-    if (h.name.find('_') == std::string_view::npos) continue;
+    if (!name_has_underscore && h.name.find('_') == std::string_view::npos) continue;
     if (EqualsIgnoreCaseDashOrUnderscore(h.name, name) && !EqualsIgnoreCaseAscii(h.name, name)) {
       ctx.remove_headers.emplace_back(h.name);
     }

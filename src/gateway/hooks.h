@@ -80,8 +80,8 @@ struct RequestContext {
 // Removes from the upstream request every header line whose name differs
 // from `name` only by '_' for '-' (X_API_Key beside X-API-Key,
 // Idempotency_Key beside Idempotency-Key), keeping `name` itself: CGI-style
-// upstreams (WSGI, Rack, PHP) read such a line as `name`. Looks only at
-// names holding a '_'.
+// upstreams (WSGI, Rack, PHP) read such a line as `name`. For a `name`
+// with a '_' of its own (X_Account), its '-' spelling is a look-alike too.
 void DropHeaderLookalikes(RequestContext& ctx, std::string_view name);
 
 // SPEC §2 step 3. nullopt: continue (identity fields set); a response: send

@@ -363,6 +363,8 @@ TEST(LoaderTest, StoreKeysOfEachKindAreRead) {
   EXPECT_TRUE(embedded.store.sync);
   Config memory = MustLoad(std::string(kMinimal) + "store: { kind: memory, max_bytes: 1GiB }\n");
   EXPECT_EQ(memory.store.max_bytes, 1024u * kMiB);
+  // An empty section of another kind is one left out.
+  EXPECT_EQ(MustLoad(std::string(kMinimal) + "store:\n  kind: memory\n  redis:\n").store.kind, StoreKind::kMemory);
 }
 
 TEST(LoaderTest, EverySectionIsRead) {

@@ -210,6 +210,9 @@ TEST(FingerprintTest, PlusJsonAndParametersAreJson) {
   EXPECT_FALSE(IsJsonContentType("application/+json"));
   EXPECT_FALSE(IsJsonContentType("json"));
   EXPECT_FALSE(IsJsonContentType(""));
+  // A list on one line is two values, as two lines are.
+  EXPECT_FALSE(IsJsonContentType("text/plain, application/ld+json"));
+  EXPECT_FALSE(IsJsonContentType("application/json, text/plain"));
 }
 
 // Under two Content-Type lines an upstream may go by the one that is not

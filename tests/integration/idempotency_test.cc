@@ -1000,6 +1000,21 @@ TEST_F(IdempotencyTest, FingerprintHeadersAndJsonFields) {
   EXPECT_TRUE(Values(seen, "X_Account").empty());
 }
 
+// A fingerprinted header whose name has a '_' has its '-' spelling, which
+// CGI-style upstreams read as the same, dropped too.
+TEST_F(IdempotencyTest, FingerprintedHeaderWithAnUnderscoreDropsItsDashSpelling) {
+  Start({.idempotency = "{ policy: required, fingerprint: { headers: [content-type, x_account] } }"});
+  HttpRequest a = KeyedPost("/echo", "k-us", R"({"amount":5})");
+  a.headers.push_back({"X_Account", "acct-1"});
+  a.headers.push_back({"X-Account", "acct-2"});
+  const HttpResponse sent = Send(a);
+  ASSERT_EQ(sent.status, 200) << sent.body;
+  auto echo = ParseObject(sent.body);
+  const std::vector<HeaderField> seen = EchoedHeaders(echo);
+  EXPECT_EQ(Values(seen, "X_Account"), (std::vector<std::string>{"acct-1"}));
+  EXPECT_TRUE(Values(seen, "X-Account").empty());
+}
+
 // With host in fingerprint.headers, an absolute-form target's authority,
 // which replaces Host and is what the upstream gets, is what counts.
 TEST_F(IdempotencyTest, FingerprintHostIsTheAuthorityOfAnAbsoluteFormTarget) {
