@@ -23,6 +23,12 @@ bool PathNeedsNormalizing(std::string_view path, bool merge_slashes);
 // Appends the normalised `path` to `out`.
 void NormalizePath(std::string_view path, bool merge_slashes, std::string& out);
 
+// True when a path segment is "." or ".." (also percent-encoded, any case),
+// or is one once its parameters are cut ("..;x", ".;x", "%2e%2e;x",
+// "..%3Bx"), as Tomcat and Spring cut them: such paths are refused so a
+// route prefix cannot be sidestepped.
+bool HasDotSegment(std::string_view path);
+
 // Decodes %XX escapes (either case); every other byte is kept as is ('+'
 // stays '+'). InvalidArgument on a '%' not followed by two hex digits.
 StatusOr<std::string> PercentDecode(std::string_view text);

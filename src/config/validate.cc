@@ -160,10 +160,13 @@ std::string JwksUrlProblem(std::string_view url) {
 }
 
 // An IP address written as the listeners bind it: 4 bytes (IPv4) or 16
-// (IPv6), empty for a host name.
+// (IPv6), empty for a host name. IPv4 in every spelling the resolver takes
+// as an address (inet_aton: 127.1, 2130706433, 0x7f000001, 0177.0.0.1).
 std::string IpBytes(const std::string& host) {
   unsigned char bytes[16];
-  if (::inet_pton(AF_INET, host.c_str(), bytes) == 1) return std::string(reinterpret_cast<char*>(bytes), 4);
+  if (in_addr v4{}; ::inet_aton(host.c_str(), &v4) != 0) {
+    return std::string(reinterpret_cast<const char*>(&v4.s_addr), 4);
+  }
   if (::inet_pton(AF_INET6, host.c_str(), bytes) == 1) return std::string(reinterpret_cast<char*>(bytes), 16);
   return {};
 }
@@ -181,7 +184,11 @@ std::string ListenersClash(std::string_view listen, std::string_view admin) {
   if (!data.ok() || !other.ok() || data->port == 0 || data->port != other->port) return {};
   const std::string a = IpBytes(data->host);
   const std::string b = IpBytes(other->host);
-  const bool same = a.empty() || b.empty() ? EqualsIgnoreCaseAscii(data->host, other->host) : a == b;
+  // A host name's final dot names the same host (localhost. is localhost).
+  const auto name = [](std::string_view host) {
+    return host.ends_with('.') ? host.substr(0, host.size() - 1) : host;
+  };
+  const bool same = a.empty() || b.empty() ? EqualsIgnoreCaseAscii(name(data->host), name(other->host)) : a == b;
   auto wildcard = [](const std::string& ip) { return !ip.empty() && ip == std::string(ip.size(), '\0'); };
   const bool covered = !a.empty() && a.size() == b.size() && (wildcard(a) || wildcard(b));
   if (same) {
@@ -197,36 +204,6 @@ std::string ListenersClash(std::string_view listen, std::string_view admin) {
   return {};
 }
 
-// Whether `segment` is "." or "..", also spelled with %2E (RFC 3986 section
-// 6.2.2.2: the same segment).
-bool IsDotSegment(std::string_view segment) {
-  int dots = 0;
-  while (!segment.empty()) {
-    if (segment.front() == '.') {
-      segment.remove_prefix(1);
-    } else if (segment.size() >= 3 && segment[0] == '%' && segment[1] == '2' &&
-               (segment[2] == 'e' || segment[2] == 'E')) {
-      segment.remove_prefix(3);
-    } else {
-      return false;
-    }
-    ++dots;
-  }
-  return dots == 1 || dots == 2;
-}
-
-// Whether the path part of an origin-form target (up to a '?') holds a dot segment.
-bool HasDotSegment(std::string_view target) {
-  std::string_view path = target.substr(0, target.find('?'));
-  while (!path.empty()) {
-    path.remove_prefix(1);  // the '/' before the segment
-    const std::size_t end = path.find('/');
-    if (IsDotSegment(path.substr(0, end))) return true;
-    if (end == std::string_view::npos) break;
-    path.remove_prefix(end);
-  }
-  return false;
-}
 
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
@@ -580,8 +557,13 @@ class Validator {
         Check(p.find("{key}") != std::string::npos, path + ".recovery_upstream_path",
               "must hold {key} (replaced by the key the upstream was sent), or every recovery would read the same "
               "upstream resource");
-        Check(!HasDotSegment(p), path + ".recovery_upstream_path",
-              "must not hold a '.' or '..' segment (write the path it stands for)");
+        // As the data path's (a request with one is refused): also with
+        // ;parameters ("..;x"), and no backslash, which some upstreams read as '/'.
+        const std::string_view upstream_path = std::string_view(p).substr(0, p.find('?'));
+        Check(!HasDotSegment(upstream_path) && upstream_path.find('\\') == std::string_view::npos,
+              path + ".recovery_upstream_path",
+              "must not hold a '.' or '..' segment (also as \"..;x\" or percent-encoded) or a backslash (write the "
+              "path it stands for)");
       }
       if (r.max_in_flight) {
         Check(*r.max_in_flight > 0, path + ".max_in_flight", "must be greater than 0");

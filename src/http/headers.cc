@@ -78,32 +78,6 @@ FastRandom& ThreadRandom() {
   return random;
 }
 
-bool IsDotSegment(std::string_view seg) {
-  // ".", "..", "%2e", "%2E", ".%2e", "%2e%2e", ..., also with parameters
-  // ("..;x", "%2e%2e;x"): Tomcat and Spring cut a segment's ";parameters"
-  // before resolving dot segments, so "/x/..;/pay" is "/pay" to them. An
-  // encoded ';' ("%3B") ends the dots too, for servers that decode first.
-  auto is_escape = [&seg](std::size_t i, char hi, char lo) {
-    return i + 3 <= seg.size() && seg[i] == '%' && seg[i + 1] == hi && LowerAscii(seg[i + 2]) == lo;
-  };
-  std::size_t dots = 0;
-  std::size_t i = 0;
-  while (i < seg.size()) {
-    if (seg[i] == '.') {
-      ++dots;
-      ++i;
-    } else if (is_escape(i, '2', 'e')) {
-      ++dots;
-      i += 3;
-    } else if (seg[i] == ';' || is_escape(i, '3', 'b')) {
-      break;
-    } else {
-      return false;
-    }
-  }
-  return dots == 1 || dots == 2;
-}
-
 }  // namespace
 
 bool NameEquals(std::string_view a, std::string_view b) { return EqualsIgnoreCaseAscii(a, b); }
@@ -357,21 +331,6 @@ bool IsValidHostValue(std::string_view value) {
     if (c < '0' || c > '9') return false;
   }
   return true;
-}
-
-bool HasDotSegment(std::string_view path) {
-  std::size_t start = 0;
-  while (start < path.size()) {
-    if (path[start] == '/') {
-      ++start;
-      continue;
-    }
-    std::size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    if (IsDotSegment(path.substr(start, end - start))) return true;
-    start = end + 1;
-  }
-  return false;
 }
 
 }  // namespace idemgate::http

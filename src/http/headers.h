@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/request_path.h"
+
 // Header helpers of the proxy (SPEC §2 step 7): hop-by-hop removal, the
 // forwarding headers, request ids and W3C traceparent. Pure functions, no
 // I/O, safe from any thread (random ids use a per-thread generator).
@@ -113,10 +115,7 @@ std::optional<TargetParts> SplitTarget(std::string_view target);
 // take its first element, so the upstream would see two different hosts.
 bool IsValidHostValue(std::string_view value);
 
-// True when a path segment is "." or ".." (also percent-encoded, any case),
-// or is one once its parameters are cut ("..;x", ".;x", "%2e%2e;x",
-// "..%3Bx"), as Tomcat and Spring cut them: such paths are refused so a
-// route prefix cannot be sidestepped.
-bool HasDotSegment(std::string_view path);
+// HasDotSegment: common/request_path.h.
+using ::idemgate::HasDotSegment;
 
 }  // namespace idemgate::http

@@ -224,7 +224,8 @@ TEST(ValidateTest, RecoveryUpstreamPathNeedsTheKeyAndNoDotSegments) {
   EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery_upstream_path: must hold {key}", 0), 0u)
       << Validate(c).message();
   for (const std::string refused : {"/a/../{key}", "/a/./{key}", "/{key}/..", "/{key}/.", "/a/%2E%2e/{key}",
-                                    "/a/.%2E/{key}", "/a/%2e/{key}", "/{key}/..?x=1"}) {
+                                    "/a/.%2E/{key}", "/a/%2e/{key}", "/{key}/..?x=1", "/x/..;/{key}",
+                                    "/x/%2e%2e;x/{key}", "/x/..%3Bx/{key}", "/x\\..\\{key}"}) {
     c.routes[0].recovery_upstream_path = refused;
     EXPECT_EQ(Validate(c).message().rfind("routes[0].recovery_upstream_path: must not hold a '.' or '..' segment", 0),
               0u)
