@@ -927,10 +927,24 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
           for (const auto& f : up.get()) {
             const std::string_view name = View(f.name_string());
             if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
+            // As on the final head: no framing (a 1xx has no body), none of
+            // the gateway's own fields, and the request's id, not the upstream's.
+            if (f.name() == bhttp::field::content_length) continue;
+            if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) continue;
+            if (!c_.request_id.empty() && NameEquals(name, "x-request-id")) continue;
             AppendField(interim, name, View(f.value()));
           }
           interim.append(kCrlf);
-          interim_refused = !co_await SendInterim(interim);
+          if (!co_await SendInterim(interim)) {
+            // Part of the head may be out: nothing more may follow it. The
+            // client's side is shut, so every later write fails and the
+            // exchange goes on as with a client gone (the response is still
+            // read, and stored for a keyed request).
+            interim_refused = true;
+            c_.must_close = true;
+            error_code ignored;
+            c_.socket.shutdown(tcp::socket::shutdown_send, ignored);
+          }
         }
       }
       if (retry) {

@@ -1262,6 +1262,7 @@ TEST(InProcessProxyTest, InterimResponsesGoOnToHttp11Clients) {
                                 "Link: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n"))
         << raw;
     EXPECT_EQ(raw.find("X-Hop"), std::string::npos) << raw;
+    EXPECT_EQ(raw.find("Content-Length: 7"), std::string::npos) << raw;  // a 1xx has no body
     EXPECT_EQ(raw.find("100 Continue"), std::string::npos) << raw;
     EXPECT_TRUE(raw.ends_with("\r\n\r\nhello")) << raw;
   }
@@ -1269,6 +1270,27 @@ TEST(InProcessProxyTest, InterimResponsesGoOnToHttp11Clients) {
   ASSERT_TRUE(conn.Write("GET /canned/early-hints HTTP/1.0\r\nHost: t\r\n\r\n").ok());
   const std::string raw = conn.ReadUntilClosed(10s);
   EXPECT_TRUE(raw.starts_with("HTTP/1.0 200 OK\r\n")) << raw;
+}
+
+// An interim head the client does not take within idle_timeout may be out in
+// part: nothing may follow it, so the final response is not written after
+// it and the connection closes (a 200 read as part of a 103's Link field
+// would desynchronise the client). Interim heads carry none of the gateway's
+// own fields, nor a Content-Length.
+TEST(InProcessProxyTest, AnInterimHeadTheClientDoesNotTakeEndsTheConnection) {
+  TestUpstream upstream;
+  HandlerOptions options;
+  options.target = TargetFor(upstream.port());
+  http::ServerOptions server = Harness::DefaultServerOptions();
+  server.limits.idle_timeout = 300ms;
+  Harness h(options, server);
+  RawConnection conn = *RawConnection::Connect(h.endpoint());
+  ASSERT_TRUE(conn.Write("GET /canned/hint-flood HTTP/1.1\r\nHost: t\r\n\r\n").ok());
+  std::this_thread::sleep_for(1500ms);  // reads nothing meanwhile
+  const std::string raw = conn.ReadUntilClosed(30s);
+  EXPECT_TRUE(conn.closed());
+  EXPECT_EQ(raw.find("HTTP/1.1 200"), std::string::npos) << raw.size() << " bytes";
+  EXPECT_TRUE(raw.starts_with("HTTP/1.1 103 Early Hints\r\n")) << raw.substr(0, 100);
 }
 
 // RFC 9110 section 6.6.1: a response forwarded without Date gets one; the

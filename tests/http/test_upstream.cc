@@ -302,11 +302,20 @@ struct TestUpstream::Impl {
         // the parser took the status line (the proxy reads 4 KiB at a time).
         static const std::string kJustOverHead = "HTTP/1.1 201 Created\r\nX-Filler: " + std::string(65485, 'f') +
                                                  "\r\nContent-Length: 2\r\n\r\nok";
+        // 16 MiB of 103 heads, then a 200: more than a client that reads
+        // nothing takes, so the gateway's write of an interim head stalls.
+        static const std::string kHintFlood = [] {
+          const std::string one = "HTTP/1.1 103 Early Hints\r\nLink: </" + std::string(1000, 'a') + ">\r\n\r\n";
+          std::string all;
+          while (all.size() < (16u << 20)) all += one;
+          return all + "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        }();
         static const std::pair<std::string_view, std::string_view> kCanned[] = {
+            {"hint-flood", kHintFlood},
             {"two-lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello"},
             {"early-hints",
              "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n"
-             "Connection: X-Hop\r\nX-Hop: 1\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+             "Connection: X-Hop\r\nX-Hop: 1\r\nContent-Length: 7\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
              "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"},
             {"dated", "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 5\r\n\r\nhello"},
             {"length-list", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"},
