@@ -482,20 +482,34 @@ Task<void> ClientConnection::Run() {
     // Wait for the first byte of the next request.
     bool timed_out = false;
     bool closed = false;
-    if (buffer.size() == 0) {
-      deadline.ExpireAfter(first ? limits.header_timeout : limits.idle_timeout);
-      idle = true;
-      error_code ec;
-      std::size_t n = 0;
-      if (tls) {
-        n = co_await TlsReadSome(*tls, buffer.prepare(kHeaderReadSize), ec);
-      } else {
-        std::tie(ec, n) = co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+    // Empty lines before a request line are skipped (RFC 9112 section 2.2),
+    // and those alone (the CRLF some clients send after a body) start no
+    // request: the connection is still idle, under idle_timeout.
+    Pump pump;
+    bool gone = false;
+    for (;;) {
+      if (buffer.size() == 0) {
+        deadline.ExpireAfter(first ? limits.header_timeout : limits.idle_timeout);
+        idle = true;
+        error_code ec;
+        std::size_t n = 0;
+        if (tls) {
+          n = co_await TlsReadSome(*tls, buffer.prepare(kHeaderReadSize), ec);
+        } else {
+          std::tie(ec, n) =
+              co_await socket.async_read_some(DrainAwareBuffer(buffer.prepare(kHeaderReadSize)), kTuple);
+        }
+        idle = false;
+        buffer.commit(n);
+        if (ec || deadline.fired()) {
+          gone = true;
+          break;
+        }
       }
-      idle = false;
-      buffer.commit(n);
-      if (ec || deadline.fired()) break;
+      SkipEmptyLinesBeforeRequest(buffer, pump);
+      if (buffer.size() != 0 || pump.empty_lines >= kMaxEmptyLinesBeforeRequest) break;
     }
+    if (gone) break;
     first = false;
     // Slow-loris bound: the whole header block within header_timeout of its
     // first byte.
@@ -504,7 +518,6 @@ Task<void> ClientConnection::Run() {
     parser.emplace();
     parser->header_limit(limits.max_header_bytes);
     parser->body_limit(boost::none);  // checked per route; see Exchange::SetBodyLimit
-    Pump pump;
     for (;;) {
       ParseHeader(*parser, buffer, limits.max_header_bytes, pump);
       if (!pump.need_more) break;

@@ -69,7 +69,18 @@ class TestHandler final : public http::Handler {
     r.body += head.path_and_query;
     co_await ex.Respond(std::move(r));
   }
+  void Refused(const http::RefusedRequest& refused) override {
+    std::lock_guard lock(mu);
+    refusals.emplace_back(refused.reason);
+  }
+  std::vector<std::string> Refusals() {
+    std::lock_guard lock(mu);
+    return refusals;
+  }
+
   std::atomic<int> started{0};
+  std::mutex mu;
+  std::vector<std::string> refusals;  // RefusedRequest::reason, in order
 };
 
 // The bodies of the pipelined HTTP/1.1 responses in `raw`, in order; one
@@ -339,6 +350,23 @@ TEST_F(ServerTest, HigherMinorVersionsAreServedAsHttp11AndOtherMajorsAre505) {
     }
   }
 
+  // A malformed line is a 400 wherever its bytes are cut, not a 505 when the
+  // cut falls right after a version of another major.
+  for (const std::string line : {"GET / HTTP/2.0x", "GET / HTTP/2.0 HTTP/1.1", "GET / HTTP/1.2 HTTP/2.0"}) {
+    for (std::size_t cut = 5; cut < line.size(); ++cut) {
+      SCOPED_TRACE(line + " cut at " + std::to_string(cut));
+      auto c = RawConnection::Connect(endpoint_);
+      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE(c->Write(line.substr(0, cut)).ok());
+      const auto early = c->ReadSome(50ms);  // the server sees the first part alone
+      (void)c->Write(line.substr(cut) + "\r\nHost: x\r\n\r\n");
+      const std::string answer = (early.ok() ? *early : std::string()) + c->ReadUntilClosed(10s);
+      const std::size_t status_at = answer.find("HTTP/1.1 ");
+      ASSERT_NE(status_at, std::string::npos) << answer;
+      EXPECT_EQ(answer.substr(status_at + 9, 3), "400") << answer;
+    }
+  }
+
   for (const std::string bytes : {"GET / HTTP/2.0\r\nHost: x\r\n\r\n", "GET / HTTP/0.9\r\nHost: x\r\n\r\n",
                                   "GET / HTTP/3.1\r\nHost: x\r\n\r\n"}) {
     SCOPED_TRACE(bytes);
@@ -427,6 +455,23 @@ TEST_F(ServerTest, IdleKeepAliveConnectionIsClosed) {
   const std::string raw = conn->ReadUntilClosed(10s);
   EXPECT_TRUE(conn->closed());
   EXPECT_NE(raw.find("GET /x"), std::string::npos);
+}
+
+// An empty line after a request (the CRLF some clients send after a body)
+// starts no request: the connection stays idle, closed at idle_timeout
+// without a refusal, not held to header_timeout as a request's head.
+TEST_F(ServerTest, AnEmptyLineAfterARequestLeavesTheConnectionIdle) {
+  http::Limits limits;
+  limits.idle_timeout = 200ms;
+  limits.header_timeout = 30s;
+  Start(limits);
+  auto conn = RawConnection::Connect(endpoint_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn->Write("POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab\r\n").ok());
+  const std::string raw = conn->ReadUntilClosed(10s);  // well before header_timeout
+  EXPECT_TRUE(conn->closed());
+  EXPECT_NE(raw.find("\r\n\r\n2"), std::string::npos) << raw;
+  EXPECT_TRUE(handler_.Refusals().empty());
 }
 
 // A client that ends its side after the request (the FIN often arrives

@@ -181,22 +181,28 @@ inline bool SkipEmptyLinesBeforeRequest(beast::flat_buffer& buffer, Pump& out) {
 // request line, one whose version is HTTP/1.2 to HTTP/1.9 is rewritten in
 // place to HTTP/1.1 (kMended, parse again); one of another major version is
 // kOtherMajor (answered 505); anything else kNone (a malformed line, 400).
-// Beast judges the version as soon as its eight bytes are in, before the
-// line's end has arrived, so the line may stop after the version or its CR:
-// what follows is then judged once it arrives, on the mended line.
-enum class VersionMend { kNone, kMended, kOtherMajor };
+// The line must be a request line's three parts (two spaces). Beast judges
+// the version as soon as its eight bytes are in, before the line's end has
+// arrived, so the line may stop after the version or its CR: a 1.x one is
+// mended at once (what follows is judged on the mended line once it
+// arrives), and another major waits for the line's end (kNeedMore), so that
+// "HTTP/2.0x" is a 400 however its bytes arrive.
+enum class VersionMend { kNone, kMended, kOtherMajor, kNeedMore };
 inline VersionMend MendRequestVersion(beast::flat_buffer& buffer, std::size_t max_header) {
   const auto data = buffer.data();
   char* const p = static_cast<char*>(data.data());
   std::string_view line(p, std::min(data.size(), max_header));
-  if (const std::size_t lf = line.find('\n'); lf != std::string_view::npos) line = line.substr(0, lf);
+  const std::size_t lf = line.find('\n');
+  const bool whole = lf != std::string_view::npos;
+  if (whole) line = line.substr(0, lf);
   if (line.ends_with('\r')) line.remove_suffix(1);
+  if (std::count(line.begin(), line.end(), ' ') != 2) return VersionMend::kNone;
   constexpr std::string_view kPrefix = " HTTP/";
   if (line.size() < kPrefix.size() + 3) return VersionMend::kNone;
   const std::string_view tail = line.substr(line.size() - kPrefix.size() - 3);
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
   if (!tail.starts_with(kPrefix) || !digit(tail[6]) || tail[7] != '.' || !digit(tail[8])) return VersionMend::kNone;
-  if (tail[6] != '1') return VersionMend::kOtherMajor;
+  if (tail[6] != '1') return whole ? VersionMend::kOtherMajor : VersionMend::kNeedMore;
   if (tail[8] < '2') return VersionMend::kNone;  // 1.0 and 1.1 failed for another reason
   p[line.size() - 1] = '1';
   return VersionMend::kMended;
@@ -247,6 +253,10 @@ void ParseHeader(bhttp::basic_parser<isRequest>& parser, beast::flat_buffer& buf
         if (ec == bhttp::error::bad_version && used == 0 && out.header_bytes == 0) {
           const VersionMend mend = MendRequestVersion(buffer, max_header);
           if (mend == VersionMend::kMended) continue;
+          if (mend == VersionMend::kNeedMore) {
+            out.need_more = true;
+            return;
+          }
           out.version_not_supported = mend == VersionMend::kOtherMajor;
         }
       }
