@@ -262,12 +262,12 @@ std::string Id(Reader& in, std::size_t max, char avoid) {
   return out;
 }
 
-// The key of a Twilio messaging form whose names and values run together are
-// `text` (what the signature covers): read from that text, so that every cut
-// of it into fields gives one key. The one "MessageSid" (not inside
+// The key of a Twilio messaging request whose signed text (the URL as signed,
+// then the form's names and values run together) is `text`: read from that
+// text, so that every cut of it into URL and fields gives one key. The one "MessageSid" (not inside
 // "SmsMessageSid") followed by two capitals and lower-case hex digits, and
 // the one "MessageStatus" (else "SmsStatus") followed by lower-case letters
-// or '_'; anything else open is "twilio-fields-" + the text's SHA-256.
+// or '_'; anything else open is "twilio-signed-" + the text's SHA-256.
 std::string TwilioKeyOfSignedText(const std::string& text) {
   const auto count = [&](const std::string& name, std::size_t* first) {
     std::size_t n = 0;
@@ -277,7 +277,7 @@ std::string TwilioKeyOfSignedText(const std::string& text) {
     }
     return n;
   };
-  const std::string whole = "twilio-fields-" + Sha256Hex(text);
+  const std::string whole = "twilio-signed-" + Sha256Hex(text);
   std::size_t sid_at = 0;
   if (count("MessageSid", &sid_at) != 1) return whole;
   std::size_t p = sid_at + 10;
@@ -447,7 +447,7 @@ bool Build(const Choice& choice, Reader& in, Signed& s) {
         s.key = "twilio-" + id;
         if (!sha_mode) s.body_signed = false;
       } else {
-        if (!sha_mode) s.key = TwilioKeyOfSignedText(suffix);
+        if (!sha_mode) s.key = TwilioKeyOfSignedText(signed_url + suffix);
       }
       return true;
     }

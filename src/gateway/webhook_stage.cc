@@ -2,6 +2,7 @@
 
 #include "admin/gateway_metrics.h"
 #include "common/ascii.h"
+#include "http/headers.h"
 #include "core/key.h"
 #include "gateway/identity_stage.h"
 #include "gateway/route_table.h"
@@ -45,13 +46,17 @@ std::string SignedUrl(const ResolvedEndpoint& endpoint, const http::RequestHead&
     std::optional<std::string_view> host = head.Find("x-forwarded-host");
     if (!host && !head.authority.empty()) host = head.authority;  // an absolute-form target's, not Host's
     if (!host) host = head.Find("host");
-    if (proto && !FirstItem(*proto).empty()) {
-      for (const char c : FirstItem(*proto)) url.push_back(LowerAscii(c));  // "HTTPS" is the https Twilio signs
+    // Only a scheme and a host[:port] are taken from them: any other text
+    // would be signed URL text of the sender's choosing (a path, a query),
+    // and the signed text would no longer say where the URL ends.
+    const std::string_view scheme = proto ? FirstItem(*proto) : std::string_view();
+    if (EqualsIgnoreCaseAscii(scheme, "https") || EqualsIgnoreCaseAscii(scheme, "http")) {
+      for (const char c : scheme) url.push_back(LowerAscii(c));  // "HTTPS" is the https Twilio signs
     } else {
       url = head.secure ? "https" : "http";
     }
     url += "://";
-    if (host) url += FirstItem(*host);
+    if (host && http::IsValidHostValue(FirstItem(*host))) url += FirstItem(*host);
   }
   url += head.raw_path_and_query;
   return url;

@@ -61,11 +61,12 @@ Form QueryOf(std::string_view url) {
 }
 
 // Returns nothing when the request carries a valid Twilio signature, else why
-// it does not. `signed_fields` (when given) receives the form's names and
-// values as the signature covers them: sorted and run together, empty when
-// the URL's bodySHA256 signs the body instead.
+// it does not. `signed_text` (when given) receives the text the signature
+// matched: the URL as it was signed (with or without its port) and the
+// form's names and values, sorted and run together (none when the URL's
+// bodySHA256 signs the body instead).
 std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const WebhookRequest& request,
-                                                  std::string* signed_fields = nullptr) {
+                                                  std::string* signed_text = nullptr) {
   std::string problem;
   const auto header = SignatureHeader(request, "X-Twilio-Signature", &problem);
   if (!header) return problem;
@@ -89,15 +90,20 @@ std::optional<std::string> TwilioSignatureProblem(std::string_view secret, const
     }
   }
 
-  bool matched = MacEquals(Hmac(Algorithm::kSha1, secret, std::string(request.url) + suffix), *sent);
+  std::string text = std::string(request.url) + suffix;
+  bool matched = MacEquals(Hmac(Algorithm::kSha1, secret, text), *sent);
   if (const auto other = OtherPortForm(request.url)) {
-    matched = MacEquals(Hmac(Algorithm::kSha1, secret, *other + suffix), *sent) || matched;
+    std::string other_text = *other + suffix;
+    if (MacEquals(Hmac(Algorithm::kSha1, secret, other_text), *sent) && !matched) {
+      matched = true;
+      text = std::move(other_text);
+    }
   }
   if (!matched) return "X-Twilio-Signature does not match";
   if (body_sha256.count == 1 && !EqualsIgnoreCaseAscii(body_sha256.value, Sha256Hex(request.body))) {
     return "the body does not match the URL's bodySHA256";
   }
-  if (signed_fields != nullptr) *signed_fields = std::move(suffix);
+  if (signed_text != nullptr) *signed_text = std::move(text);
   return std::nullopt;
 }
 
@@ -127,43 +133,44 @@ std::string_view RunOf(std::string_view text, std::size_t from, bool (*ok)(char)
   return text.substr(from, end - from);
 }
 
-// Twilio signs a form's names and values run together (`signed_fields`), not
-// where one field ends and the next begins: a captured delivery can be sent
-// again, under its signature, cut elsewhere (a status run on into the next
-// field, cut short, a name run on into its value, a field made of a message
-// body's text). A key read from the fields as sent would differ from cut to
-// cut and run again each time; so it is read from the signed text, which is
-// the same however it is cut: the one "MessageSid" in it (not counting the
+// Twilio signs the URL and a form's names and values run together
+// (`signed_text`), not where the URL ends or one field ends and the next
+// begins: a captured delivery can be sent again, under its signature, cut
+// elsewhere (a status run on into the next field, cut short, a name run on
+// into its value, a field made of a message body's text, fields moved into
+// the URL's query). A key read from the fields as sent would differ from cut
+// to cut and run again each time; so it is read from the signed text, which
+// is the same however it is cut: the one "MessageSid" in it (not counting the
 // field name SmsMessageSid), then two capital letters and lower-case hex
 // digits; and the one "MessageStatus", else the one "SmsStatus", then
 // lower-case letters and '_'. Where that reading is not unique (a name twice,
 // in a message body, or no sid or status of that shape after it), the key is
-// "fields-" and the SHA-256 of the signed text: a repeated delivery has the
+// "signed-" and the SHA-256 of the signed text: a repeated delivery has the
 // same text and is still replayed. Nothing when the text holds no
 // "MessageSid" at all.
-std::optional<std::string> KeyOfSignedFields(std::string_view signed_fields) {
-  const std::vector<std::size_t> sids = Occurrences(signed_fields, kSidField);
+std::optional<std::string> KeyOfSignedText(std::string_view signed_text) {
+  const std::vector<std::size_t> sids = Occurrences(signed_text, kSidField);
   if (sids.empty()) return std::nullopt;
-  const auto of_text = [&] { return "twilio-fields-" + Sha256Hex(signed_fields); };
+  const auto of_text = [&] { return "twilio-signed-" + Sha256Hex(signed_text); };
   if (sids.size() != 1) return of_text();
   const std::size_t sid_at = sids[0] + kSidField.size();
-  if (sid_at + 2 > signed_fields.size() || signed_fields[sid_at] < 'A' || signed_fields[sid_at] > 'Z' ||
-      signed_fields[sid_at + 1] < 'A' || signed_fields[sid_at + 1] > 'Z') {
+  if (sid_at + 2 > signed_text.size() || signed_text[sid_at] < 'A' || signed_text[sid_at] > 'Z' ||
+      signed_text[sid_at + 1] < 'A' || signed_text[sid_at + 1] > 'Z') {
     return of_text();
   }
-  const std::string_view digits = RunOf(signed_fields, sid_at + 2, IsSidDigit);
+  const std::string_view digits = RunOf(signed_text, sid_at + 2, IsSidDigit);
   if (digits.empty()) return of_text();
   std::string key = "twilio-";
-  key.append(signed_fields.substr(sid_at, 2 + digits.size()));
-  std::vector<std::size_t> statuses = Occurrences(signed_fields, kStatusField);
+  key.append(signed_text.substr(sid_at, 2 + digits.size()));
+  std::vector<std::size_t> statuses = Occurrences(signed_text, kStatusField);
   std::string_view status_name = kStatusField;
   if (statuses.empty()) {
-    statuses = Occurrences(signed_fields, kSmsStatusField);
+    statuses = Occurrences(signed_text, kSmsStatusField);
     status_name = kSmsStatusField;
   }
   if (statuses.size() > 1) return of_text();
   if (statuses.size() == 1) {
-    const std::string_view status = RunOf(signed_fields, statuses[0] + status_name.size(), IsStatusChar);
+    const std::string_view status = RunOf(signed_text, statuses[0] + status_name.size(), IsStatusChar);
     if (status.empty()) return of_text();
     key.push_back('-');
     key.append(status);
@@ -174,8 +181,8 @@ std::optional<std::string> KeyOfSignedFields(std::string_view signed_fields) {
 }  // namespace
 
 Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request) {
-  std::string signed_fields;
-  if (auto problem = TwilioSignatureProblem(secret, request, &signed_fields)) return Invalid(std::move(*problem));
+  std::string signed_text;
+  if (auto problem = TwilioSignatureProblem(secret, request, &signed_text)) return Invalid(std::move(*problem));
 
   // A messaging callback is a form signed through its fields. With the URL's
   // bodySHA256 the signature covers the URL alone, and a URL can be made of
@@ -197,7 +204,7 @@ Translation VerifyTwilio(std::string_view secret, const WebhookRequest& request)
   }
   if (status.count > 1) return NoId("the message status appears more than once");
   if (status.count == 1 && status.value.empty()) return NoId(std::string(status_name) + " is empty");
-  auto key = KeyOfSignedFields(signed_fields);
+  auto key = KeyOfSignedText(signed_text);
   if (!key) return NoId("form has no MessageSid");
   return Ok(std::move(*key));
 }

@@ -402,6 +402,30 @@ TEST_F(WebhookTest, TwilioDeliveryRecutUnderItsSignatureIsNotRunAgain) {
   EXPECT_EQ(Executions(), 1u);
 }
 
+// Only a scheme and a host[:port] are taken from the forwarding headers: any
+// other text there (a path, a query) would be signed URL text of the
+// sender's choosing, so the signed text would not say where the URL ends.
+TEST_F(WebhookTest, TwilioForwardingHeadersGiveOnlyASchemeAndAHost) {
+  Start();
+  const std::string body = "MessageStatus=sent&MessageSid=SM777";
+  const std::string params = "MessageSidSM777MessageStatussent";
+  const std::string path = "/echo/twilio/acme-sms-fwd";
+  for (const auto& [proto, host, signed_url] :
+       {std::tuple<std::string, std::string, std::string>{"https", "hooks.example.com/x",
+                                                          "https://hooks.example.com/x" + path},
+        {"https://hooks.example.com/y?", "hooks.example.com", "https://hooks.example.com/y?://hooks.example.com" + path}}) {
+    SCOPED_TRACE(proto + " " + host);
+    HttpRequest req{.method = "POST", .target = path};
+    req.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                   {"X-Forwarded-Proto", proto},
+                   {"X-Forwarded-Host", host},
+                   {"X-Twilio-Signature", HmacSha1Base64(kTwilioToken, signed_url + params)}};
+    req.body = body;
+    ExpectProblem(Send(req), 401, "signature-invalid");
+  }
+  EXPECT_EQ(Executions(), 0u);
+}
+
 // Without public_url the signed URL is what the proxy in front reports: its
 // scheme in any case (Twilio signs "https"), and its host with a port that
 // Twilio may have left out of what it signed.

@@ -570,12 +570,13 @@ TEST(TwilioTest, AnOpenReadingMakesTheKeyOfTheSignedText) {
                         Case{"MessageSid=SM~1&MessageStatus=a~2Db", "VEsxHhxod32862aDpjkakQq0lHk=",
                              "MessageSidSM~1MessageStatusa~2Db"}}) {
     SCOPED_TRACE(c.body);
-    ExpectKey(Twilio("https://example.com/hook", c.body, c.signature), "twilio-fields-" + Sha256Hex(c.fields));
+    ExpectKey(Twilio("https://example.com/hook", c.body, c.signature),
+              "twilio-signed-" + Sha256Hex("https://example.com/hook" + std::string(c.fields)));
   }
   // S='https://example.com/hookBodyxMessageSidSM1SmsStatusreceivedZMessageSidSMabc1SmsStatusreceived'
   constexpr std::string_view kSig = "N2VjY2GHtaOvpqTgQoDq1y20BmM=";
   const std::string fields = "BodyxMessageSidSM1SmsStatusreceivedZMessageSidSMabc1SmsStatusreceived";
-  const std::string key = "twilio-fields-" + Sha256Hex(fields);
+  const std::string key = "twilio-signed-" + Sha256Hex("https://example.com/hook" + fields);
   // An incoming message whose body spells another sid, and the same text cut
   // to make that sid a field of its own: one key.
   ExpectKey(Twilio("https://example.com/hook",
@@ -587,6 +588,22 @@ TEST(TwilioTest, AnOpenReadingMakesTheKeyOfTheSignedText) {
   // S='https://example.com/hookMessageSidSM123MessageStatusSmsStatus'
   ExpectNoId(Twilio("https://example.com/hook", "MessageSid=SM123&MessageStatus=&SmsStatus=",
                     "RtypiSrJdeSyaDcrTjMU+jMru4A="));
+}
+
+// Nor where the URL ends: fields moved into a query the URL has, under the
+// same signature, make the delivery's key.
+TEST(TwilioTest, FieldsMovedIntoTheQueryMakeTheDeliverysKey) {
+  // S='https://example.com/hook?src=twAccountSidAC1BodyxMessageSidhereMessageSidSMabc1SmsStatusreceived'
+  constexpr std::string_view kSig = "HVotvvReFzHD24RpwcXwufX087I=";
+  const std::string text =
+      "https://example.com/hook?src=twAccountSidAC1BodyxMessageSidhereMessageSidSMabc1SmsStatusreceived";
+  const std::string key = "twilio-signed-" + Sha256Hex(text);
+  ExpectKey(Twilio("https://example.com/hook?src=tw",
+                   "AccountSid=AC1&Body=xMessageSidhere&MessageSid=SMabc1&SmsStatus=received", kSig),
+            key);
+  ExpectKeyOrNoId(Twilio("https://example.com/hook?src=twAccountSidAC1",
+                         "Body=xMessageSidhere&MessageSid=SMabc1&SmsStatus=received", kSig),
+                  key);
 }
 
 // With bodySHA256 the signature covers the URL alone, which can be made of
