@@ -191,6 +191,32 @@ Framing WriteUpstreamRequestHead(const RequestMessage& in, const RequestHead& he
   return framing;
 }
 
+// Calls `pass(name, value)` for each field of an upstream response head
+// (final or interim) that goes on to the client as the upstream wrote it:
+// not the hop-by-hop fields nor those its Connection names, not
+// Content-Length (the gateway frames what it relays), not the gateway's own
+// fields (strip_response_headers, handed to `stripped(name, value)`), and
+// not the upstream's X-Request-Id when the request has an id of its own.
+template <class Pass, class Stripped>
+void ForEachRelayedField(const ResponseMessage& res, const ForwardRequest& fr, std::string_view request_id,
+                         Pass&& pass, Stripped&& stripped) {
+  HopByHopFilter filter;
+  for (const auto& f : res) {
+    if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
+  }
+  for (const auto& f : res) {
+    const std::string_view name = View(f.name_string());
+    if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
+    if (f.name() == bhttp::field::content_length) continue;
+    if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) {
+      stripped(name, View(f.value()));
+      continue;
+    }
+    if (!request_id.empty() && NameEquals(name, "x-request-id")) continue;
+    pass(name, View(f.value()), f.name());
+  }
+}
+
 // Writes the head the client gets from the upstream response: hop-by-hop
 // fields and those the upstream's Connection names dropped,
 // strip_response_headers removed (into `captured->stripped`),
@@ -212,32 +238,25 @@ void WriteClientResponseHead(const ResponseMessage& res, const ForwardRequest& f
                              int version, bool chunked, std::optional<std::uint64_t> content_length,
                              bool keep_alive, std::string& out,
                              CapturedResponse& captured, bool capture) {
-  HopByHopFilter filter;
-  bool dated = false;
-  std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
-  for (const auto& f : res) {
-    ++fields;
-    if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
-  }
   out.clear();
   AppendStatusLine(out, version, res.result_int(), View(res.reason()));
   if (capture) {
+    std::size_t fields = fr.add_response_headers.size();  // at most this many are captured
+    for (auto it = res.begin(); it != res.end(); ++it) ++fields;
     captured.response.status = static_cast<int>(res.result_int());
     captured.response.headers.reserve(fields);
   }
-  for (const auto& f : res) {
-    const std::string_view name = View(f.name_string());
-    if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
-    if (f.name() == bhttp::field::content_length) continue;
-    if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) {
-      captured.stripped.push_back({std::string(name), std::string(View(f.value()))});
-      continue;
-    }
-    if (!request_id.empty() && NameEquals(name, "x-request-id")) continue;
-    if (f.name() == bhttp::field::date) dated = true;
-    AppendField(out, name, View(f.value()));
-    if (capture) captured.response.headers.push_back({std::string(name), std::string(View(f.value()))});
-  }
+  bool dated = false;
+  ForEachRelayedField(
+      res, fr, request_id,
+      [&](std::string_view name, std::string_view value, bhttp::field known) {
+        if (known == bhttp::field::date) dated = true;
+        AppendField(out, name, value);
+        if (capture) captured.response.headers.push_back({std::string(name), std::string(value)});
+      },
+      [&](std::string_view name, std::string_view value) {
+        captured.stripped.push_back({std::string(name), std::string(value)});
+      });
   // RFC 9110 section 6.6.1: a response forwarded without a Date gets one.
   // Not captured: a replay dates itself.
   if (!dated) AppendField(out, "Date", CurrentHttpDate());
@@ -918,22 +937,14 @@ Task<ForwardResult> ExchangeImpl::Forward(UpstreamPool& pool, const ForwardReque
         // answered itself. Never stored or replayed. A client that does not
         // take one is noticed with the final response.
         if (status != 100 && c_.head.version == 11 && !interim_refused) {
-          HopByHopFilter filter;
-          for (const auto& f : up.get()) {
-            if (f.name() == bhttp::field::connection) filter.AddConnectionValue(View(f.value()));
-          }
+          // Its fields filtered as the final head's (a 1xx has no body to
+          // frame, and what the gateway strips is not passed on).
           std::string interim;
           AppendStatusLine(interim, 11, status, View(up.get().reason()));
-          for (const auto& f : up.get()) {
-            const std::string_view name = View(f.name_string());
-            if (f.name() == bhttp::field::connection || filter.ShouldDrop(name)) continue;
-            // As on the final head: no framing (a 1xx has no body), none of
-            // the gateway's own fields, and the request's id, not the upstream's.
-            if (f.name() == bhttp::field::content_length) continue;
-            if (!fr.strip_response_headers.empty() && InList(fr.strip_response_headers, name)) continue;
-            if (!c_.request_id.empty() && NameEquals(name, "x-request-id")) continue;
-            AppendField(interim, name, View(f.value()));
-          }
+          ForEachRelayedField(
+              up.get(), fr, c_.request_id,
+              [&](std::string_view name, std::string_view value, bhttp::field) { AppendField(interim, name, value); },
+              [](std::string_view, std::string_view) {});
           interim.append(kCrlf);
           if (!co_await SendInterim(interim)) {
             // Part of the head may be out: nothing more may follow it. The
