@@ -279,6 +279,13 @@ bool MemoryStore::TryCharge(std::int64_t delta) {
 
 void MemoryStore::Uncharge(std::uint64_t bytes) { bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
 
+void MemoryStore::RemoveAt(Shard& shard, std::ptrdiff_t index) {
+  Entry* e = shard.EraseAt(index);
+  Uncharge(e->charged());
+  keys_.fetch_sub(1, std::memory_order_relaxed);
+  Entry::Free(e);
+}
+
 void MemoryStore::ForceCharge(std::int64_t delta) {
   if (delta >= 0) {
     bytes_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
@@ -322,10 +329,7 @@ StatusOr<core::ReserveResult> MemoryStore::ReserveNow(std::string_view key,
   std::ptrdiff_t index = shard.Find(hash, key);
   if (index >= 0 && shard.At(index)->ExpiredAt(now)) {
     // Past retention (or an abandoned reservation past its grace): the key is new again.
-    Entry* stale = shard.EraseAt(index);
-    Uncharge(stale->charged());
-    keys_.fetch_sub(1, std::memory_order_relaxed);
-    Entry::Free(stale);
+    RemoveAt(shard, index);
     index = -1;
   }
   std::uint64_t old_charged = 0;
@@ -430,10 +434,7 @@ Status MemoryStore::ReleaseNow(std::string_view key, std::string_view owner) {
     if (current->state != core::RecordState::kInFlight || current->owner != owner) {
       return FailedPreconditionError("memory store: reservation not held by this owner");
     }
-    Entry* e = shard.EraseAt(index);
-    Uncharge(e->charged());
-    keys_.fetch_sub(1, std::memory_order_relaxed);
-    Entry::Free(e);
+    RemoveAt(shard, index);
     shard.MaybeShrink();
   }
   watchers_.Notify(key);
@@ -451,10 +452,7 @@ StatusOr<std::optional<core::Record>> MemoryStore::GetNow(std::string_view key, 
   const std::ptrdiff_t index = shard.Find(hash, key);
   if (index < 0) return std::optional<core::Record>();
   if (shard.At(index)->ExpiredAt(now)) {
-    Entry* e = shard.EraseAt(index);
-    Uncharge(e->charged());
-    keys_.fetch_sub(1, std::memory_order_relaxed);
-    Entry::Free(e);
+    RemoveAt(shard, index);
     shard.MaybeShrink();
     return std::optional<core::Record>();
   }
@@ -474,10 +472,7 @@ core::PurgeResult MemoryStore::PurgeNow(std::string_view key, core::PurgeMode mo
     if (shard.At(index)->ExpiredAt(now)) {
       // Past retention (or an abandoned reservation past its grace) the key
       // is absent, as for Get: reclaimed as Get would, and not purged.
-      Entry* stale = shard.EraseAt(index);
-      Uncharge(stale->charged());
-      keys_.fetch_sub(1, std::memory_order_relaxed);
-      Entry::Free(stale);
+      RemoveAt(shard, index);
       shard.MaybeShrink();
       return result;
     }
@@ -493,10 +488,7 @@ core::PurgeResult MemoryStore::PurgeNow(std::string_view key, core::PurgeMode mo
         return result;
       }
     }
-    Entry* e = shard.EraseAt(index);
-    Uncharge(e->charged());
-    keys_.fetch_sub(1, std::memory_order_relaxed);
-    Entry::Free(e);
+    RemoveAt(shard, index);
     shard.MaybeShrink();
   }
   watchers_.Notify(key);

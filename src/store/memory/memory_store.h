@@ -107,6 +107,9 @@ class MemoryStore final : public core::Store {
   // Adds `delta` to the byte count unless that would pass max_bytes.
   bool TryCharge(std::int64_t delta);
   void Uncharge(std::uint64_t bytes);
+  // Removes the entry at `index` of `shard` (whose lock the caller holds):
+  // its bytes and key leave the counts, and it is freed.
+  void RemoveAt(Shard& shard, std::ptrdiff_t index);
   // Adds `delta` to the byte count even past max_bytes.
   void ForceCharge(std::int64_t delta);
   // Admits a growth of `delta` bytes, sweeping expired records of every shard
