@@ -122,7 +122,8 @@ GatewayMetrics::GatewayMetrics(GatewayMetricsOptions options)
       "header_timeout; no answer).",
       {"reason"});
   // Listed from start-up: a scrape shows 0 rather than no series.
-  for (std::string_view reason : {"bad_request", "uri_too_long", "headers_too_large", "version_not_supported", "header_timeout"}) {
+  for (std::string_view reason :
+       {"bad_request", "uri_too_long", "headers_too_large", "version_not_supported", "header_timeout"}) {
     requests_refused_->WithLabelValues({reason});
   }
   CounterFamily& refused = registry_.AddCounter(

@@ -204,7 +204,6 @@ std::string ListenersClash(std::string_view listen, std::string_view admin) {
   return {};
 }
 
-
 std::string Index(std::string_view base, std::size_t i) {
   return std::string(base) + "[" + std::to_string(i) + "]";
 }

@@ -209,7 +209,8 @@ void Engine::Share(const Reservation& reservation, StoredResponse outcome) {
   const auto it = waited_.find(reservation.key);
   if (it == waited_.end()) return;
   it->second.owner = reservation.owner;
-  it->second.outcome = std::make_shared<const SharedOutcome>(SharedOutcome{std::move(outcome), reservation.operation_id});
+  it->second.outcome =
+      std::make_shared<const SharedOutcome>(SharedOutcome{std::move(outcome), reservation.operation_id});
 }
 
 std::shared_ptr<const SharedOutcome> Engine::SharedBy(const std::string& key, const std::string& owner) const {

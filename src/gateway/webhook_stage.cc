@@ -2,10 +2,10 @@
 
 #include "admin/gateway_metrics.h"
 #include "common/ascii.h"
-#include "http/headers.h"
 #include "core/key.h"
 #include "gateway/identity_stage.h"
 #include "gateway/route_table.h"
+#include "http/headers.h"
 #include "http/problem.h"
 
 namespace idemgate::gateway {
